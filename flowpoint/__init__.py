@@ -1,0 +1,51 @@
+"""flowpoint: Flink's stateful stream processing model in Python, executing on Apache Spark."""
+
+from flowpoint.api.config import Configuration
+from flowpoint.api.datastream import DataStream, DataStreamSink, KeyedStream
+from flowpoint.api.environment import StreamExecutionEnvironment
+from flowpoint.api.functions import (
+    AggregateFunction,
+    FilterFunction,
+    FlatMapFunction,
+    KeyedProcessFunction,
+    KeySelector,
+    MapFunction,
+    ProcessFunction,
+    ReduceFunction,
+    RuntimeContext,
+    SinkFunction,
+)
+from flowpoint.api.row import Row
+from flowpoint.api.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
+    ListState,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    ReducingState,
+    ReducingStateDescriptor,
+    ValueState,
+    ValueStateDescriptor,
+)
+from flowpoint.api.time import Duration, WatermarkStrategy
+from flowpoint.api.types import Types
+from flowpoint.connectors.clicks import ClickEventGenerator
+from flowpoint.connectors.collection import CollectionSource
+from flowpoint.connectors.datagen import DataGeneratorSource, NumberSequenceSource, RateLimiterStrategy
+from flowpoint.connectors.sinks import CollectSink, PrintSink, Sink
+from flowpoint.errors import FlowpointError
+from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "ClickEventGenerator",
+    "CollectSink", "CollectionSource", "Configuration", "DataGeneratorSource", "DataStream",
+    "DataStreamSink", "Duration", "FilterFunction", "FlatMapFunction", "FlowpointError", "JobClient",
+    "JobExecutionResult", "JobStatus", "KeySelector", "KeyedProcessFunction", "KeyedStream",
+    "ListState", "ListStateDescriptor", "MapFunction", "MapState", "MapStateDescriptor",
+    "NumberSequenceSource", "PrintSink", "ProcessFunction", "RateLimiterStrategy", "ReduceFunction",
+    "ReducingState", "ReducingStateDescriptor", "Row", "RuntimeContext", "Sink", "SinkFunction",
+    "StreamExecutionEnvironment", "Types", "ValueState", "ValueStateDescriptor", "WatermarkStrategy",
+]

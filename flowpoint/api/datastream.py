@@ -1,0 +1,233 @@
+"""``DataStream`` and ``KeyedStream``: the PyFlink DataStream API, recorded as a job graph."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from flowpoint.api.functions import (
+    FieldKeySelector,
+    FilterFunction,
+    FilterFunctionWrapper,
+    FlatMapFunction,
+    FlatMapFunctionWrapper,
+    KeyedProcessFunction,
+    KeySelector,
+    KeySelectorWrapper,
+    MapFunction,
+    MapFunctionWrapper,
+    ProcessFunction,
+    ReduceFunction,
+    ReduceFunctionWrapper,
+    SinkFunction,
+    SinkFunctionWrapper,
+    wrap,
+)
+from flowpoint.api.types import TypeInformation
+from flowpoint.errors import ConfigurationError, JobGraphError
+from flowpoint.graph.transformation import Transformation
+
+if TYPE_CHECKING:
+    from flowpoint.api.environment import StreamExecutionEnvironment
+    from flowpoint.connectors.sinks import Sink
+
+
+class DataStream:
+    """A stream of records. Every method returns a new stream; nothing runs until ``execute``."""
+
+    def __init__(self, env: StreamExecutionEnvironment, transformation: Transformation):
+        self._env = env
+        self._t = transformation
+
+    # -- identity and parallelism ------------------------------------------------------------
+
+    def get_name(self) -> str:
+        return self._t.name
+
+    def name(self, name: str) -> DataStream:
+        self._t.name = name
+        return self
+
+    def uid(self, uid: str) -> DataStream:
+        """Stable identity of this operator: state is matched to operators by uid on restore."""
+        self._t.set_uid(uid)
+        return self
+
+    def set_description(self, description: str) -> DataStream:
+        self._t.options["description"] = description
+        return self
+
+    def get_type(self) -> TypeInformation | None:
+        return self._t.output_type
+
+    def set_parallelism(self, parallelism: int) -> DataStream:
+        if self._t.is_virtual:
+            msg = f"cannot set the parallelism of {self._t.kind} {self._t.name!r}; set it on the operator that follows"
+            raise ConfigurationError(msg)
+        if self._t.kind == "source" and not self._t.source.is_parallel() and parallelism != 1:
+            msg = f"source {self._t.name!r} is not parallel; its parallelism must be 1, got {parallelism}"
+            raise ConfigurationError(msg)
+        if not isinstance(parallelism, int) or parallelism < 1:
+            msg = f"parallelism of {self._t.name!r} must be a positive int; got {parallelism!r}"
+            raise ConfigurationError(msg)
+        self._t.parallelism = parallelism
+        return self
+
+    def get_parallelism(self) -> int:
+        return self._t.parallelism or self._env.get_parallelism()
+
+    def set_max_parallelism(self, max_parallelism: int) -> DataStream:
+        if not isinstance(max_parallelism, int) or max_parallelism < 1:
+            msg = f"max parallelism of {self._t.name!r} must be a positive int; got {max_parallelism!r}"
+            raise ConfigurationError(msg)
+        self._t.max_parallelism = max_parallelism
+        return self
+
+    def disable_chaining(self) -> DataStream:
+        self._t.options["chaining"] = False
+        return self
+
+    def start_new_chain(self) -> DataStream:
+        self._t.options["new_chain"] = True
+        return self
+
+    # -- transformations -----------------------------------------------------------------------
+
+    def _add(self, kind: str, name: str, function: Any = None, output_type: TypeInformation | None = None, **kw: Any) -> Transformation:
+        t = Transformation(kind=kind, name=name, inputs=[self._t], function=function, output_type=output_type, **kw)
+        self._env._add_transformation(t)
+        return t
+
+    def map(self, func: MapFunction | Any, output_type: TypeInformation | None = None) -> DataStream:
+        fn = wrap(func, MapFunction, MapFunctionWrapper, "map")
+        return DataStream(self._env, self._add("map", "Map", fn, output_type))
+
+    def flat_map(self, func: FlatMapFunction | Any, output_type: TypeInformation | None = None) -> DataStream:
+        fn = wrap(func, FlatMapFunction, FlatMapFunctionWrapper, "flat_map")
+        return DataStream(self._env, self._add("flat_map", "FlatMap", fn, output_type))
+
+    def filter(self, func: FilterFunction | Any) -> DataStream:
+        fn = wrap(func, FilterFunction, FilterFunctionWrapper, "filter")
+        return DataStream(self._env, self._add("filter", "Filter", fn, self._t.output_type))
+
+    def process(self, func: ProcessFunction, output_type: TypeInformation | None = None) -> DataStream:
+        if isinstance(func, KeyedProcessFunction):
+            msg = f"{type(func).__name__} is a KeyedProcessFunction: call key_by(...) before process(...)"
+            raise JobGraphError(msg)
+        if not isinstance(func, ProcessFunction):
+            msg = f"process() needs a ProcessFunction; got {type(func).__name__}"
+            raise JobGraphError(msg)
+        return DataStream(self._env, self._add("process", "Process", func, output_type))
+
+    def key_by(self, key_selector: KeySelector | Any, key_type: TypeInformation | None = None) -> KeyedStream:
+        if isinstance(key_selector, (int, str)):
+            selector: KeySelector = FieldKeySelector(key_selector)
+        else:
+            selector = wrap(key_selector, KeySelector, KeySelectorWrapper, "key_by")
+        t = Transformation(kind="key_by", name="KeyBy", inputs=[self._t], key_selector=selector, output_type=self._t.output_type)
+        t.options["key_type"] = key_type
+        self._env._add_transformation(t)
+        return KeyedStream(self._env, t)
+
+    def union(self, *streams: DataStream) -> DataStream:
+        for s in streams:
+            if s._env is not self._env:
+                msg = "union() of streams from different environments"
+                raise JobGraphError(msg)
+        t = Transformation(kind="union", name="Union", inputs=[self._t, *(s._t for s in streams)], output_type=self._t.output_type)
+        self._env._add_transformation(t)
+        return DataStream(self._env, t)
+
+    def rebalance(self) -> DataStream:
+        t = Transformation(kind="rebalance", name="Rebalance", inputs=[self._t], output_type=self._t.output_type)
+        self._env._add_transformation(t)
+        return DataStream(self._env, t)
+
+    shuffle = rebalance
+
+    # -- sinks ---------------------------------------------------------------------------------
+
+    def print(self, sink_identifier: str | None = None) -> DataStreamSink:
+        from flowpoint.connectors.sinks import PrintSink
+
+        return self.sink_to(PrintSink(sink_identifier), name="Print to Std. Out")
+
+    def sink_to(self, sink: Sink, name: str | None = None) -> DataStreamSink:
+        from flowpoint.connectors.sinks import Sink as SinkBase
+
+        if not isinstance(sink, SinkBase):
+            msg = f"sink_to() needs a flowpoint Sink (FileSink, CollectSink, ...); got {type(sink).__name__}"
+            raise JobGraphError(msg)
+        t = self._add("sink", name or sink.default_name(), None, None, sink=sink)
+        return DataStreamSink(self._env, t)
+
+    def add_sink(self, sink_func: SinkFunction | Any) -> DataStreamSink:
+        from flowpoint.connectors.sinks import FunctionSink
+
+        fn = wrap(sink_func, SinkFunction, SinkFunctionWrapper, "add_sink")
+        return self.sink_to(FunctionSink(fn), name="Sink")
+
+    def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None):
+        """Run the job and iterate over this stream's records (PyFlink's ``execute_and_collect``)."""
+        from flowpoint.connectors.sinks import CollectSink
+
+        sink = CollectSink(streaming=True)
+        self.sink_to(sink, name="Collect")
+        client = self._env.execute_async(job_execution_name or self._env._default_job_name())
+        return sink.iterator(client, limit)
+
+
+class DataStreamSink(DataStream):
+    """Returned by sinks; supports ``name``, ``uid`` and ``set_parallelism``."""
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key: keyed state and per-key aggregations are available."""
+
+    def _keyed(self, kind: str, name: str, function: Any, output_type: TypeInformation | None, **options: Any) -> DataStream:
+        t = self._add(kind, name, function, output_type)
+        t.options.update(options)
+        return DataStream(self._env, t)
+
+    def process(self, func: KeyedProcessFunction | ProcessFunction, output_type: TypeInformation | None = None) -> DataStream:  # type: ignore[override]
+        if not isinstance(func, (KeyedProcessFunction, ProcessFunction)):
+            msg = f"process() on a KeyedStream needs a KeyedProcessFunction; got {type(func).__name__}"
+            raise JobGraphError(msg)
+        return self._keyed("keyed_process", "KeyedProcess", func, output_type)
+
+    def reduce(self, func: ReduceFunction | Any) -> DataStream:
+        fn = wrap(func, ReduceFunction, ReduceFunctionWrapper, "reduce")
+        return self._keyed("reduce", "Keyed Reduce", fn, self._t.output_type)
+
+    def _rolling(self, agg: str, field: int | str) -> DataStream:
+        if not isinstance(field, (int, str)):
+            msg = f"{agg}() takes a field position (int) or name (str); got {field!r}"
+            raise ConfigurationError(msg)
+        return self._keyed("rolling_agg", agg.capitalize(), None, self._t.output_type, agg=agg, field=field)
+
+    def sum(self, position_to_sum: int | str = 0) -> DataStream:
+        return self._rolling("sum", position_to_sum)
+
+    def min(self, position_to_min: int | str = 0) -> DataStream:
+        return self._rolling("min", position_to_min)
+
+    def max(self, position_to_max: int | str = 0) -> DataStream:
+        return self._rolling("max", position_to_max)
+
+    def min_by(self, position_to_min_by: int | str = 0) -> DataStream:
+        return self._rolling("min_by", position_to_min_by)
+
+    def max_by(self, position_to_max_by: int | str = 0) -> DataStream:
+        return self._rolling("max_by", position_to_max_by)
+
+    # map/flat_map/filter on a KeyedStream run keyed (their functions may use keyed state)
+    def map(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
+        fn = wrap(func, MapFunction, MapFunctionWrapper, "map")
+        return self._keyed("keyed_map", "Map", fn, output_type)
+
+    def flat_map(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:
+        fn = wrap(func, FlatMapFunction, FlatMapFunctionWrapper, "flat_map")
+        return self._keyed("keyed_flat_map", "FlatMap", fn, output_type)
+
+    def filter(self, func: Any) -> DataStream:
+        fn = wrap(func, FilterFunction, FilterFunctionWrapper, "filter")
+        return self._keyed("keyed_filter", "Filter", fn, self._t.output_type)

@@ -1,0 +1,194 @@
+"""``StreamExecutionEnvironment``: where a job is built and from where it runs.
+
+Building a job needs no Spark; ``execute`` compiles the job graph, validates it, and runs it
+through the coordinator on Spark (``local[*]`` unless a master or a SparkSession is given).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from flowpoint.api.config import Configuration
+from flowpoint.api.datastream import DataStream
+from flowpoint.api.time import WatermarkStrategy
+from flowpoint.api.types import TypeInformation
+from flowpoint.connectors.collection import CollectionSource
+from flowpoint.connectors.datagen import NumberSequenceSource
+from flowpoint.connectors.source import Source
+from flowpoint.errors import ConfigurationError, JobGraphError
+from flowpoint.graph.transformation import Transformation
+
+# Set by ``flowpoint run`` (like Flink's context environment): defaults for every environment.
+_CLI_DEFAULTS: dict[str, Any] = {}
+
+
+def set_cli_defaults(values: dict[str, Any]) -> None:
+    _CLI_DEFAULTS.clear()
+    _CLI_DEFAULTS.update({k: v for k, v in values.items() if v is not None})
+
+
+class ExecutionConfig:
+    def __init__(self, env: StreamExecutionEnvironment):
+        self._env = env
+        self.global_job_parameters: dict[str, str] = {}
+
+    def set_global_job_parameters(self, parameters: dict[str, str]) -> ExecutionConfig:
+        self.global_job_parameters = dict(parameters)
+        return self
+
+    def get_global_job_parameters(self) -> dict[str, str]:
+        return dict(self.global_job_parameters)
+
+    def set_parallelism(self, parallelism: int) -> ExecutionConfig:
+        self._env.set_parallelism(parallelism)
+        return self
+
+    def get_parallelism(self) -> int:
+        return self._env.get_parallelism()
+
+
+class StreamExecutionEnvironment:
+    def __init__(self, configuration: Configuration | dict | None = None, spark_session: Any = None):
+        if isinstance(configuration, dict):
+            configuration = Configuration(configuration)
+        self._config = configuration.copy() if configuration else Configuration()
+        for k, v in _CLI_DEFAULTS.items():
+            if not self._config.contains_key(k):
+                self._config.set(k, v)
+        self._spark = spark_session
+        self._transformations: list[Transformation] = []
+        self._execution_config = ExecutionConfig(self)
+
+    @staticmethod
+    def get_execution_environment(configuration: Configuration | dict | None = None, spark_session: Any = None) -> StreamExecutionEnvironment:
+        """A new environment. Pass a Configuration/dict of settings, or an existing SparkSession."""
+        return StreamExecutionEnvironment(configuration, spark_session)
+
+    # -- settings ------------------------------------------------------------------------------
+
+    def get_config(self) -> ExecutionConfig:
+        return self._execution_config
+
+    def get_configuration(self) -> Configuration:
+        return self._config
+
+    def configure(self, configuration: Configuration | dict) -> StreamExecutionEnvironment:
+        items = configuration.to_dict() if isinstance(configuration, Configuration) else configuration
+        for k, v in items.items():
+            self._config.set(k, v)
+        return self
+
+    def set_parallelism(self, parallelism: int) -> StreamExecutionEnvironment:
+        if not isinstance(parallelism, int) or parallelism < 1:
+            msg = f"parallelism must be a positive int; got {parallelism!r}"
+            raise ConfigurationError(msg)
+        self._config.set("parallelism.default", parallelism)
+        return self
+
+    def get_parallelism(self) -> int:
+        p = self._config.get("parallelism.default")
+        if p:
+            return int(p)
+        return default_parallelism(self._config.get("spark.master"), self._spark)
+
+    def set_max_parallelism(self, max_parallelism: int) -> StreamExecutionEnvironment:
+        if not isinstance(max_parallelism, int) or not 1 <= max_parallelism <= 32768:
+            msg = f"max parallelism must be an int between 1 and 32768; got {max_parallelism!r}"
+            raise ConfigurationError(msg)
+        self._config.set("pipeline.max-parallelism", max_parallelism)
+        return self
+
+    def get_max_parallelism(self) -> int | None:
+        return self._config.get("pipeline.max-parallelism")
+
+    def set_spark_master(self, master: str) -> StreamExecutionEnvironment:
+        """Run on this Spark master (``local[2]``, ``spark://host:7077``, ``yarn``, ...)."""
+        self._config.set("spark.master", master)
+        return self
+
+    def set_spark_session(self, spark_session: Any) -> StreamExecutionEnvironment:
+        """Run on an existing (classic, not Spark Connect) SparkSession."""
+        self._spark = spark_session
+        return self
+
+    def set_epoch_max_records(self, records: int) -> StreamExecutionEnvironment:
+        """Records read per epoch over all source splits (``execution.epoch.max-records``)."""
+        if records < 1:
+            msg = f"epoch max records must be >= 1; got {records}"
+            raise ConfigurationError(msg)
+        self._config.set("execution.epoch.max-records", records)
+        return self
+
+    # -- sources -------------------------------------------------------------------------------
+
+    def _add_transformation(self, t: Transformation) -> None:
+        self._transformations.append(t)
+
+    def from_source(self, source: Source, watermark_strategy: WatermarkStrategy | None = None, source_name: str | None = None, type_info: TypeInformation | None = None) -> DataStream:
+        if not isinstance(source, Source):
+            msg = f"from_source() needs a flowpoint Source (NumberSequenceSource, DataGeneratorSource, FileSource, ...); got {type(source).__name__}"
+            raise JobGraphError(msg)
+        t = Transformation(
+            kind="source",
+            name=source_name or source.default_name(),
+            source=source,
+            output_type=type_info or source.output_type,
+            parallelism=None if source.is_parallel() else 1,
+        )
+        t.options["watermark_strategy"] = watermark_strategy or WatermarkStrategy.no_watermarks()
+        self._add_transformation(t)
+        return DataStream(self, t)
+
+    def from_collection(self, collection: list | tuple | Any, type_info: TypeInformation | None = None) -> DataStream:
+        """A bounded stream of the given elements, in order (a non-parallel source)."""
+        return self.from_source(CollectionSource(list(collection), type_info), source_name="Collection Source", type_info=type_info)
+
+    def from_sequence(self, start: int, end: int) -> DataStream:
+        """The numbers ``start`` to ``end`` inclusive, read in parallel."""
+        return self.from_source(NumberSequenceSource(start, end), source_name="Sequence Source")
+
+    # -- running -------------------------------------------------------------------------------
+
+    def _default_job_name(self) -> str:
+        return self._config.get("pipeline.name") or "Flowpoint Streaming Job"
+
+    def get_stream_graph(self, job_name: str | None = None):
+        from flowpoint.graph.jobgraph import JobGraph
+
+        return JobGraph.build(self._transformations, self, job_name or self._default_job_name())
+
+    def execute_async(self, job_name: str | None = None):
+        """Start the job in the background and return its :class:`~flowpoint.runtime.job.JobClient`."""
+        from flowpoint.runtime.job import submit
+
+        graph = self.get_stream_graph(job_name)
+        return submit(graph, self)
+
+    def execute(self, job_name: str | None = None):
+        """Run the job until its sources are exhausted (or it is cancelled); returns its result."""
+        client = self.execute_async(job_name)
+        try:
+            return client.wait()
+        except KeyboardInterrupt:
+            client.cancel()
+            raise
+
+
+def default_parallelism(master: str | None, spark: Any) -> int:
+    if spark is not None:
+        return int(spark.sparkContext.defaultParallelism)
+    master = master or _CLI_DEFAULTS.get("spark.master") or os.environ.get("FLOWPOINT_SPARK_MASTER") or "local[*]"
+    if master.startswith("local"):
+        inner = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
+        cores = inner.split(",")[0].strip()
+        if cores == "*":
+            return os.cpu_count() or 1
+        try:
+            return max(1, int(cores))
+        except ValueError:
+            return 1
+    if master.startswith("local-cluster"):
+        parts = master[master.find("[") + 1 : master.find("]")].split(",")
+        return int(parts[0]) * int(parts[1])
+    return os.cpu_count() or 1

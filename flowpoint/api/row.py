@@ -1,0 +1,71 @@
+"""``Row``: PyFlink's record type with named fields (a tuple you can also read by name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _make_row(fields: tuple[str, ...] | None, values: tuple) -> Row:
+    row = tuple.__new__(Row, values)
+    row._fields = fields
+    return row
+
+
+class Row(tuple):
+    """A record: ``Row(ts=1, channel="a")`` or ``Row(1, "a")``.
+
+    Read a field as ``row.channel``, ``row["channel"]`` or ``row[1]``. Rows are tuples, so they
+    compare, hash and unpack like tuples and can be used as keys.
+    """
+
+    _fields: tuple[str, ...] | None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Row:
+        if args and kwargs:
+            msg = "Row takes either positional values or named values, not both"
+            raise TypeError(msg)
+        if kwargs:
+            return _make_row(tuple(kwargs), tuple(kwargs.values()))
+        return _make_row(None, args)
+
+    @staticmethod
+    def of(fields: tuple[str, ...] | None, values: tuple | list) -> Row:
+        """Build a row from field names and values without keyword-argument overhead."""
+        return _make_row(fields, tuple(values))
+
+    def as_dict(self) -> dict[str, Any]:
+        if self._fields is None:
+            msg = "as_dict() needs a Row with named fields"
+            raise TypeError(msg)
+        return dict(zip(self._fields, self, strict=True))
+
+    def get_fields_by_names(self, names: list[str]) -> list[Any]:
+        return [self[n] for n in names]
+
+    def __getitem__(self, item: Any) -> Any:  # type: ignore[override]
+        if isinstance(item, str):
+            try:
+                return tuple.__getitem__(self, self._fields.index(item))  # type: ignore[union-attr]
+            except (ValueError, AttributeError):
+                msg = f"Row has no field {item!r}; fields: {self._fields}"
+                raise KeyError(msg) from None
+        return tuple.__getitem__(self, item)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_fields":
+            raise AttributeError(name)
+        fields = self.__dict__.get("_fields")
+        if fields and name in fields:
+            return tuple.__getitem__(self, fields.index(name))
+        msg = f"Row has no field {name!r}; fields: {fields}"
+        raise AttributeError(msg)
+
+    def __reduce__(self):  # type: ignore[override]
+        return (_make_row, (self._fields, tuple(self)))
+
+    def __repr__(self) -> str:
+        if self._fields:
+            inner = ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self, strict=True))
+        else:
+            inner = ", ".join(repr(v) for v in self)
+        return f"Row({inner})"

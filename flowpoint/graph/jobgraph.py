@@ -1,0 +1,256 @@
+"""Compile the recorded transformations into a job graph of stages, and validate it.
+
+A *stage* is a chain of operators that run inside one Spark task per partition: a head (a source,
+or an operator fed by exchanges) and every operator chained below it (same parallelism, forward
+edge, single input). Edges between stages are exchanges: ``keyed`` (by key-group range, DESIGN 5),
+``forward`` (partition i to partition i) or ``rebalance`` (round robin).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from flowpoint.errors import JobGraphError
+from flowpoint.graph.transformation import KEYED_KINDS, Transformation
+from flowpoint.graph.validation import check_keyed_state_use, check_serializable
+from flowpoint.state.keygroups import check_parallelism, compute_default_max_parallelism
+
+if TYPE_CHECKING:
+    from flowpoint.api.environment import StreamExecutionEnvironment
+
+log = logging.getLogger("flowpoint")
+
+
+@dataclass
+class Node:
+    """A physical operator of the job graph."""
+
+    t: Transformation
+    uid: str
+    parallelism: int
+    max_parallelism: int
+    stage_id: int = -1
+    chained: list[int] = field(default_factory=list)  # node ids run in the same task, below this
+    out_edges: list[Edge] = field(default_factory=list)  # exchanges to other stages
+
+    @property
+    def id(self) -> int:
+        return self.t.id
+
+    @property
+    def kind(self) -> str:
+        return self.t.kind
+
+    @property
+    def name(self) -> str:
+        return self.t.name
+
+    @property
+    def keyed(self) -> bool:
+        return self.t.kind in KEYED_KINDS
+
+    def describe(self) -> str:
+        return self.t.describe()
+
+
+@dataclass
+class Edge:
+    """An exchange from ``upstream`` (a node) into the head of stage ``stage_id``."""
+
+    upstream: int
+    target: int
+    partitioning: str  # keyed | forward | rebalance
+    key_selector: Any = None
+    stage_id: int = -1
+    index: int = 0  # position among the stage's input edges
+    edge_id: int = 0  # unique in the job
+
+
+@dataclass
+class Stage:
+    id: int
+    head: int
+    nodes: list[int]  # topological order, head first
+    parallelism: int
+    max_parallelism: int
+    inputs: list[Edge] = field(default_factory=list)
+
+    @property
+    def is_source(self) -> bool:
+        return not self.inputs
+
+
+@dataclass
+class JobGraph:
+    job_name: str
+    nodes: dict[int, Node]
+    stages: list[Stage]
+    edges: list[Edge]
+
+    def node_by_uid(self, uid: str) -> Node:
+        for n in self.nodes.values():
+            if n.uid == uid:
+                return n
+        msg = f"no operator with uid {uid!r}; uids: {sorted(n.uid for n in self.nodes.values())}"
+        raise JobGraphError(msg)
+
+    def sinks(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.kind == "sink"]
+
+    def sources(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.kind == "source"]
+
+    def consumers(self, stage: Stage) -> list[Edge]:
+        return [e for e in self.edges if self.nodes[e.upstream].stage_id == stage.id]
+
+    @staticmethod
+    def build(transformations: list[Transformation], env: StreamExecutionEnvironment, job_name: str) -> JobGraph:
+        return _Builder(transformations, env, job_name).build()
+
+
+def _resolve_inputs(t: Transformation) -> list[tuple[Transformation, str, Any]]:
+    """The physical operators feeding ``t`` with the partitioning of each path."""
+    out: list[tuple[Transformation, str, Any]] = []
+
+    def walk(u: Transformation, part: str | None, key: Any) -> None:
+        if u.kind == "key_by":
+            if part is None:
+                part, key = "keyed", u.key_selector
+            walk(u.inputs[0], part, key)
+        elif u.kind == "rebalance":
+            walk(u.inputs[0], part or "rebalance", key)
+        elif u.kind == "union":
+            for i in u.inputs:
+                walk(i, part, key)
+        else:
+            out.append((u, part or "forward", key))
+
+    for i in t.inputs:
+        walk(i, None, None)
+    return out
+
+
+class _Builder:
+    def __init__(self, transformations: list[Transformation], env: StreamExecutionEnvironment, job_name: str):
+        self.transformations = transformations
+        self.env = env
+        self.job_name = job_name
+
+    def build(self) -> JobGraph:
+        physical = [t for t in self.transformations if not t.is_virtual]
+        if not physical:
+            msg = "no operators defined in the streaming topology: add a source and a sink before execute()"
+            raise JobGraphError(msg)
+        default_p = self.env.get_parallelism()
+        default_maxp = self.env.get_max_parallelism()
+        inputs = {t.id: _resolve_inputs(t) for t in physical}
+        nodes: dict[int, Node] = {}
+        for t in _topological(physical, inputs):
+            p = t.parallelism or default_p
+            if t.kind == "source" and not t.source.is_parallel():
+                p = 1
+            maxp = t.max_parallelism or default_maxp or compute_default_max_parallelism(p)
+            check_parallelism(p, maxp, f"operator {t.describe()}")
+            nodes[t.id] = Node(t, "", p, maxp)
+        self._assign_uids(nodes, inputs)
+        for n in nodes.values():
+            if n.keyed:
+                (_, part, _), *_ = inputs[n.id]
+                if any(p != "keyed" for _, p, _ in inputs[n.id]):
+                    msg = f"operator {n.describe()} needs a keyed input: call key_by(...) right before it"
+                    raise JobGraphError(msg)
+            check_serializable(n)
+            check_keyed_state_use(n)
+        stages, edges = self._cut_stages(nodes, inputs)
+        graph = JobGraph(self.job_name, nodes, stages, edges)
+        log.debug("job graph: %s", graph)
+        return graph
+
+    def _assign_uids(self, nodes: dict[int, Node], inputs: dict[int, list]) -> None:
+        seen: dict[str, Node] = {}
+        for n in nodes.values():
+            if n.t.uid:
+                other = seen.get(n.t.uid)
+                if other is not None:
+                    msg = (
+                        f"uid {n.t.uid!r} is used by two operators: {other.describe()} and {n.describe()}; "
+                        f"every operator needs its own uid"
+                    )
+                    raise JobGraphError(msg)
+                seen[n.t.uid] = n
+                n.uid = n.t.uid
+        # generated uids: a hash of the operator's kind and position in the graph
+        counters: dict[str, int] = {}
+        for n in nodes.values():
+            if n.uid:
+                continue
+            ups = ",".join(nodes[u.id].uid + ":" + part for u, part, _ in inputs[n.id])
+            base = f"{n.kind}|{n.name}|{ups}"
+            k = counters.get(base, 0)
+            counters[base] = k + 1
+            n.uid = f"{n.kind}-" + hashlib.sha1(f"{base}|{k}".encode()).hexdigest()[:16]
+            while n.uid in seen:
+                n.uid += "x"
+            seen[n.uid] = n
+
+    def _cut_stages(self, nodes: dict[int, Node], inputs: dict[int, list]) -> tuple[list[Stage], list[Edge]]:
+        stages: list[Stage] = []
+        edges: list[Edge] = []
+        for n in nodes.values():  # topological order
+            ins = inputs[n.id]
+            chain_to = None
+            if len(ins) == 1:
+                u, part, _ = ins[0]
+                up = nodes[u.id]
+                if (
+                    part == "forward"
+                    and up.parallelism == n.parallelism
+                    and up.kind != "sink"
+                    and n.t.options.get("chaining", True)
+                    and not n.t.options.get("new_chain")
+                    and up.t.options.get("chaining", True)
+                ):
+                    chain_to = up
+            if chain_to is not None:
+                n.stage_id = chain_to.stage_id
+                chain_to.chained.append(n.id)
+                stages[n.stage_id].nodes.append(n.id)
+                if n.keyed:
+                    stages[n.stage_id].max_parallelism = n.max_parallelism
+                continue
+            stage = Stage(len(stages), n.id, [n.id], n.parallelism, n.max_parallelism)
+            stages.append(stage)
+            n.stage_id = stage.id
+            for i, (u, part, key) in enumerate(ins):
+                up = nodes[u.id]
+                if part == "forward" and up.parallelism != n.parallelism:
+                    part = "rebalance"
+                e = Edge(u.id, n.id, part, key, stage.id, i, len(edges))
+                edges.append(e)
+                stage.inputs.append(e)
+                up.out_edges.append(e)
+        return stages, edges
+
+
+def _topological(physical: list[Transformation], inputs: dict[int, list]) -> list[Transformation]:
+    order: list[Transformation] = []
+    done: set[int] = set()
+    by_id = {t.id: t for t in physical}
+
+    def visit(t: Transformation, stack: tuple[int, ...] = ()) -> None:
+        if t.id in done:
+            return
+        if t.id in stack:
+            msg = f"the job graph has a cycle through {t.describe()}"
+            raise JobGraphError(msg)
+        for u, _, _ in inputs[t.id]:
+            visit(by_id[u.id], (*stack, t.id))
+        done.add(t.id)
+        order.append(t)
+
+    for t in sorted(physical, key=lambda t: t.id):
+        visit(t)
+    return order

@@ -1,0 +1,80 @@
+"""The nodes the DataStream API records: one :class:`Transformation` per API call.
+
+``key_by`` and ``union`` are *virtual* nodes (they decide how records are partitioned);
+every other kind is a physical operator that runs in a task.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowpoint.api.functions import unwrap
+from flowpoint.api.types import TypeInformation
+from flowpoint.errors import JobGraphError
+
+_ids = itertools.count(1)
+
+VIRTUAL_KINDS = frozenset({"key_by", "union", "rebalance"})
+KEYED_KINDS = frozenset({"keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "reduce", "rolling_agg"})
+_UID_PATTERN = re.compile(r"^[A-Za-z0-9_\-:]+$")
+
+
+@dataclass(eq=False)
+class Transformation:
+    kind: str
+    name: str
+    inputs: list[Transformation] = field(default_factory=list)
+    function: Any = None
+    output_type: TypeInformation | None = None
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    uid: str | None = None
+    source: Any = None  # a Source for kind == "source"
+    sink: Any = None  # a Sink for kind == "sink"
+    key_selector: Any = None  # for kind == "key_by"
+    options: dict[str, Any] = field(default_factory=dict)
+    id: int = field(default_factory=lambda: next(_ids))
+
+    @property
+    def is_virtual(self) -> bool:
+        return self.kind in VIRTUAL_KINDS
+
+    def set_uid(self, uid: str) -> None:
+        if not isinstance(uid, str) or not _UID_PATTERN.match(uid):
+            msg = (
+                f"uid {uid!r} of operator {self.name!r} is not valid: use letters, digits, '_', '-' and ':' only"
+            )
+            raise JobGraphError(msg)
+        self.uid = uid
+
+    def describe(self) -> str:
+        """``'name' (uid 'x', function f at file.py:12)`` for error messages."""
+        parts = [f"uid {self.uid!r}"] if self.uid else []
+        if self.function is not None:
+            parts.append(f"function {describe_function(self.function)}")
+        return f"{self.name!r}" + (f" ({', '.join(parts)})" if parts else "")
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.name!r} #{self.id}>"
+
+
+def describe_function(function: Any) -> str:
+    """A user function as ``name at file:line`` (lambdas, functions, methods and class instances)."""
+    fn = unwrap(function)
+    target = fn
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+        target = type(fn)
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    try:
+        file = inspect.getsourcefile(target) or inspect.getfile(target)
+        line = inspect.getsourcelines(target)[1]
+        return f"{name} at {file}:{line}"
+    except (TypeError, OSError):
+        code = getattr(target, "__code__", None)
+        if code is not None:
+            return f"{name} at {code.co_filename}:{code.co_firstlineno}"
+        return name

@@ -1,0 +1,109 @@
+"""Job ids, status, the job client, and the result of a finished job."""
+
+from __future__ import annotations
+
+import enum
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from flowpoint.errors import FlowpointError, JobCancelledError, JobExecutionError
+
+if TYPE_CHECKING:
+    from flowpoint.api.environment import StreamExecutionEnvironment
+    from flowpoint.graph.jobgraph import JobGraph
+    from flowpoint.runtime.coordinator import Coordinator
+
+
+class JobStatus(enum.Enum):
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILING = "FAILING"
+    FAILED = "FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELED = "CANCELED"
+
+    def is_globally_terminal_state(self) -> bool:
+        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
+
+
+def new_job_id() -> str:
+    """32 lowercase hex characters, new for every run (as in Flink)."""
+    return uuid.uuid4().hex
+
+
+@dataclass
+class JobExecutionResult:
+    job_id: str
+    job_name: str
+    net_runtime_ms: int
+    epochs: int
+    records_read: int
+    _coordinator: Any = field(default=None, repr=False)
+
+    def get_job_id(self) -> str:
+        return self.job_id
+
+    def get_net_runtime(self) -> int:
+        return self.net_runtime_ms
+
+    def get_keyed_state(self, uid: str, state_name: str | None = None) -> dict:
+        """Committed keyed state of operator ``uid`` after the job: ``{key: value}`` for one
+        state name, or ``{state name: {key: value}}`` for all."""
+        return self._coordinator.read_keyed_state(uid, state_name)
+
+
+class JobClient:
+    """Handle on a running job: ``get_job_id()``, ``get_job_status()``, ``cancel()``, ``wait()``."""
+
+    def __init__(self, coordinator: Coordinator):
+        self._coordinator = coordinator
+
+    @property
+    def job_id(self) -> str:
+        return self._coordinator.job_id
+
+    def get_job_id(self) -> str:
+        return self._coordinator.job_id
+
+    def get_job_status(self) -> JobStatus:
+        return self._coordinator.status
+
+    def cancel(self) -> None:
+        self._coordinator.cancel()
+
+    def is_done(self) -> bool:
+        return self._coordinator.done.is_set()
+
+    def wait(self, timeout: float | None = None) -> JobExecutionResult:
+        """Block until the job ends; returns its result or raises why it failed."""
+        if not self._coordinator.done.wait(timeout):
+            msg = f"job {self.job_id} still running after {timeout} s"
+            raise TimeoutError(msg)
+        c = self._coordinator
+        if c.status is JobStatus.CANCELED:
+            msg = f"job {c.job_name!r} ({c.job_id}) was cancelled"
+            raise JobCancelledError(msg)
+        if c.failure is not None:
+            if isinstance(c.failure, FlowpointError):
+                raise c.failure
+            msg = f"job {c.job_name!r} ({c.job_id}) failed: {c.failure!r}"
+            raise JobExecutionError(msg) from c.failure
+        return c.result()
+
+    get_job_execution_result = wait
+
+    def __repr__(self) -> str:
+        return f"JobClient(job_id={self.job_id!r}, status={self.get_job_status().value})"
+
+
+def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
+    from flowpoint.runtime.coordinator import Coordinator
+
+    coordinator = Coordinator(graph, env)
+    thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
+    coordinator.thread = thread
+    thread.start()
+    return JobClient(coordinator)

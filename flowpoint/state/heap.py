@@ -1,0 +1,300 @@
+"""HashMap working state: Python dicts in the task's process, with an undo log per epoch.
+
+Each state name has a table ``{key: value}``. The first write to a key in an epoch records the
+key's previous value in the undo log; at the end of the epoch the touched keys form the epoch's
+*delta*. If the epoch commits, the undo log is dropped (cost: the number of touched keys); if it
+does not (a failed or superseded task attempt), the undo log restores the committed values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowpoint.api.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
+    ListState,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    ReducingState,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueState,
+    ValueStateDescriptor,
+)
+from flowpoint.errors import StateAccessError
+
+_MISSING: Any = object()
+
+# delta: {state name: (puts {key: value}, deletes [key])}
+Delta = dict[str, tuple[dict[Any, Any], list[Any]]]
+
+
+class HeapKeyedStateBackend:
+    """The keyed state of one operator for one key-group range, held in memory."""
+
+    def __init__(self, operator_name: str):
+        self.operator_name = operator_name
+        self.current_key: Any = None
+        self.tables: dict[str, dict[Any, Any]] = {}
+        self.undo: dict[str, dict[Any, Any]] = {}
+        self.kinds: dict[str, str] = {}
+        self._states: dict[str, Any] = {}
+
+    # -- state registration -------------------------------------------------------------------
+
+    def get_partitioned_state(self, descriptor: StateDescriptor) -> Any:
+        name = descriptor.name
+        known = self.kinds.get(name)
+        if known is not None and known != descriptor.kind:
+            msg = (
+                f"operator {self.operator_name!r} declares state {name!r} as {descriptor.kind} state, "
+                f"but it was declared as {known} state before; give the two states different names"
+            )
+            raise StateAccessError(msg)
+        self.kinds[name] = descriptor.kind
+        table = self.tables.setdefault(name, {})
+        undo = self.undo.setdefault(name, {})
+        cls = _STATE_CLASSES[type(descriptor)]
+        state = cls(self, table, undo, descriptor)
+        self._states[name] = state
+        return state
+
+    # -- epoch lifecycle -----------------------------------------------------------------------
+
+    def delta(self) -> Delta:
+        """The changes of the current epoch (touched keys and their new values)."""
+        out: Delta = {}
+        for name, undo in self.undo.items():
+            if not undo:
+                continue
+            table = self.tables[name]
+            puts: dict[Any, Any] = {}
+            deletes: list[Any] = []
+            for key in undo:
+                value = table.get(key, _MISSING)
+                if value is _MISSING:
+                    deletes.append(key)
+                else:
+                    puts[key] = value
+            out[name] = (puts, deletes)
+        return out
+
+    def changed_keys(self) -> int:
+        return sum(len(u) for u in self.undo.values())
+
+    def commit(self) -> None:
+        for undo in self.undo.values():
+            undo.clear()
+
+    def rollback(self) -> None:
+        for name, undo in self.undo.items():
+            table = self.tables[name]
+            for key, old in undo.items():
+                if old is _MISSING:
+                    table.pop(key, None)
+                else:
+                    table[key] = old
+            undo.clear()
+
+    def apply(self, delta: Delta) -> None:
+        for name, (puts, deletes) in delta.items():
+            table = self.tables.setdefault(name, {})
+            self.undo.setdefault(name, {})
+            table.update(puts)
+            for key in deletes:
+                table.pop(key, None)
+
+    def snapshot(self) -> dict[str, dict[Any, Any]]:
+        """All committed state (call after ``commit``): ``{state name: {key: value}}``."""
+        return {name: table for name, table in self.tables.items() if table}
+
+    def restore(self, tables: dict[str, dict[Any, Any]]) -> None:
+        for name, table in tables.items():
+            self.tables.setdefault(name, {}).update(table)
+            self.undo.setdefault(name, {})
+
+    def num_keys(self) -> int:
+        return sum(len(t) for t in self.tables.values())
+
+
+class _HeapState:
+    __slots__ = ("_backend", "_table", "_undo", "_descriptor")
+
+    def __init__(self, backend: HeapKeyedStateBackend, table: dict, undo: dict, descriptor: StateDescriptor):
+        self._backend = backend
+        self._table = table
+        self._undo = undo
+        self._descriptor = descriptor
+
+    def _key(self) -> Any:
+        key = self._backend.current_key
+        if key is None:
+            msg = (
+                f"state {self._descriptor.name!r} of operator {self._backend.operator_name!r} was used "
+                f"outside of a keyed context (no current key); use keyed state only while processing "
+                f"an element of a keyed stream"
+            )
+            raise StateAccessError(msg)
+        return key
+
+    def clear(self) -> None:
+        key = self._key()
+        table = self._table
+        if key in table:
+            undo = self._undo
+            if key not in undo:
+                undo[key] = table[key]
+            del table[key]
+
+
+class HeapValueState(_HeapState, ValueState):
+    __slots__ = ()
+
+    def value(self) -> Any:
+        key = self._backend.current_key
+        if key is None:
+            self._key()
+        return self._table.get(key)
+
+    def update(self, value: Any) -> None:
+        key = self._backend.current_key
+        if key is None:
+            self._key()
+        table = self._table
+        undo = self._undo
+        if key not in undo:
+            undo[key] = table.get(key, _MISSING)
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+
+
+class HeapListState(_HeapState, ListState):
+    __slots__ = ()
+
+    def _touch(self, key: Any) -> list:
+        table = self._table
+        current = table.get(key)
+        if key not in self._undo:
+            self._undo[key] = _MISSING if current is None else list(current)
+        if current is None:
+            current = table[key] = []
+        return current
+
+    def get(self) -> list:
+        return list(self._table.get(self._key(), ()))
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            msg = f"list state {self._descriptor.name!r}: cannot add None"
+            raise StateAccessError(msg)
+        self._touch(self._key()).append(value)
+
+    def add_all(self, values: list[Any]) -> None:
+        self._touch(self._key()).extend(values)
+
+    def update(self, values: list[Any]) -> None:
+        key = self._key()
+        self._touch(key)
+        if values:
+            self._table[key] = list(values)
+        else:
+            del self._table[key]
+
+
+class HeapMapState(_HeapState, MapState):
+    __slots__ = ()
+
+    def _current(self) -> dict:
+        return self._table.get(self._key(), {})
+
+    def _touch(self) -> dict:
+        key = self._key()
+        table = self._table
+        current = table.get(key)
+        if key not in self._undo:
+            self._undo[key] = _MISSING if current is None else dict(current)
+        if current is None:
+            current = table[key] = {}
+        return current
+
+    def get(self, key: Any) -> Any:
+        return self._current().get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._touch()[key] = value
+
+    def put_all(self, dict_value: dict[Any, Any]) -> None:
+        self._touch().update(dict_value)
+
+    def remove(self, key: Any) -> None:
+        if key in self._current():
+            current = self._touch()
+            del current[key]
+            if not current:
+                del self._table[self._backend.current_key]
+
+    def contains(self, key: Any) -> bool:
+        return key in self._current()
+
+    def items(self):
+        return list(self._current().items())
+
+    def keys(self):
+        return list(self._current().keys())
+
+    def values(self):
+        return list(self._current().values())
+
+    def is_empty(self) -> bool:
+        return not self._current()
+
+
+class HeapReducingState(_HeapState, ReducingState):
+    __slots__ = ()
+
+    def get(self) -> Any:
+        return self._table.get(self._key())
+
+    def add(self, value: Any) -> None:
+        key = self._key()
+        table = self._table
+        current = table.get(key, _MISSING)
+        if key not in self._undo:
+            self._undo[key] = current
+        if current is _MISSING:
+            table[key] = value
+        else:
+            table[key] = self._descriptor.reduce_function.reduce(current, value)  # type: ignore[attr-defined]
+
+
+class HeapAggregatingState(_HeapState, AggregatingState):
+    __slots__ = ()
+
+    def get(self) -> Any:
+        acc = self._table.get(self._key(), _MISSING)
+        if acc is _MISSING:
+            return None
+        return self._descriptor.agg_function.get_result(acc)  # type: ignore[attr-defined]
+
+    def add(self, value: Any) -> None:
+        key = self._key()
+        table = self._table
+        fn = self._descriptor.agg_function  # type: ignore[attr-defined]
+        current = table.get(key, _MISSING)
+        if key not in self._undo:
+            self._undo[key] = current
+        acc = fn.create_accumulator() if current is _MISSING else current
+        table[key] = fn.add(value, acc)
+
+
+_STATE_CLASSES = {
+    ValueStateDescriptor: HeapValueState,
+    ListStateDescriptor: HeapListState,
+    MapStateDescriptor: HeapMapState,
+    ReducingStateDescriptor: HeapReducingState,
+    AggregatingStateDescriptor: HeapAggregatingState,
+}

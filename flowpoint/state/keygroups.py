@@ -1,0 +1,138 @@
+"""Key -> key group -> operator index, as Flink's ``KeyGroupRangeAssignment``, with a stable hash.
+
+Python's ``hash()`` is salted per process, so keys are hashed from canonical bytes with
+32-bit murmur3 instead: the same key lands in the same key group in every process, on every
+machine, in every run.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import mmh3
+
+from flowpoint.errors import ConfigurationError, InvalidKeyError
+
+UPPER_BOUND_MAX_PARALLELISM = 1 << 15
+DEFAULT_LOWER_BOUND_MAX_PARALLELISM = 1 << 7
+
+_pack_double = struct.Struct("<d").pack
+
+
+def _canonical(key: object, out: list[bytes]) -> None:
+    t = type(key)
+    if t is str:
+        out.append(b"s")
+        out.append(key.encode("utf-8"))  # type: ignore[union-attr]
+    elif t is int or t is bool:
+        out.append(b"i" if t is int else b"b")
+        out.append(key.to_bytes(8 if -(1 << 63) <= key < (1 << 63) else (key.bit_length() + 8) // 8, "little", signed=True))  # type: ignore[union-attr]
+    elif key is None:
+        out.append(b"n")
+    elif t is float:
+        f = key  # 1.0 and 1 are different keys in Python dicts only by type, keep them apart
+        out.append(b"f")
+        out.append(_pack_double(0.0 if f == 0.0 else f))  # -0.0 == 0.0
+    elif t is bytes:
+        out.append(b"y")
+        out.append(key)  # type: ignore[arg-type]
+    elif isinstance(key, tuple):  # tuple, Row, namedtuple
+        out.append(b"(")
+        for item in key:
+            _canonical(item, out)
+            out.append(b"\x00")
+        out.append(b")")
+    elif isinstance(key, str):  # str subclasses such as str enums
+        out.append(b"s")
+        out.append(key.encode("utf-8"))
+    elif isinstance(key, int):
+        _canonical(int.__index__(key), out)
+    elif isinstance(key, float):
+        _canonical(float.__float__(key), out)
+    elif isinstance(key, bytes):
+        _canonical(bytes(key), out)
+    elif isinstance(key, frozenset):
+        out.append(b"{")
+        for part in sorted(canonical_bytes(k) for k in key):
+            out.append(part)
+            out.append(b"\x00")
+        out.append(b"}")
+    elif hasattr(key, "item") and hasattr(key, "dtype"):  # numpy scalar
+        _canonical(key.item(), out)  # type: ignore[union-attr]
+    else:
+        msg = (
+            f"a key must be a str, int, float, bool, bytes, None, or a tuple/Row of those; "
+            f"got a {type(key).__name__}: {key!r:.80}"
+        )
+        raise InvalidKeyError(msg)
+
+
+def canonical_bytes(key: object) -> bytes:
+    """The bytes a key is hashed from; equal keys give equal bytes in every process."""
+    t = type(key)
+    if t is str:
+        return b"s" + key.encode("utf-8")  # type: ignore[union-attr]
+    out: list[bytes] = []
+    _canonical(key, out)
+    return b"".join(out)
+
+
+def key_hash(key: object) -> int:
+    """Stable non-negative 31-bit hash of a key."""
+    return mmh3.hash(canonical_bytes(key), 0, False) & 0x7FFFFFFF
+
+
+def assign_to_key_group(key: object, max_parallelism: int) -> int:
+    return key_hash(key) % max_parallelism
+
+
+def compute_operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
+    return key_group * parallelism // max_parallelism
+
+
+@dataclass(frozen=True)
+class KeyGroupRange:
+    """Key groups ``start..end`` inclusive, owned by one task."""
+
+    start: int
+    end: int
+
+    def __contains__(self, key_group: int) -> bool:
+        return self.start <= key_group <= self.end
+
+    def __len__(self) -> int:
+        return max(0, self.end - self.start + 1)
+
+    def __str__(self) -> str:
+        return f"{self.start}-{self.end}"
+
+
+def key_group_range_for_operator(max_parallelism: int, parallelism: int, operator_index: int) -> KeyGroupRange:
+    check_parallelism(parallelism, max_parallelism)
+    start = (operator_index * max_parallelism + parallelism - 1) // parallelism
+    end = ((operator_index + 1) * max_parallelism - 1) // parallelism
+    return KeyGroupRange(start, end)
+
+
+def _round_up_to_power_of_two(x: int) -> int:
+    return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+def compute_default_max_parallelism(parallelism: int) -> int:
+    return min(
+        max(_round_up_to_power_of_two(parallelism + parallelism // 2), DEFAULT_LOWER_BOUND_MAX_PARALLELISM),
+        UPPER_BOUND_MAX_PARALLELISM,
+    )
+
+
+def check_parallelism(parallelism: int, max_parallelism: int, what: str = "operator") -> None:
+    if not 1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+        msg = f"max parallelism of {what} must be between 1 and {UPPER_BOUND_MAX_PARALLELISM}; got {max_parallelism}"
+        raise ConfigurationError(msg)
+    if not 1 <= parallelism <= max_parallelism:
+        msg = (
+            f"parallelism of {what} must be between 1 and its max parallelism {max_parallelism}; "
+            f"got {parallelism}"
+        )
+        raise ConfigurationError(msg)

@@ -1,0 +1,48 @@
+"""Batches of records inside a task and on the wire between tasks.
+
+Inside a task a batch is a Python list of records or a ``pyarrow.RecordBatch`` (sources that
+produce columns keep them columnar until a Python function needs rows). Every batch carries an
+*origin*: ``(source node, split index, sequence number)`` of the source batch it came from.
+Receiving tasks order their input by origin, so a task's input order does not depend on the
+order Spark fetched shuffle blocks in, and a retried task computes exactly what the first
+attempt computed.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pyarrow as pa
+
+from flowpoint.api.types import arrow_to_rows
+
+Origin = tuple
+
+
+def as_rows(data: Any, type_info: Any = None) -> list:
+    if isinstance(data, list):
+        return data
+    return arrow_to_rows(data, type_info)
+
+
+def num_records(data: Any) -> int:
+    return len(data) if isinstance(data, list) else data.num_rows
+
+
+def encode(data: Any) -> tuple[str, bytes]:
+    if isinstance(data, pa.RecordBatch):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, data.schema) as writer:
+            writer.write_batch(data)
+        return ("arrow", sink.getvalue().to_pybytes())
+    return ("pickle", pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def decode(blob: tuple[str, bytes]) -> Any:
+    fmt, payload = blob
+    if fmt == "arrow":
+        reader = pa.ipc.open_stream(payload)
+        batches = list(reader)
+        return batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    return pickle.loads(payload)

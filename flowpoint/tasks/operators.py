@@ -1,0 +1,421 @@
+"""Operators as they run inside a task: each takes a batch and pushes results downstream.
+
+Per-record user code runs in tight loops over a batch; everything else (routing, key groups,
+serialization) is per batch.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from flowpoint.api.row import Row
+from flowpoint.api.state import ValueStateDescriptor
+from flowpoint.errors import FlowpointError, InvalidKeyError, UserFunctionError
+from flowpoint.graph.transformation import describe_function
+from flowpoint.state.keygroups import canonical_bytes
+from flowpoint.tasks.batches import as_rows, encode, num_records
+from flowpoint.tasks.context import KeyedProcessContext, ProcessContext
+
+import mmh3
+
+Emit = Callable[[tuple, Any], None]
+
+
+def user_error(spec: Any, e: BaseException, record: Any) -> FlowpointError:
+    if isinstance(e, FlowpointError):
+        return e
+    fn = describe_function(spec.function) if spec.function is not None else spec.kind
+    msg = (
+        f"operator {spec.name!r} (uid {spec.uid!r}, function {fn}) raised {type(e).__name__}: {e} "
+        f"while processing {record!r:.200}"
+    )
+    return UserFunctionError(msg)
+
+
+class Operator:
+    """Base: ``process(origin, data)`` handles one batch; ``outputs`` receive the results."""
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+        self.outputs: list[Emit] = []
+        self.records_in = 0
+
+    def emit(self, origin: tuple, data: Any) -> None:
+        if num_records(data) == 0:
+            return
+        for out in self.outputs:
+            out(origin, data)
+
+    def process(self, origin: tuple, data: Any) -> None:
+        raise NotImplementedError
+
+    def finish(self, epoch: int) -> Any:
+        return None
+
+    def open(self, ctx: Any) -> None:
+        fn = self.spec.function
+        if fn is not None and hasattr(fn, "open"):
+            fn.open(ctx)
+
+    def close(self) -> None:
+        fn = self.spec.function
+        if fn is not None and hasattr(fn, "close"):
+            fn.close()
+
+
+class MapOp(Operator):
+    def process(self, origin: tuple, data: Any) -> None:
+        rows = as_rows(data, self.spec.input_type)
+        self.records_in += len(rows)
+        f = self.spec.function.map
+        try:
+            out = [f(x) for x in rows]
+        except Exception as e:
+            raise _first_failure(self.spec, e, rows, f) from e
+        self.emit(origin, out)
+
+
+class FlatMapOp(Operator):
+    def process(self, origin: tuple, data: Any) -> None:
+        rows = as_rows(data, self.spec.input_type)
+        self.records_in += len(rows)
+        f = self.spec.function.flat_map
+        out: list = []
+        extend = out.extend
+        x = None
+        try:
+            for x in rows:
+                r = f(x)
+                if r is not None:
+                    extend(r)
+        except Exception as e:
+            raise user_error(self.spec, e, x) from e
+        self.emit(origin, out)
+
+
+class FilterOp(Operator):
+    def process(self, origin: tuple, data: Any) -> None:
+        rows = as_rows(data, self.spec.input_type)
+        self.records_in += len(rows)
+        f = self.spec.function.filter
+        try:
+            mask = [bool(f(x)) for x in rows]
+        except Exception as e:
+            raise _first_failure(self.spec, e, rows, f) from e
+        if isinstance(data, pa.RecordBatch):
+            self.emit(origin, data.filter(pa.array(mask, pa.bool_())))
+        else:
+            self.emit(origin, [x for x, keep in zip(rows, mask) if keep])
+
+
+class ProcessOp(Operator):
+    def __init__(self, spec: Any):
+        super().__init__(spec)
+        self.ctx = ProcessContext()
+
+    def process(self, origin: tuple, data: Any) -> None:
+        rows = as_rows(data, self.spec.input_type)
+        self.records_in += len(rows)
+        f = self.spec.function.process_element
+        ctx = self.ctx
+        out: list = []
+        extend = out.extend
+        x = None
+        try:
+            for x in rows:
+                r = f(x, ctx)
+                if r is not None:
+                    extend(r)
+        except Exception as e:
+            raise user_error(self.spec, e, x) from e
+        self.emit(origin, out)
+
+
+def _first_failure(spec: Any, e: BaseException, rows: list, f: Any) -> FlowpointError:
+    """Find the record a list comprehension failed on, for the error message."""
+    for x in rows:
+        try:
+            f(x)
+        except Exception:  # noqa: BLE001
+            return user_error(spec, e, x)
+    return user_error(spec, e, None)
+
+
+# -- keyed operators: their input is a list of (key, value) pairs ----------------------------
+
+
+class KeyedOp(Operator):
+    def __init__(self, spec: Any, backend: Any):
+        super().__init__(spec)
+        self.backend = backend
+
+    def process(self, origin: tuple, data: Any) -> None:
+        self.records_in += len(data)
+        backend = self.backend
+        out: list = []
+        v = None
+        try:
+            self._run(data, backend, out)
+        except Exception as e:
+            raise user_error(self.spec, e, (backend.current_key, v)) from e
+        finally:
+            backend.current_key = None
+        self.emit(origin, out)
+
+    def _run(self, pairs: list, backend: Any, out: list) -> None:
+        raise NotImplementedError
+
+
+class KeyedProcessOp(KeyedOp):
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        self.ctx = KeyedProcessContext(self.backend)
+
+    def _run(self, pairs: list, backend: Any, out: list) -> None:
+        f = self.spec.function.process_element
+        ctx = self.ctx
+        extend = out.extend
+        for key, value in pairs:
+            backend.current_key = key
+            r = f(value, ctx)
+            if r is not None:
+                extend(r)
+
+
+class KeyedMapOp(KeyedOp):
+    def _run(self, pairs: list, backend: Any, out: list) -> None:
+        f = self.spec.function.map
+        append = out.append
+        for key, value in pairs:
+            backend.current_key = key
+            append(f(value))
+
+
+class KeyedFlatMapOp(KeyedOp):
+    def _run(self, pairs: list, backend: Any, out: list) -> None:
+        f = self.spec.function.flat_map
+        extend = out.extend
+        for key, value in pairs:
+            backend.current_key = key
+            r = f(value)
+            if r is not None:
+                extend(r)
+
+
+class KeyedFilterOp(KeyedOp):
+    def _run(self, pairs: list, backend: Any, out: list) -> None:
+        f = self.spec.function.filter
+        append = out.append
+        for key, value in pairs:
+            backend.current_key = key
+            if f(value):
+                append(value)
+
+
+class ReduceOp(KeyedOp):
+    """``KeyedStream.reduce``: emits the running reduction of each key."""
+
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        self.state = self.backend.get_partitioned_state(ValueStateDescriptor("_reduce"))
+
+    def _run(self, pairs: list, backend: Any, out: list) -> None:
+        f = self.spec.function.reduce
+        state = self.state
+        append = out.append
+        for key, value in pairs:
+            backend.current_key = key
+            current = state.value()
+            new = value if current is None else f(current, value)
+            state.update(new)
+            append(new)
+
+
+def _get_field(record: Any, field: int | str) -> Any:
+    if isinstance(field, int) and not isinstance(record, (tuple, list, dict)):
+        if field != 0:
+            msg = f"field {field} of a scalar record {record!r:.80}: scalars have only field 0"
+            raise IndexError(msg)
+        return record
+    return record[field]
+
+
+def _with_field(record: Any, field: int | str, value: Any) -> Any:
+    if isinstance(record, Row):
+        i = record._fields.index(field) if isinstance(field, str) else field  # type: ignore[union-attr]
+        values = list(record)
+        values[i] = value
+        return Row.of(record._fields, values)
+    if isinstance(record, tuple):
+        return record[:field] + (value,) + record[field + 1 :]  # type: ignore[operator]
+    if isinstance(record, (list, dict)):
+        copy = type(record)(record)
+        copy[field] = value
+        return copy
+    return value
+
+
+class RollingAggOp(KeyedOp):
+    """``sum/min/max/min_by/max_by`` by field: Flink's rolling aggregations.
+
+    ``sum``, ``min`` and ``max`` update only the field (other fields keep the key's first
+    record); ``min_by`` and ``max_by`` keep the whole record holding the extreme value (the
+    first such record on ties).
+    """
+
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        self.state = self.backend.get_partitioned_state(ValueStateDescriptor("_aggregate"))
+        self.agg = self.spec.options["agg"]
+        self.field = self.spec.options["field"]
+
+    def _run(self, pairs: list, backend: Any, out: list) -> None:
+        state, agg, field = self.state, self.agg, self.field
+        append = out.append
+        for key, value in pairs:
+            backend.current_key = key
+            current = state.value()
+            if current is None:
+                new = value
+            else:
+                a, b = _get_field(current, field), _get_field(value, field)
+                if agg == "sum":
+                    new = _with_field(current, field, a + b)
+                elif agg == "min":
+                    new = current if a <= b else _with_field(current, field, b)
+                elif agg == "max":
+                    new = current if a >= b else _with_field(current, field, b)
+                elif agg == "min_by":
+                    new = current if a <= b else value
+                else:  # max_by
+                    new = current if a >= b else value
+            state.update(new)
+            append(new)
+
+
+class SinkOp(Operator):
+    def __init__(self, spec: Any, writer: Any):
+        super().__init__(spec)
+        self.writer = writer
+
+    def open(self, ctx: Any) -> None:
+        pass
+
+    def process(self, origin: tuple, data: Any) -> None:
+        rows = data if isinstance(data, list) or self.spec.accepts_arrow else as_rows(data, self.spec.input_type)
+        self.records_in += num_records(rows)
+        try:
+            self.writer.write(rows)
+        except Exception as e:
+            raise user_error(self.spec, e, None) from e
+
+    def finish(self, epoch: int) -> Any:
+        return self.writer.finish(epoch)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+KEYED_OPERATORS = {
+    "keyed_process": KeyedProcessOp,
+    "keyed_map": KeyedMapOp,
+    "keyed_flat_map": KeyedFlatMapOp,
+    "keyed_filter": KeyedFilterOp,
+    "reduce": ReduceOp,
+    "rolling_agg": RollingAggOp,
+}
+STATELESS_OPERATORS = {"map": MapOp, "flat_map": FlatMapOp, "filter": FilterOp, "process": ProcessOp}
+
+
+# -- exchange writers: the outputs that leave the task ---------------------------------------
+
+
+class ExchangeWriter:
+    """Collects the blobs this task sends over one edge: ``(dest, (edge index, origin, blob))``."""
+
+    def __init__(self, edge: Any, partition: int):
+        self.edge = edge
+        self.partition = partition
+        self.out: list[tuple[int, tuple]] = []
+        self.batches = 0
+
+    def _send(self, dest: int, origin: tuple, data: Any) -> None:
+        self.out.append((dest, (self.edge.index, origin, encode(data))))
+
+
+class ForwardWriter(ExchangeWriter):
+    def __call__(self, origin: tuple, data: Any) -> None:
+        self._send(self.partition, origin, data)
+
+
+class RebalanceWriter(ExchangeWriter):
+    def __call__(self, origin: tuple, data: Any) -> None:
+        dest = (self.partition + self.batches) % self.edge.parallelism
+        self.batches += 1
+        self._send(dest, origin, data)
+
+
+class KeyedWriter(ExchangeWriter):
+    """Routes each record to the task owning its key group; ships ``(key, value)`` pairs."""
+
+    def __init__(self, edge: Any, partition: int):
+        super().__init__(edge, partition)
+        self.selector = edge.key_selector
+        self.field = getattr(self.selector, "field", None) if type(self.selector).__name__ == "FieldKeySelector" else None
+
+    def __call__(self, origin: tuple, data: Any) -> None:
+        p = self.edge.parallelism
+        maxp = self.edge.max_parallelism
+        rows = as_rows(data, self.edge.input_type)
+        if self.field is not None and isinstance(data, pa.RecordBatch) and isinstance(self.field, str):
+            keys = data.column(self.field).to_pylist()
+        else:
+            get_key = self.selector.get_key
+            try:
+                keys = [get_key(x) for x in rows]
+            except Exception as e:
+                raise _key_error(self.edge, e, rows, get_key) from e
+        buckets: list[list] = [[] for _ in range(p)]
+        hash_ = mmh3.hash
+        for key, value in zip(keys, rows):
+            if type(key) is str:
+                h = hash_(b"s" + key.encode(), 0, False)
+            else:
+                try:
+                    h = hash_(canonical_bytes(key), 0, False) if key is not None else None
+                except InvalidKeyError as e:
+                    raise _invalid_key(self.edge, str(e), value) from None
+                if h is None:
+                    raise _invalid_key(self.edge, "a key must not be None", value)
+            buckets[((h & 0x7FFFFFFF) % maxp) * p // maxp].append((key, value))
+        for dest, bucket in enumerate(buckets):
+            if bucket:
+                self.out.append((dest, (self.edge.index, origin, ("pickle", pickle.dumps(bucket, protocol=5)))))
+
+
+def _key_error(edge: Any, e: BaseException, rows: list, get_key: Any) -> FlowpointError:
+    for x in rows:
+        try:
+            get_key(x)
+        except Exception:  # noqa: BLE001
+            msg = (
+                f"the key selector ({describe_function(edge.key_selector)}) of the key_by before operator "
+                f"{edge.target_name!r} raised {type(e).__name__}: {e} on {x!r:.200}"
+            )
+            return UserFunctionError(msg)
+    return UserFunctionError(str(e))
+
+
+def _invalid_key(edge: Any, reason: str, value: Any) -> InvalidKeyError:
+    msg = (
+        f"the key selector ({describe_function(edge.key_selector)}) of the key_by before operator "
+        f"{edge.target_name!r} returned an invalid key for {value!r:.200}: {reason}. Keys must be "
+        f"hashable and stable: str, int, float, bool, bytes, or tuples/Rows of those"
+    )
+    return InvalidKeyError(msg)
+
+
+EXCHANGE_WRITERS = {"forward": ForwardWriter, "rebalance": RebalanceWriter, "keyed": KeyedWriter}

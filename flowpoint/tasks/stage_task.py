@@ -1,0 +1,192 @@
+"""One stage, one partition, one epoch: the body of every Spark task flowpoint runs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from flowpoint.errors import FlowpointError, UserFunctionError
+from flowpoint.state.working import (
+    CACHE,
+    CommittedChain,
+    TaskState,
+    TaskStateAck,
+    partition_dir,
+    remove_files_before,
+    write_state_file,
+)
+from flowpoint.tasks.batches import decode
+from flowpoint.tasks.context import TaskRuntimeContext
+from flowpoint.tasks.operators import (
+    EXCHANGE_WRITERS,
+    KEYED_OPERATORS,
+    STATELESS_OPERATORS,
+    ExchangeWriter,
+    Operator,
+    SinkOp,
+)
+from flowpoint.tasks.plan import StagePlan
+
+
+@dataclass
+class EpochSpec:
+    """What every task of one epoch needs to know, shipped with the epoch's Spark job."""
+
+    job_id: str
+    epoch: int
+    working_dir: str
+    chains: dict[tuple[int, int], CommittedChain]  # (stage, partition) -> committed state files
+    compact: set[tuple[int, int]] = field(default_factory=set)
+    last: bool = False
+
+
+@dataclass
+class TaskAck:
+    stage_id: int
+    partition: int
+    epoch: int
+    token: str
+    attempt: int
+    state: TaskStateAck | None = None
+    sink_payloads: dict[int, Any] = field(default_factory=dict)
+    records_in: int = 0
+    error: FlowpointError | None = None
+    seconds: float = 0.0
+    fresh_state: bool = False
+
+
+class ChainRuntime:
+    """The opened operators of one stage partition, wired head -> chained -> exchanges."""
+
+    def __init__(self, plan: StagePlan, partition: int, ts: TaskState):
+        self.plan = plan
+        self.ops: dict[int, Operator] = {}
+        self.writers: list[tuple[int, ExchangeWriter]] = []
+        self.contexts: list[TaskRuntimeContext] = []
+        for nid in plan.order:
+            spec = plan.ops[nid]
+            backend = ts.backend(spec.uid, spec.name) if spec.keyed else None
+            if spec.kind == "source":
+                op: Operator = Operator(spec)
+            elif spec.kind == "sink":
+                ctx = self._context(spec, partition, None)
+                op = SinkOp(spec, spec.sink.create_writer(partition, spec.parallelism, ctx))
+            elif spec.keyed:
+                op = KEYED_OPERATORS[spec.kind](spec, backend)
+            else:
+                op = STATELESS_OPERATORS[spec.kind](spec)
+            self.ops[nid] = op
+        for nid in plan.order:
+            spec = plan.ops[nid]
+            op = self.ops[nid]
+            op.outputs = [self.ops[c].process for c in spec.chained]
+            for e in spec.out_edges:
+                w = EXCHANGE_WRITERS[e.partitioning](e, partition)
+                self.writers.append((e.edge_id, w))
+                op.outputs.append(w)
+        for nid in plan.order:  # open after wiring, in order, as Flink does
+            spec = plan.ops[nid]
+            if spec.kind in ("source", "sink"):
+                continue
+            self.ops[nid].open(self._context(spec, partition, ts.backends.get(spec.uid) if spec.keyed else None))
+
+    def _context(self, spec: Any, partition: int, backend: Any) -> TaskRuntimeContext:
+        ctx = TaskRuntimeContext(spec.name, partition, spec.parallelism, spec.max_parallelism, self.plan.job_parameters, backend)
+        self.contexts.append(ctx)
+        return ctx
+
+    def set_attempt(self, attempt: int) -> None:
+        for ctx in self.contexts:
+            ctx.attempt = attempt
+
+    def close(self) -> None:
+        for op in self.ops.values():
+            op.close()
+
+
+def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: int, token: str, inputs: Any) -> tuple[list, TaskAck]:
+    """Run one epoch of a stage partition. Returns ``([(edge_id, dest, blob)], ack)``.
+
+    Errors that a retry cannot fix (invalid keys, state misuse) come back in the ack so the
+    driver fails the job at once; any other exception propagates and Spark retries the task.
+    """
+    started = time.perf_counter()
+    ack = TaskAck(plan.stage_id, partition, spec.epoch, token, attempt)
+    chain = spec.chains.get((plan.stage_id, partition)) or CommittedChain()
+    ts, ack.fresh_state = CACHE.acquire(spec.job_id, plan.stage_id, partition, chain)
+    ts.pending = (spec.epoch, token)
+    try:
+        if ts.operators is None:
+            # a private copy of the functions: partitions sharing a worker never share fields
+            ts.operators = ChainRuntime(cloudpickle.loads(cloudpickle.dumps(plan)), partition, ts)
+        rt: ChainRuntime = ts.operators
+        rt.set_attempt(attempt)
+        for _, w in rt.writers:
+            w.out = []
+            w.batches = 0
+        head = rt.ops[plan.head]
+        if plan.source_reader is not None:
+            reader = plan.source_reader
+            for split_index, split, read_spec in inputs:
+                for seq, data in enumerate(reader.read(split, read_spec)):
+                    n = len(data) if isinstance(data, list) else data.num_rows
+                    ack.records_in += n
+                    head.emit((plan.head, split_index, seq), data)
+        else:
+            _feed(plan, head, inputs)
+            ack.records_in = head.records_in
+            head.records_in = 0
+        for nid, op in rt.ops.items():
+            payload = op.finish(spec.epoch)
+            if payload is not None:
+                ack.sink_payloads[nid] = payload
+        if ts.backends:
+            ack.state = _write_state(plan, spec, partition, token, ts, chain)
+        outputs = [(edge_id, dest, payload) for edge_id, w in rt.writers for dest, payload in w.out]
+        for _, w in rt.writers:
+            w.out = []
+        if spec.last:
+            rt.close()
+            ts.operators = None
+    except FlowpointError as e:
+        if isinstance(e, UserFunctionError):
+            raise
+        ts.operators = None
+        ack.error = e
+        return [], ack
+    except BaseException:
+        ts.operators = None  # a retry re-opens the functions from scratch
+        raise
+    ack.seconds = time.perf_counter() - started
+    return outputs, ack
+
+
+def _feed(plan: StagePlan, head: Operator, inputs: Any) -> None:
+    """Deliver exchange input to the head in (edge, origin) order."""
+    received = sorted(inputs, key=lambda item: (item[0], item[1]))
+    strip = {e.index for e in plan.input_edges if e.partitioning == "keyed"} if not plan.ops[plan.head].keyed else set()
+    for edge_index, origin, blob in received:
+        data = decode(blob)
+        if edge_index in strip:
+            data = [v for _, v in data]
+        head.process(origin, data)
+
+
+def _write_state(plan: StagePlan, spec: EpochSpec, partition: int, token: str, ts: TaskState, chain: CommittedChain) -> TaskStateAck:
+    directory = partition_dir(spec.working_dir, spec.job_id, plan.stage_id, partition)
+    compact = (plan.stage_id, partition) in spec.compact
+    changed = sum(b.changed_keys() for b in ts.backends.values())
+    total = sum(b.num_keys() for b in ts.backends.values())
+    if compact:
+        per_uid = {uid: b.snapshot() for uid, b in ts.backends.items()}
+        path, size = write_state_file(directory, "base", spec.epoch, token, per_uid)
+        remove_files_before(directory, chain)
+    elif changed:
+        per_uid = {uid: b.delta() for uid, b in ts.backends.items()}
+        path, size = write_state_file(directory, "delta", spec.epoch, token, per_uid)
+    else:
+        path, size = None, 0
+    return TaskStateAck(spec.epoch, token, path, size, compact, changed, total)
