@@ -290,6 +290,7 @@ def make_session(master: str = "local[2]", shuffle_partitions: int = 2) -> Any:
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")
         .getOrCreate()
     )

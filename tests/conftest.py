@@ -1,0 +1,42 @@
+"""Shared fixtures: one local Spark session (2 cores, 4 attempts per task) for the whole run."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # test helper modules import on executors too
+
+from flowpoint import StreamExecutionEnvironment  # noqa: E402
+
+MASTER = os.environ.get("FLOWPOINT_TEST_MASTER", "local[2,4]")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from flowpoint.spark.session import get_spark_session
+
+    session = get_spark_session(MASTER, "flowpoint-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def make_env(spark, tmp_path):
+    """``make_env(parallelism=2, max_records=None, **config)`` -> a StreamExecutionEnvironment."""
+
+    def factory(parallelism: int = 2, max_records: int | None = None, **config):
+        settings = {
+            "execution.progress.interval": -1,
+            "state.working.dir": str(tmp_path / "working"),
+        }
+        settings.update({k.replace("_", "."): v for k, v in config.items()})
+        env = StreamExecutionEnvironment.get_execution_environment(settings, spark_session=spark)
+        env.set_parallelism(parallelism)
+        if max_records:
+            env.set_epoch_max_records(max_records)
+        return env
+
+    return factory
