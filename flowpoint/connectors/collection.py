@@ -12,18 +12,22 @@ BATCH_SIZE = 8192
 
 
 class _CollectionReader(SourceReader):
+    def __init__(self, batch_size: int):
+        self.batch_size = batch_size
+
     def read(self, split: SourceSplit, spec: Any) -> Iterator[Batch]:
-        records = spec
-        for i in range(0, len(records), BATCH_SIZE):
-            yield records[i : i + BATCH_SIZE]
+        records, size = spec, self.batch_size
+        for i in range(0, len(records), size):
+            yield records[i : i + size]
 
 
 class CollectionSource(Source):
     """One split; the position is the index of the next element. Each epoch ships its slice."""
 
-    def __init__(self, collection: list, type_info: TypeInformation | None = None):
+    def __init__(self, collection: list, type_info: TypeInformation | None = None, batch_size: int = BATCH_SIZE):
         self.collection = list(collection)
         self.output_type = type_info
+        self.batch_size = max(1, batch_size)
 
     def is_parallel(self) -> bool:
         return False
@@ -42,7 +46,7 @@ class CollectionSource(Source):
         return self.collection[start:end]
 
     def create_reader(self) -> SourceReader:
-        return _CollectionReader()
+        return _CollectionReader(self.batch_size)
 
     def default_name(self) -> str:
         return "Collection Source"
