@@ -15,8 +15,9 @@ Two roles in one file:
   ``KeyedProcessFunction`` keeping the count in a ``ValueState`` and emitting ``(key, count)``
   per event -> ``DiscardingSink``. Rate = events / the job's net runtime (JobManager's
   submission-to-finish time: includes task deployment and Python worker start, not MiniCluster
-  start). With ``--verify`` (default) a second, untimed run collects the output and checks that
-  the final per-key counts sum to ``n``.
+  start). With ``--verify`` (default) a second, untimed run of the same counting emits each key's
+  final count once (event-time timer fired by the end-of-input watermark) and checks that they
+  sum to ``n``.
 
 * Imported from the main interpreter, :func:`measure_pyflink` runs the above as a subprocess and
   returns the parsed dict, or ``None`` when the venv does not exist.
@@ -37,6 +38,8 @@ CHANNELS = ("a", "b", "c", "d")
 BEHAVIORS = ("INSTALL", "OPEN", "BROWSE", "CLICK", "PURCHASE", "CLOSE", "UNINSTALL")
 DEFAULT_START_TS = 1_700_000_000_000
 _M64 = (1 << 64) - 1
+# Event-time timers at this time fire only on the final watermark a bounded source emits when done.
+_END_OF_INPUT_TS = (1 << 62)
 
 
 def _mix(x: int) -> int:
@@ -104,7 +107,9 @@ def measure_pyflink(
 # --------------------------------------------------------------------------------------------
 
 
-def _build(env, n_events: int, num_users: int | None, key: str):  # type: ignore[no-untyped-def]
+def _build(env, n_events: int, num_users: int | None, key: str, final_only: bool = False):  # type: ignore[no-untyped-def]
+    """The count pipeline. ``final_only`` (verification): instead of ``(key, count)`` per event,
+    emit each key's final count once, from an event-time timer that fires at end of input."""
     from pyflink.common import Types, WatermarkStrategy
     from pyflink.datastream import KeyedProcessFunction
     from pyflink.datastream.connectors.number_seq import NumberSequenceSource
@@ -120,7 +125,13 @@ def _build(env, n_events: int, num_users: int | None, key: str):  # type: ignore
         def process_element(self, value, ctx):  # type: ignore[no-untyped-def]
             c = (self.count.value() or 0) + 1
             self.count.update(c)
-            yield ctx.get_current_key(), c
+            if not final_only:
+                yield ctx.get_current_key(), c
+            elif c == 1:
+                ctx.timer_service().register_event_time_timer(_END_OF_INPUT_TS)
+
+        def on_timer(self, timestamp, ctx):  # type: ignore[no-untyped-def]
+            yield ctx.get_current_key(), self.count.value()
 
     users = num_users
     events = (
@@ -178,6 +189,7 @@ def run_job(n_events: int, num_users: int | None, key: str, parallelism: int = 2
         "key": key,
         "num_users": num_users,
         "events": n_events,
+        "load_avg_1m": os.getloadavg()[0],
         "parallelism": parallelism,
         "options": options or {},
         "seconds": net,
@@ -188,10 +200,12 @@ def run_job(n_events: int, num_users: int | None, key: str, parallelism: int = 2
     if verify:
         env2 = _env(parallelism, options)
         final: dict[str, int] = {}
-        with _build(env2, n_events, num_users, key).execute_and_collect("pyflink-count-verify") as it:
+        with _build(env2, n_events, num_users, key, final_only=True).execute_and_collect("pyflink-count-verify") as it:
             for k, c in it:
-                if c > final.get(k, 0):
-                    final[k] = c
+                if k in final:
+                    msg = f"key {k!r} emitted twice"
+                    raise RuntimeError(msg)
+                final[k] = c
         total = sum(final.values())
         if total != n_events:
             msg = f"pyflink counts sum to {total}, expected {n_events}"

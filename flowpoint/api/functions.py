@@ -210,5 +210,7 @@ def wrap(function: Any, base: type, wrapper: type, method: str) -> Any:
         return function
     if callable(function):
         return wrapper(function)
+    from flowpoint.errors import JobGraphError
+
     msg = f"expected a {base.__name__} or a callable for {method}; got {type(function).__name__}: {function!r:.80}"
-    raise TypeError(msg)
+    raise JobGraphError(msg)

@@ -162,7 +162,7 @@ class _Builder:
                 if any(p != "keyed" for _, p, _ in inputs[n.id]):
                     msg = f"operator {n.describe()} needs a keyed input: call key_by(...) right before it"
                     raise JobGraphError(msg)
-            check_serializable(n)
+            check_serializable(n, {id(k): k for _, part, k in inputs[n.id] if part == "keyed"}.values())
             check_keyed_state_use(n)
         stages, edges = self._cut_stages(nodes, inputs)
         graph = JobGraph(self.job_name, nodes, stages, edges)

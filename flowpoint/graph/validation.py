@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 import inspect
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -20,9 +21,12 @@ KEYED_STATE_CALLS = frozenset(
 )
 
 
-def check_serializable(node: Node) -> None:
+def check_serializable(node: Node, key_selectors: Iterable[Any] = ()) -> None:
+    """``key_selectors``: those of the key_by calls feeding the node (key_by is not a node)."""
     t = node.t
-    for what, obj in (("function", t.function), ("key selector", t.key_selector), ("sink", t.sink)):
+    objects = [("function", t.function), ("key selector", t.key_selector), ("sink", t.sink)]
+    objects += [("key selector", k) for k in key_selectors]
+    for what, obj in objects:
         if obj is None:
             continue
         try:

@@ -8,8 +8,10 @@ does not (a failed or superseded task attempt), the undo log restores the commit
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+from flowpoint.api.row import Row
 from flowpoint.api.state import (
     AggregatingState,
     AggregatingStateDescriptor,
@@ -26,6 +28,26 @@ from flowpoint.api.state import (
 from flowpoint.errors import StateAccessError
 
 _MISSING: Any = object()
+
+_ATOMIC = frozenset({int, float, bool, str, bytes, complex, type(None)})
+
+
+def _immutable(value: Any) -> bool:
+    t = type(value)
+    if t in _ATOMIC:
+        return True
+    if t is tuple or t is Row:
+        return all(type(x) in _ATOMIC for x in value)
+    return False
+
+
+def _private(value: Any) -> Any:
+    """A copy of a value for the undo log. User code may mutate the object state handed it
+    (``v = state.value(); v.append(x); state.update(v)``) and aggregate or reduce functions may
+    mutate their accumulator: the undo log must not share such objects with the table."""
+    if value is _MISSING or _immutable(value):
+        return value
+    return copy.deepcopy(value)
 
 # delta: {state name: (puts {key: value}, deletes [key])}
 Delta = dict[str, tuple[dict[Any, Any], list[Any]]]
@@ -139,6 +161,14 @@ class _HeapState:
             raise StateAccessError(msg)
         return key
 
+    def _guard(self, key: Any, value: Any) -> Any:
+        """Before a mutable value is handed to user code, keep a private copy in the undo log
+        (once per key and epoch): a rollback restores it, and the delta includes the key in case
+        the value is mutated in place without a write."""
+        if key not in self._undo and value is not _MISSING and not _immutable(value):
+            self._undo[key] = copy.deepcopy(value)
+        return value
+
     def clear(self) -> None:
         key = self._key()
         table = self._table
@@ -156,7 +186,10 @@ class HeapValueState(_HeapState, ValueState):
         key = self._backend.current_key
         if key is None:
             self._key()
-        return self._table.get(key)
+        value = self._table.get(key)
+        if value is None or key in self._undo or type(value) in _ATOMIC:
+            return value
+        return self._guard(key, value)
 
     def update(self, value: Any) -> None:
         key = self._backend.current_key
@@ -179,13 +212,22 @@ class HeapListState(_HeapState, ListState):
         table = self._table
         current = table.get(key)
         if key not in self._undo:
-            self._undo[key] = _MISSING if current is None else list(current)
+            if current is None:
+                self._undo[key] = _MISSING
+            else:
+                self._undo[key] = list(current) if all(map(_immutable, current)) else copy.deepcopy(current)
         if current is None:
             current = table[key] = []
         return current
 
     def get(self) -> list:
-        return list(self._table.get(self._key(), ()))
+        key = self._key()
+        current = self._table.get(key)
+        if current is None:
+            return []
+        if key not in self._undo and not all(map(_immutable, current)):
+            self._undo[key] = copy.deepcopy(current)
+        return list(current)
 
     def add(self, value: Any) -> None:
         if value is None:
@@ -194,7 +236,9 @@ class HeapListState(_HeapState, ListState):
         self._touch(self._key()).append(value)
 
     def add_all(self, values: list[Any]) -> None:
-        self._touch(self._key()).extend(values)
+        key = self._key()
+        if values:
+            self._touch(key).extend(values)
 
     def update(self, values: list[Any]) -> None:
         key = self._key()
@@ -211,24 +255,44 @@ class HeapMapState(_HeapState, MapState):
     def _current(self) -> dict:
         return self._table.get(self._key(), {})
 
+    def _snapshot(self, current: dict) -> dict:
+        if all(map(_immutable, current.values())):
+            return dict(current)
+        return {k: _private(v) for k, v in current.items()}
+
+    def _reading(self) -> dict:
+        """The current key's map, before user code sees values that may be mutable."""
+        key = self._key()
+        current = self._table.get(key)
+        if current is None:
+            return {}
+        if key not in self._undo and not all(map(_immutable, current.values())):
+            self._undo[key] = self._snapshot(current)
+        return current
+
     def _touch(self) -> dict:
         key = self._key()
         table = self._table
         current = table.get(key)
         if key not in self._undo:
-            self._undo[key] = _MISSING if current is None else dict(current)
+            self._undo[key] = _MISSING if current is None else self._snapshot(current)
         if current is None:
             current = table[key] = {}
         return current
 
     def get(self, key: Any) -> Any:
-        return self._current().get(key)
+        value = self._current().get(key)
+        if type(value) in _ATOMIC or _immutable(value):
+            return value
+        return self._reading().get(key)
 
     def put(self, key: Any, value: Any) -> None:
         self._touch()[key] = value
 
     def put_all(self, dict_value: dict[Any, Any]) -> None:
-        self._touch().update(dict_value)
+        self._key()
+        if dict_value:
+            self._touch().update(dict_value)
 
     def remove(self, key: Any) -> None:
         if key in self._current():
@@ -241,13 +305,13 @@ class HeapMapState(_HeapState, MapState):
         return key in self._current()
 
     def items(self):
-        return list(self._current().items())
+        return list(self._reading().items())
 
     def keys(self):
         return list(self._current().keys())
 
     def values(self):
-        return list(self._current().values())
+        return list(self._reading().values())
 
     def is_empty(self) -> bool:
         return not self._current()
@@ -257,14 +321,16 @@ class HeapReducingState(_HeapState, ReducingState):
     __slots__ = ()
 
     def get(self) -> Any:
-        return self._table.get(self._key())
+        key = self._key()
+        value = self._table.get(key)
+        return value if value is None else self._guard(key, value)
 
     def add(self, value: Any) -> None:
         key = self._key()
         table = self._table
         current = table.get(key, _MISSING)
         if key not in self._undo:
-            self._undo[key] = current
+            self._undo[key] = _private(current)
         if current is _MISSING:
             table[key] = value
         else:
@@ -275,10 +341,11 @@ class HeapAggregatingState(_HeapState, AggregatingState):
     __slots__ = ()
 
     def get(self) -> Any:
-        acc = self._table.get(self._key(), _MISSING)
+        key = self._key()
+        acc = self._table.get(key, _MISSING)
         if acc is _MISSING:
             return None
-        return self._descriptor.agg_function.get_result(acc)  # type: ignore[attr-defined]
+        return self._descriptor.agg_function.get_result(self._guard(key, acc))  # type: ignore[attr-defined]
 
     def add(self, value: Any) -> None:
         key = self._key()
@@ -286,7 +353,7 @@ class HeapAggregatingState(_HeapState, AggregatingState):
         fn = self._descriptor.agg_function  # type: ignore[attr-defined]
         current = table.get(key, _MISSING)
         if key not in self._undo:
-            self._undo[key] = current
+            self._undo[key] = _private(current)
         acc = fn.create_accumulator() if current is _MISSING else current
         table[key] = fn.add(value, acc)
 

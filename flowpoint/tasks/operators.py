@@ -352,10 +352,24 @@ class ForwardWriter(ExchangeWriter):
 
 
 class RebalanceWriter(ExchangeWriter):
+    """Spreads records evenly over the receiving tasks (Flink's rebalance is round robin per
+    record): each batch is cut into contiguous slices, one per receiver, the first slice going
+    to the next receiver in turn. A task often emits one batch per epoch, so sending whole
+    batches round robin would feed only some receivers."""
+
     def __call__(self, origin: tuple, data: Any) -> None:
-        dest = (self.partition + self.batches) % self.edge.parallelism
+        p = self.edge.parallelism
+        first = (self.partition + self.batches) % p
         self.batches += 1
-        self._send(dest, origin, data)
+        n = num_records(data)
+        parts = min(p, n)
+        if parts <= 1:
+            self._send(first, origin, data)
+            return
+        for j in range(parts):
+            a, b = n * j // parts, n * (j + 1) // parts
+            chunk = data[a:b] if isinstance(data, list) else data.slice(a, b - a)
+            self._send((first + j) % p, origin, chunk)
 
 
 class KeyedWriter(ExchangeWriter):
