@@ -33,6 +33,7 @@ from flowpoint.api.types import Types
 from flowpoint.connectors.clicks import ClickEventGenerator
 from flowpoint.connectors.collection import CollectionSource
 from flowpoint.connectors.datagen import DataGeneratorSource, NumberSequenceSource, RateLimiterStrategy
+from flowpoint.connectors.files import BulkFormat, Encoder, FileFormat, FileSink, FileSource, StreamFormat
 from flowpoint.connectors.sinks import CollectSink, PrintSink, Sink
 from flowpoint.errors import FlowpointError
 from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus
@@ -40,6 +41,7 @@ from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus
 __version__ = "0.1.0"
 
 __all__ = [
+    "BulkFormat", "Encoder", "FileFormat", "FileSink", "FileSource", "StreamFormat",
     "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "ClickEventGenerator",
     "CollectSink", "CollectionSource", "Configuration", "DataGeneratorSource", "DataStream",
     "DataStreamSink", "Duration", "FilterFunction", "FlatMapFunction", "FlowpointError", "JobClient",

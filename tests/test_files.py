@@ -157,7 +157,7 @@ def test_parquet_source_and_arrow_passthrough_to_parquet_sink(make_env, tmp_path
     assert Counter(untyped.results) == Counter((words[i % 3], i, 0.5) for i in range(10))
     copied = pq.read_table(out_dir)
     assert copied.schema == WORD_N.arrow_schema()
-    assert Counter(zip(copied.column("word").to_pylist(), copied.column("n").to_pylist())) == Counter(all_rows)
+    assert Counter(zip(copied.column("word").to_pylist(), copied.column("n").to_pylist(), strict=True)) == Counter(all_rows)
 
 
 # -- writing and reading back ------------------------------------------------------------------
@@ -169,21 +169,21 @@ def test_file_sinks_round_trip(make_env, tmp_path):
     ]
     out = {k: str(tmp_path / "out" / k) for k in ("json", "csv", "parquet", "text")}
 
-    env = make_env(parallelism=2, max_records=8)
+    env = make_env(parallelism=2, max_records=12)
     stream = env.from_collection(people, type_info=PEOPLE).rebalance()
     stream.sink_to(FileSink.for_row_format(out["json"], Encoder.json_lines()).build())
     stream.sink_to(FileSink.for_row_format(f"file://{out['csv']}", Encoder.csv(header=True)).build())
     stream.sink_to(FileSink.for_bulk_format(out["parquet"], BulkFormat.parquet(PEOPLE)).build())
     stream.sink_to(FileSink.for_row_format(out["text"], Encoder.simple_string_encoder()).build())
     result = env.execute("write")
-    assert result.epochs >= 3
+    assert result.epochs == 2
 
     for kind, ext in (("json", "jsonl"), ("csv", "csv"), ("parquet", "parquet"), ("text", "txt")):
         names = os.listdir(out[kind])
         assert names, kind
         for name in names:  # one published file per subtask and epoch, no leftovers
             assert re.fullmatch(rf"part-[01]-\d{{6}}\.{ext}", name), name
-        assert len({n.split("-")[2] for n in names}) >= 3  # several epochs wrote files
+        assert {n.split("-")[2].split(".")[0] for n in names} == {"000001", "000002"}  # both epochs wrote
 
     env = make_env(parallelism=2, max_records=1000)
     sinks = {k: CollectSink() for k in out}

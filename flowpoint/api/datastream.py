@@ -156,6 +156,8 @@ class DataStream:
 
         if not isinstance(sink, SinkBase):
             msg = f"sink_to() needs a flowpoint Sink (FileSink, CollectSink, ...); got {type(sink).__name__}"
+            if hasattr(sink, "build"):
+                msg += "; call .build() on the builder first"
             raise JobGraphError(msg)
         t = self._add("sink", name or sink.default_name(), None, None, sink=sink)
         return DataStreamSink(self._env, t)

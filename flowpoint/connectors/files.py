@@ -540,7 +540,7 @@ class _FileReader(SourceReader):
                 )
                 raise ConfigurationError(msg)
         read, parse_opts = self._csv_options(names)
-        convert = pacsv.ConvertOptions(column_types=dict(zip(names, schema.types)), include_columns=names)
+        convert = pacsv.ConvertOptions(column_types=dict(zip(names, schema.types, strict=True)), include_columns=names)
 
         def parse(part: list[tuple[int, bytes]]) -> pa.Table:
             data = header + b"".join(raw if raw.endswith(b"\n") else raw + b"\n" for _, raw in part)
