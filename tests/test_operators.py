@@ -291,13 +291,21 @@ def test_rebalance_spreads_each_batch_over_all_receivers(receivers, columnar):
     for seq, batch in enumerate(batches):
         writer((5, 0, seq), pa.record_batch([pa.array(batch)], names=["value"]) if columnar else batch)
     received = defaultdict(list)
+    by_origin = []
     for dest, (edge_index, origin, blob) in writer.out:
         assert 0 <= dest < receivers and edge_index == 0
         data = decode(blob)
-        received[dest].extend(data if isinstance(data, list) else data.column(0).to_pylist())
+        records = data if isinstance(data, list) else data.column(0).to_pylist()
+        received[dest].extend(records)
+        by_origin.append((origin, records))
     assert sorted(x for xs in received.values() for x in xs) == list(range(108))
     counts = [len(received[d]) for d in range(receivers)]
     assert max(counts) - min(counts) <= 3
+    # receivers order their input by origin: the slices of a batch, if they meet again
+    # downstream, come back in the batch's order
+    origins = [o for o, _ in by_origin]
+    assert len(set(origins)) == len(origins)
+    assert [x for _, xs in sorted(by_origin) for x in xs] == list(range(108))
 
 
 # -- the job client ----------------------------------------------------------------------------

@@ -343,7 +343,9 @@ class ExchangeWriter:
         self.batches = 0
 
     def _send(self, dest: int, origin: tuple, data: Any) -> None:
-        self.out.append((dest, (self.edge.index, origin, encode(data))))
+        # the sending partition breaks ties: pieces of one source batch reach a task from
+        # several upstream tasks after a keyed exchange, and must not be ordered by fetch order
+        self.out.append((dest, (self.edge.index, (*origin, self.partition), encode(data))))
 
 
 class ForwardWriter(ExchangeWriter):
@@ -369,7 +371,9 @@ class RebalanceWriter(ExchangeWriter):
         for j in range(parts):
             a, b = n * j // parts, n * (j + 1) // parts
             chunk = data[a:b] if isinstance(data, list) else data.slice(a, b - a)
-            self._send((first + j) % p, origin, chunk)
+            # the slice number extends the origin: where slices meet again (after a key_by),
+            # they are ordered as in the batch, not by the order Spark fetched them
+            self._send((first + j) % p, (*origin, j), chunk)
 
 
 class KeyedWriter(ExchangeWriter):
@@ -407,7 +411,8 @@ class KeyedWriter(ExchangeWriter):
             buckets[((h & 0x7FFFFFFF) % maxp) * p // maxp].append((key, value))
         for dest, bucket in enumerate(buckets):
             if bucket:
-                self.out.append((dest, (self.edge.index, origin, ("pickle", pickle.dumps(bucket, protocol=5)))))
+                blob = ("pickle", pickle.dumps(bucket, protocol=5))
+                self.out.append((dest, (self.edge.index, (*origin, self.partition), blob)))
 
 
 def _key_error(edge: Any, e: BaseException, rows: list, get_key: Any) -> FlowpointError:
