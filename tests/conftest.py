@@ -23,20 +23,22 @@ def spark():
     session.stop()
 
 
+def build_env(spark, working_dir, parallelism: int = 2, max_records: int | None = None, **config):
+    """A quiet StreamExecutionEnvironment on the test session; ``config`` keys use ``_`` for ``.``."""
+    settings = {"execution.progress.interval": -1, "state.working.dir": str(working_dir)}
+    settings.update({k.replace("_", "."): v for k, v in config.items()})
+    env = StreamExecutionEnvironment.get_execution_environment(settings, spark_session=spark)
+    env.set_parallelism(parallelism)
+    if max_records:
+        env.set_epoch_max_records(max_records)
+    return env
+
+
 @pytest.fixture
 def make_env(spark, tmp_path):
     """``make_env(parallelism=2, max_records=None, **config)`` -> a StreamExecutionEnvironment."""
 
     def factory(parallelism: int = 2, max_records: int | None = None, **config):
-        settings = {
-            "execution.progress.interval": -1,
-            "state.working.dir": str(tmp_path / "working"),
-        }
-        settings.update({k.replace("_", "."): v for k, v in config.items()})
-        env = StreamExecutionEnvironment.get_execution_environment(settings, spark_session=spark)
-        env.set_parallelism(parallelism)
-        if max_records:
-            env.set_epoch_max_records(max_records)
-        return env
+        return build_env(spark, tmp_path / "working", parallelism, max_records, **config)
 
     return factory

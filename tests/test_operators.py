@@ -27,6 +27,7 @@ from flowpoint import (
     ValueStateDescriptor,
 )
 from flowpoint.api.types import arrow_to_rows
+from conftest import build_env
 from flowpoint.errors import JobCancelledError
 
 TUPLES = [("a", 3, "x1"), ("b", 1, "y1"), ("a", 1, "x2"), ("a", 5, "x3"), ("b", 7, "y2"), ("b", 1, "y3"), ("a", 1, "x4")]
@@ -94,15 +95,7 @@ class TagSubtask(MapFunction):
 @pytest.fixture(scope="module")
 def module_env(spark, tmp_path_factory):
     def factory(parallelism: int = 2, max_records: int | None = None) -> StreamExecutionEnvironment:
-        settings = {
-            "execution.progress.interval": -1,
-            "state.working.dir": str(tmp_path_factory.mktemp("working")),
-        }
-        env = StreamExecutionEnvironment.get_execution_environment(settings, spark_session=spark)
-        env.set_parallelism(parallelism)
-        if max_records:
-            env.set_epoch_max_records(max_records)
-        return env
+        return build_env(spark, tmp_path_factory.mktemp("working"), parallelism, max_records)
 
     return factory
 

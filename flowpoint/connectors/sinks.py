@@ -155,9 +155,7 @@ class CloseableIterator:
                 item = self._queue.get(timeout=0.2)
             except queue.Empty:
                 if self._client.is_done():
-                    self._client.wait()  # raises if the job failed
-                    # the job ended: drain what the final commit put in the queue
-                    continue
+                    self._client.wait()  # raises if the job failed; else the end marker follows
                 continue
             if item is None:
                 self._done = True
