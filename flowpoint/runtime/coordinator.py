@@ -43,8 +43,9 @@ class SplitState:
 
 
 class Coordinator:
-    def __init__(self, graph: JobGraph, env: StreamExecutionEnvironment):
+    def __init__(self, graph: JobGraph, env: StreamExecutionEnvironment, spark: Any):
         self.graph = graph
+        self.spark = spark
         self.config = env.get_configuration()
         self.env = env
         self.job_id = new_job_id()
@@ -87,12 +88,11 @@ class Coordinator:
 
     def run(self) -> None:
         from flowpoint.spark.epoch_executor import SparkEpochExecutor
-        from flowpoint.spark.session import get_spark_session
         from flowpoint.tasks.plan import build_stage_plans
 
         self._started = time.monotonic()
         try:
-            spark = get_spark_session(self.config.get("spark.master"), self.job_name, self.env._spark)
+            spark = self.spark
             params = self.env.get_config().get_global_job_parameters()
             plans = build_stage_plans(self.graph, self.job_id, params)
             self._executor = SparkEpochExecutor(spark, self.graph, plans, self.job_id)

@@ -101,8 +101,12 @@ class JobClient:
 
 def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
     from flowpoint.runtime.coordinator import Coordinator
+    from flowpoint.spark.session import get_spark_session
 
-    coordinator = Coordinator(graph, env)
+    # Spark starts in the caller's thread: a failure to start raises here, and the session is the
+    # caller's active one (``SparkSession.getActiveSession()`` finds it after the job).
+    spark = get_spark_session(env.get_configuration().get("spark.master"), graph.job_name, env._spark)
+    coordinator = Coordinator(graph, env, spark)
     thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
     coordinator.thread = thread
     thread.start()
