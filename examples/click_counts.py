@@ -14,6 +14,8 @@ import os
 from flowpoint import (
     ClickEventGenerator,
     DataGeneratorSource,
+    Encoder,
+    FileSink,
     KeyedProcessFunction,
     StreamExecutionEnvironment,
     Types,
@@ -50,13 +52,8 @@ def main() -> None:
         .uid("count-per-key")
     )
     counts.print()
-    try:
-        from flowpoint.connectors.files import Encoder, FileSink
-
-        out = os.path.join(os.getcwd(), "out", "click_counts")
-        counts.sink_to(FileSink.for_row_format(out, Encoder.json_lines()).build()).uid("file-sink")
-    except ImportError:
-        pass
+    out = os.path.join(os.getcwd(), "out", "click_counts")
+    counts.sink_to(FileSink.for_row_format(out, Encoder.json_lines()).build()).uid("file-sink")
     result = env.execute("click_counts")
     final = result.get_keyed_state("count-per-key", "count")
     print(f"final counts of {len(final)} keys ({sum(final.values()):,} events):")

@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.api.row import get_field
+
 if TYPE_CHECKING:
     from flowpoint.api.state import (
         AggregatingState,
@@ -187,13 +189,14 @@ class SinkFunctionWrapper(_Wrapped, SinkFunction):
 
 
 class FieldKeySelector(KeySelector):
-    """``key_by(0)`` / ``key_by("channel")``: the key is one field of a tuple or Row."""
+    """``key_by(0)`` / ``key_by("channel")``: the key is one field of the record (see
+    :func:`flowpoint.api.row.get_field`)."""
 
     def __init__(self, field: int | str):
         self.field = field
 
     def get_key(self, value: Any) -> Any:
-        return value[self.field]
+        return get_field(value, self.field)
 
     def __repr__(self) -> str:
         return f"field {self.field!r}"

@@ -69,3 +69,23 @@ class Row(tuple):
         else:
             inner = ", ".join(repr(v) for v in self)
         return f"Row({inner})"
+
+
+def get_field(record: Any, field: int | str) -> Any:
+    """Field ``field`` of a record, as ``key_by(field)`` and the rolling aggregations read it: an
+    index into a tuple, Row or list (a scalar is its own field 0), a name of a Row, dict,
+    namedtuple, dataclass or object attribute."""
+    if isinstance(field, int):
+        if isinstance(record, (tuple, list, dict)):
+            return record[field]
+        if field != 0:
+            msg = f"field {field} of a scalar record {record!r:.80}: scalars have only field 0"
+            raise IndexError(msg)
+        return record
+    if isinstance(record, (Row, dict)):
+        return record[field]
+    try:
+        return getattr(record, field)
+    except AttributeError:
+        msg = f"record {record!r:.80} of type {type(record).__name__} has no field {field!r}"
+        raise KeyError(msg) from None

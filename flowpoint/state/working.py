@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowpoint.state.heap import HeapKeyedStateBackend
+from flowpoint.tasks.batches import dumps
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ def write_state_file(directory: str, kind: str, epoch: int, token: str, per_uid:
     path = os.path.join(directory, f"{kind}-{epoch:08d}-{token}.pkl")
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        pickle.dump((kind, per_uid), f, protocol=pickle.HIGHEST_PROTOCOL)
+        f.write(dumps((kind, per_uid)))
     os.replace(tmp, path)
     return path, os.path.getsize(path)
 

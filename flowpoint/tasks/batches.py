@@ -36,7 +36,18 @@ def encode(data: Any) -> tuple[str, bytes]:
         with pa.ipc.new_stream(sink, data.schema) as writer:
             writer.write_batch(data)
         return ("arrow", sink.getvalue().to_pybytes())
-    return ("pickle", pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+    return ("pickle", dumps(data))
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle records or state values; classes defined in the job's ``__main__`` (which workers
+    cannot import) are pickled by value through cloudpickle. ``pickle.loads`` reads both."""
+    try:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        import cloudpickle
+
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def decode(blob: tuple[str, bytes]) -> Any:

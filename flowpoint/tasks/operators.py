@@ -6,17 +6,17 @@ serialization) is per batch.
 
 from __future__ import annotations
 
-import pickle
+import dataclasses
 from typing import Any, Callable
 
 import pyarrow as pa
 
-from flowpoint.api.row import Row
+from flowpoint.api.row import Row, get_field
 from flowpoint.api.state import ValueStateDescriptor
 from flowpoint.errors import FlowpointError, InvalidKeyError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.state.keygroups import canonical_bytes
-from flowpoint.tasks.batches import as_rows, encode, num_records
+from flowpoint.tasks.batches import as_rows, dumps, encode, num_records
 from flowpoint.tasks.context import KeyedProcessContext, ProcessContext
 
 import mmh3
@@ -24,13 +24,14 @@ import mmh3
 Emit = Callable[[tuple, Any], None]
 
 
-def user_error(spec: Any, e: BaseException, record: Any) -> FlowpointError:
+def user_error(spec: Any, e: BaseException, record: Any, key: Any = None) -> FlowpointError:
     if isinstance(e, FlowpointError):
         return e
     fn = describe_function(spec.function) if spec.function is not None else spec.kind
+    of_key = "" if key is None else f" of key {key!r:.100}"
     msg = (
         f"operator {spec.name!r} (uid {spec.uid!r}, function {fn}) raised {type(e).__name__}: {e} "
-        f"while processing {record!r:.200}"
+        f"while processing {record!r:.200}{of_key}"
     )
     return UserFunctionError(msg)
 
@@ -156,17 +157,27 @@ class KeyedOp(Operator):
         self.records_in += len(data)
         backend = self.backend
         out: list = []
-        v = None
         try:
             self._run(data, backend, out)
         except Exception as e:
-            raise user_error(self.spec, e, (backend.current_key, v)) from e
+            raise user_error(self.spec, e, _failed_value(e, self._run), backend.current_key) from e
         finally:
             backend.current_key = None
         self.emit(origin, out)
 
     def _run(self, pairs: list, backend: Any, out: list) -> None:
         raise NotImplementedError
+
+
+def _failed_value(e: BaseException, run: Any) -> Any:
+    """The record a keyed loop failed on, read from the loop's frame (no cost per record)."""
+    code = run.__func__.__code__
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return tb.tb_frame.f_locals.get("value")
+        tb = tb.tb_next
+    return None
 
 
 class KeyedProcessOp(KeyedOp):
@@ -234,27 +245,23 @@ class ReduceOp(KeyedOp):
             append(new)
 
 
-def _get_field(record: Any, field: int | str) -> Any:
-    if isinstance(field, int) and not isinstance(record, (tuple, list, dict)):
-        if field != 0:
-            msg = f"field {field} of a scalar record {record!r:.80}: scalars have only field 0"
-            raise IndexError(msg)
-        return record
-    return record[field]
-
-
 def _with_field(record: Any, field: int | str, value: Any) -> Any:
     if isinstance(record, Row):
         i = record._fields.index(field) if isinstance(field, str) else field  # type: ignore[union-attr]
         values = list(record)
         values[i] = value
         return Row.of(record._fields, values)
+    if isinstance(record, tuple) and hasattr(record, "_fields"):  # a namedtuple keeps its type
+        name = record._fields[field] if isinstance(field, int) else field
+        return record._replace(**{name: value})
     if isinstance(record, tuple):
         return record[:field] + (value,) + record[field + 1 :]  # type: ignore[operator]
     if isinstance(record, (list, dict)):
         copy = type(record)(record)
         copy[field] = value
         return copy
+    if isinstance(field, str) and dataclasses.is_dataclass(record):
+        return dataclasses.replace(record, **{field: value})
     return value
 
 
@@ -281,7 +288,7 @@ class RollingAggOp(KeyedOp):
             if current is None:
                 new = value
             else:
-                a, b = _get_field(current, field), _get_field(value, field)
+                a, b = get_field(current, field), get_field(value, field)
                 if agg == "sum":
                     new = _with_field(current, field, a + b)
                 elif agg == "min":
@@ -411,7 +418,7 @@ class KeyedWriter(ExchangeWriter):
             buckets[((h & 0x7FFFFFFF) % maxp) * p // maxp].append((key, value))
         for dest, bucket in enumerate(buckets):
             if bucket:
-                blob = ("pickle", pickle.dumps(bucket, protocol=5))
+                blob = ("pickle", dumps(bucket))
                 self.out.append((dest, (self.edge.index, (*origin, self.partition), blob)))
 
 
