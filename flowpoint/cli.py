@@ -3,6 +3,8 @@
 ``flowpoint run [options] job.py [args...]`` runs a job script like ``python job.py args``
 (``sys.argv``, the job's folder first on ``sys.path``, ``__name__ == "__main__"``), with the
 options as defaults for every ``StreamExecutionEnvironment`` the script creates.
+
+``flowpoint checkpoints DIR/JOB-ID`` lists a job's checkpoints (exit 1 if there is none complete).
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("script", help="the job's Python file")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the job")
+    checkpoints = sub.add_parser(
+        "checkpoints", help="list a job's checkpoints",
+        description="List the checkpoints in a job's checkpoint directory (<state.checkpoints.dir>/<job-id>): "
+        "id, completion time, size, whether complete, path to restore from.",
+    )
+    checkpoints.add_argument("job_dir", metavar="DIR/JOB-ID", help="the job's checkpoint directory (a path or URI: file://, s3://, hdfs://)")
     return parser
 
 
@@ -63,11 +71,61 @@ def run_script(script: str, argv: list[str], settings: dict) -> None:
     runpy.run_path(path, run_name="__main__")
 
 
+def _human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _local_time(ms: int | None) -> str:
+    from datetime import datetime
+
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")
+
+
+def list_checkpoints_command(job_dir: str) -> int:
+    """``flowpoint checkpoints DIR/JOB-ID``: a table of the job's checkpoints."""
+    import re
+
+    from flowpoint.checkpoint.storage import CheckpointStorageAccess
+    from flowpoint.checkpoint.store import list_checkpoints
+    from flowpoint.errors import CheckpointError
+
+    infos = list_checkpoints(job_dir)
+    if not infos:
+        access = CheckpointStorageAccess(job_dir)
+        jobs = [n for n, d, _ in access.list_dir() if d and re.fullmatch(r"[0-9a-f]{32}", n)]
+        hint = (
+            f"; it looks like a checkpoints directory with job directories ({', '.join(jobs[:5])}{', ...' if len(jobs) > 5 else ''}): "
+            f"pass {access.uri(jobs[0])}"
+            if jobs
+            else "; pass <state.checkpoints.dir>/<job-id>"
+        )
+        msg = f"no checkpoints in {access.uri()} (no chk-<n> directories){hint}"
+        raise CheckpointError(msg)
+    rows = [("ID", "TIME", "SIZE", "COMPLETE", "PATH")]
+    rows += [(str(i.id), _local_time(i.time_ms), _human_size(i.size_bytes), "yes" if i.complete else "no", i.path) for i in infos]
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    for r in rows:
+        print("  ".join(r[c].rjust(widths[c]) if c in (0, 2) else r[c].ljust(widths[c]) for c in range(4)) + "  " + r[4])
+    if not any(i.complete for i in infos):
+        print(f"flowpoint: error: {infos[0].path.rsplit('/', 1)[0]} holds no complete checkpoint", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "run":
             run_script(args.script, args.args, _settings(args))
+        elif args.command == "checkpoints":
+            return list_checkpoints_command(args.job_dir)
     except FlowpointError as e:
         print(f"flowpoint: error: {e}", file=sys.stderr)
         return 1

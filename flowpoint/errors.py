@@ -37,3 +37,7 @@ class JobExecutionError(FlowpointError):
 
 class JobCancelledError(JobExecutionError):
     """The job was cancelled before it finished."""
+
+
+class CheckpointError(FlowpointError):
+    """Checkpoint storage or a checkpoint/savepoint cannot be read or written; names the URI."""

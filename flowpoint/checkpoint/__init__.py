@@ -1,0 +1,44 @@
+"""Checkpoint storage (DESIGN section 7): where checkpoints live, their ``_metadata`` format,
+and a job's checkpoint directory with retention.
+
+- :mod:`flowpoint.checkpoint.storage`: :class:`CheckpointStorageAccess`, files under a URI
+  (file://, s3://, hdfs://, memory://), atomic writes, errors as CheckpointError.
+- :mod:`flowpoint.checkpoint.metadata`: the ``_metadata`` dataclasses and their JSON form.
+- :mod:`flowpoint.checkpoint.store`: :class:`CheckpointStore` (complete, retain, abort) and
+  finding checkpoints to list or restore from.
+"""
+
+from flowpoint.checkpoint.metadata import (
+    CheckpointMetadata,
+    OperatorState,
+    SplitPosition,
+    StateFile,
+    SubtaskState,
+    read_metadata,
+    write_metadata,
+)
+from flowpoint.checkpoint.storage import CheckpointStorageAccess, read_uri_bytes
+from flowpoint.checkpoint.store import (
+    CheckpointInfo,
+    CheckpointStore,
+    find_latest,
+    list_checkpoints,
+    resolve_restore_path,
+)
+
+__all__ = [
+    "CheckpointInfo",
+    "CheckpointMetadata",
+    "CheckpointStorageAccess",
+    "CheckpointStore",
+    "OperatorState",
+    "SplitPosition",
+    "StateFile",
+    "SubtaskState",
+    "find_latest",
+    "list_checkpoints",
+    "read_metadata",
+    "read_uri_bytes",
+    "resolve_restore_path",
+    "write_metadata",
+]
