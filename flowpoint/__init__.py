@@ -1,5 +1,11 @@
 """flowpoint: Flink's stateful stream processing model in Python, executing on Apache Spark."""
 
+from flowpoint.api.checkpointing import (
+    CheckpointConfig,
+    CheckpointingMode,
+    ExternalizedCheckpointCleanup,
+    ExternalizedCheckpointRetention,
+)
 from flowpoint.api.config import Configuration
 from flowpoint.api.datastream import DataStream, DataStreamSink, KeyedStream
 from flowpoint.api.environment import StreamExecutionEnvironment
@@ -15,6 +21,7 @@ from flowpoint.api.functions import (
     RuntimeContext,
     SinkFunction,
 )
+from flowpoint.api.restart import RestartStrategies, RestartStrategyConfiguration
 from flowpoint.api.row import Row
 from flowpoint.api.state import (
     AggregatingState,
@@ -28,6 +35,14 @@ from flowpoint.api.state import (
     ValueState,
     ValueStateDescriptor,
 )
+from flowpoint.api.state_backends import (
+    CheckpointStorage,
+    EmbeddedRocksDBStateBackend,
+    FileSystemCheckpointStorage,
+    HashMapStateBackend,
+    JobManagerCheckpointStorage,
+    StateBackend,
+)
 from flowpoint.api.time import Duration, WatermarkStrategy
 from flowpoint.api.types import Types
 from flowpoint.connectors.clicks import ClickEventGenerator
@@ -35,12 +50,16 @@ from flowpoint.connectors.collection import CollectionSource
 from flowpoint.connectors.datagen import DataGeneratorSource, NumberSequenceSource, RateLimiterStrategy
 from flowpoint.connectors.files import BulkFormat, Encoder, FileFormat, FileSink, FileSource, StreamFormat
 from flowpoint.connectors.sinks import CollectSink, PrintSink, Sink
-from flowpoint.errors import FlowpointError
+from flowpoint.errors import ConfigurationError, FlowpointError
 from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointConfig", "CheckpointStorage", "CheckpointingMode", "ConfigurationError",
+    "EmbeddedRocksDBStateBackend", "ExternalizedCheckpointCleanup", "ExternalizedCheckpointRetention",
+    "FileSystemCheckpointStorage", "HashMapStateBackend", "JobManagerCheckpointStorage",
+    "RestartStrategies", "RestartStrategyConfiguration", "StateBackend",
     "BulkFormat", "Encoder", "FileFormat", "FileSink", "FileSource", "StreamFormat",
     "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "ClickEventGenerator",
     "CollectSink", "CollectionSource", "Configuration", "DataGeneratorSource", "DataStream",

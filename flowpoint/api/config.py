@@ -1,11 +1,170 @@
-"""Configuration keys flowpoint reads, with their defaults (Flink-style dotted names)."""
+"""Configuration keys flowpoint reads, with their defaults (Flink-style dotted names).
+
+Typed keys are checked when they are set (``Configuration.set``, ``-D``, ``flowpoint.yaml``):
+durations take Flink's forms (``"60 s"``, ``"1 min"``, ``"500 ms"``, a bare number is
+milliseconds) and are kept as milliseconds; booleans are ``true``/``false``; enumerations are
+case-insensitive. Where Flink 2 renamed a key, both names work and are kept under one
+(``ALIASES``), so a later layer overrides an earlier one whichever name each used.
+"""
 
 from __future__ import annotations
 
+import datetime
+import math
+import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
+from flowpoint.api.time import Duration
 from flowpoint.errors import ConfigurationError
+
+# -- value parsers: each returns the value to keep, or raises ValueError(what is allowed) ------
+
+_UNIT_NANOS = {
+    **dict.fromkeys(("d", "day", "days"), 86_400_000_000_000),
+    **dict.fromkeys(("h", "hour", "hours"), 3_600_000_000_000),
+    **dict.fromkeys(("m", "min", "minute", "minutes"), 60_000_000_000),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1_000_000_000),
+    **dict.fromkeys(("", "ms", "milli", "millis", "millisecond", "milliseconds"), 1_000_000),
+    **dict.fromkeys(("us", "µs", "micro", "micros", "microsecond", "microseconds"), 1_000),
+    **dict.fromkeys(("ns", "nano", "nanos", "nanosecond", "nanoseconds"), 1),
+}
+_DURATION = re.compile(r"^\s*(\d+)\s*([^\d\s]*)\s*$")
+DURATION_FORMS = "a duration such as '10 s', '1 min', '500 ms', '1 h' (a bare number is milliseconds)"
+
+
+def parse_duration(value: Any) -> int:
+    """Milliseconds of a Flink duration: ``"60 s"``, ``"1 min"``, ``"500ms"``, ``60000`` (ms),
+    a ``datetime.timedelta`` or a flowpoint ``Duration``. Raises ``ValueError``."""
+    if isinstance(value, Duration):
+        return value.to_milliseconds()
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m and m.group(2).lower() in _UNIT_NANOS:
+            return int(m.group(1)) * _UNIT_NANOS[m.group(2).lower()] // 1_000_000
+    msg = DURATION_FORMS
+    raise ValueError(msg)
+
+
+def format_duration(ms: int) -> str:
+    """``10000`` -> ``"10 s"``: the largest unit that divides ``ms`` (readable and parseable)."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size} {unit}"
+    return f"{ms} ms"
+
+
+def parse_bool(value: Any) -> bool:
+    """``True``/``False`` or the strings ``true``/``false`` in any case, as Flink. Raises ``ValueError``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    msg = "true or false"
+    raise ValueError(msg)
+
+
+def parse_uri(value: Any) -> str:
+    """A checkpoint/savepoint directory as a URI; a bare local path becomes ``file:///abs/path``."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip():
+        msg = "a directory URI such as 'file:///data/checkpoints', 'hdfs://namenode:8020/flink/ck', 's3://bucket/ck' or a local path"
+        raise ValueError(msg)
+    value = value.strip()
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value) or value.startswith("file:/"):
+        return value
+    return "file://" + os.path.abspath(os.path.expanduser(value))
+
+
+def _duration(min_ms: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        try:
+            ms = parse_duration(value)
+        except ValueError:
+            ms = None
+        if ms is None or ms < min_ms:
+            msg = f"{DURATION_FORMS}, at least {min_ms} ms"
+            raise ValueError(msg)
+        return ms
+
+    return parse
+
+
+def _int(min_value: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        try:
+            n = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip())
+        except ValueError:
+            n = None
+        if isinstance(value, (bool, float)) or n is None or n < min_value:
+            msg = f"an integer >= {min_value}"
+            raise ValueError(msg)
+        return n
+
+    return parse
+
+
+def _float(low: float, high: float | None, low_open: bool) -> Callable[[Any], float]:
+    bounds = f"> {low}" if low_open else f">= {low}"
+    bounds += f" and <= {high}" if high is not None else ""
+
+    def parse(value: Any) -> float:
+        try:
+            x = float(value) if not isinstance(value, bool) else None
+        except (TypeError, ValueError):
+            x = None
+        if x is None or math.isnan(x) or x < low or (low_open and x == low) or (high is not None and x > high):
+            msg = f"a number {bounds}"
+            raise ValueError(msg)
+        return x
+
+    return parse
+
+
+def _choice(canonical: dict[str, str]) -> Callable[[Any], str]:
+    """Case-insensitive names (or Enum members) -> the canonical spelling."""
+    allowed = " | ".join(dict.fromkeys(canonical.values()))
+
+    def parse(value: Any) -> str:
+        name = value.name if isinstance(value, Enum) else value
+        if isinstance(name, str) and name.strip().lower() in canonical:
+            return canonical[name.strip().lower()]
+        msg = f"one of {allowed}"
+        raise ValueError(msg)
+
+    return parse
+
+
+def _one_concurrent_checkpoint(value: Any) -> int:
+    try:
+        n = _int(1)(value)
+    except ValueError:
+        n = None
+    if n != 1:
+        msg = "1: flowpoint takes a checkpoint at an epoch boundary and epochs run one after another, so at most one checkpoint is ever in progress"
+        raise ValueError(msg)
+    return 1
+
+
+def _names(*names: str) -> dict[str, str]:
+    return {n.lower(): n for n in names}
+
+
+RESTART_STRATEGY_TYPES = {
+    **dict.fromkeys(("none", "off", "disable"), "none"),
+    **dict.fromkeys(("fixed-delay", "fixeddelay"), "fixed-delay"),
+    **dict.fromkeys(("failure-rate", "failurerate"), "failure-rate"),
+    **dict.fromkeys(("exponential-delay", "exponentialdelay"), "exponential-delay"),
+}
+RETENTIONS = ("RETAIN_ON_CANCELLATION", "DELETE_ON_CANCELLATION", "NO_EXTERNALIZED_CHECKPOINTS")
 
 
 @dataclass(frozen=True)
@@ -14,6 +173,7 @@ class Option:
     default: Any
     type: type
     description: str
+    parse: Callable[[Any], Any] | None = None  # raises ValueError(what is allowed)
 
 
 OPTIONS = {
@@ -28,8 +188,70 @@ OPTIONS = {
         Option("execution.progress.interval", 1000, int, "ms between progress lines (0: every epoch, -1: never)"),
         Option("state.working.dir", None, str, "directory for working-state delta files (executor local disk)"),
         Option("state.working.compaction-bytes", 1 << 20, int, "delta bytes before a partition writes a new base snapshot"),
+        # -- checkpointing (durations are kept in ms) --
+        Option("execution.checkpointing.interval", None, int, "checkpoint every this often, at the first epoch boundary after it (so 1 ms: every epoch); unset: checkpointing off", _duration(1)),
+        Option("execution.checkpointing.mode", "EXACTLY_ONCE", str, "EXACTLY_ONCE | AT_LEAST_ONCE; both give exactly-once state: every checkpoint is an aligned cut at an epoch boundary", _choice(_names("EXACTLY_ONCE", "AT_LEAST_ONCE"))),
+        Option("execution.checkpointing.timeout", 600_000, int, "a checkpoint not complete after this long is declined", _duration(10)),
+        Option("execution.checkpointing.min-pause", 0, int, "least time between the end of one checkpoint and the start of the next", _duration(0)),
+        Option("execution.checkpointing.max-concurrent-checkpoints", 1, int, "must be 1: epochs, and so checkpoints, are sequential", _one_concurrent_checkpoint),
+        Option("execution.checkpointing.tolerable-failed-checkpoints", 0, int, "consecutive failed checkpoints tolerated before the job fails over", _int(0)),
+        Option("execution.checkpointing.externalized-checkpoint-retention", "NO_EXTERNALIZED_CHECKPOINTS", str, "RETAIN_ON_CANCELLATION | DELETE_ON_CANCELLATION | NO_EXTERNALIZED_CHECKPOINTS (default, as Flink 1.19: checkpoints are deleted when the job finishes or is cancelled; a failed job keeps them)", _choice(_names(*RETENTIONS))),
+        Option("execution.checkpointing.unaligned", False, bool, "accepted for compatibility; unaligned checkpoints do not apply (no in-flight data between epochs)", parse_bool),
+        Option("state.backend.type", "hashmap", str, "working-state backend: hashmap | rocksdb", _choice(_names("hashmap", "rocksdb"))),
+        Option("state.backend.incremental", False, bool, "incremental checkpoints (rocksdb only): upload only new files", parse_bool),
+        Option("state.checkpoints.dir", None, str, "checkpoint directory URI (file://, hdfs://, s3://; a local path becomes file://)", parse_uri),
+        Option("state.savepoints.dir", None, str, "default savepoint directory URI", parse_uri),
+        Option("state.checkpoints.num-retained", 1, int, "completed checkpoints kept (>= 1)", _int(1)),
+        Option("state.checkpoint-storage", None, str, "jobmanager | filesystem; default filesystem when state.checkpoints.dir is set, else jobmanager", _choice(_names("jobmanager", "filesystem"))),
+        Option("execution.savepoint.path", None, str, "checkpoint or savepoint to restore the job from (-s)"),
+        Option("execution.savepoint.ignore-unclaimed-state", False, bool, "restore even when some state has no operator (--allow-non-restored-state)", parse_bool),
+        # -- restart strategies --
+        Option("restart-strategy.type", None, str, "none | fixed-delay | failure-rate | exponential-delay (also off, disable, fixeddelay, failurerate, exponentialdelay); unset: exponential-delay with checkpointing, else none", _choice(RESTART_STRATEGY_TYPES)),
+        Option("restart-strategy.fixed-delay.attempts", 1, int, "restarts before the job fails", _int(0)),
+        Option("restart-strategy.fixed-delay.delay", 1000, int, "delay before each restart", _duration(0)),
+        Option("restart-strategy.failure-rate.max-failures-per-interval", 1, int, "failures tolerated within the interval; one more fails the job", _int(1)),
+        Option("restart-strategy.failure-rate.failure-rate-interval", 60_000, int, "the interval failures are counted in", _duration(1)),
+        Option("restart-strategy.failure-rate.delay", 1000, int, "delay before each restart", _duration(0)),
+        Option("restart-strategy.exponential-delay.initial-backoff", 1000, int, "delay before the first restart", _duration(1)),
+        Option("restart-strategy.exponential-delay.max-backoff", 60_000, int, "largest delay between restarts", _duration(1)),
+        Option("restart-strategy.exponential-delay.backoff-multiplier", 1.5, float, "each restart's delay is the previous one times this (> 1)", _float(1.0, None, low_open=True)),
+        Option("restart-strategy.exponential-delay.reset-backoff-threshold", 3_600_000, int, "a job that ran this long since its last restart starts again from the initial backoff", _duration(1)),
+        Option("restart-strategy.exponential-delay.jitter-factor", 0.1, float, "random spread of each delay, +- this fraction (0..1)", _float(0.0, 1.0, low_open=False)),
+        Option("restart-strategy.exponential-delay.attempts-before-reset-backoff", None, int, "restarts before the job fails, counted since the last reset; unset: unlimited", _int(1)),
     ]
 }
+
+# Other spellings of a key (Flink 2 names, Flink 1.x deprecated names) -> the key kept.
+ALIASES = {
+    "state.backend": "state.backend.type",
+    "execution.checkpointing.incremental": "state.backend.incremental",
+    "execution.checkpointing.dir": "state.checkpoints.dir",
+    "execution.checkpointing.savepoint-dir": "state.savepoints.dir",
+    "execution.checkpointing.num-retained": "state.checkpoints.num-retained",
+    "execution.checkpointing.storage": "state.checkpoint-storage",
+    "execution.checkpointing.unaligned.enabled": "execution.checkpointing.unaligned",
+    "restart-strategy": "restart-strategy.type",
+}
+
+
+def canonical_key(key: str) -> str:
+    return ALIASES.get(key, key)
+
+
+def parse_option(key: str, value: Any) -> Any:
+    """``value`` checked and converted for ``key`` (any spelling); unknown keys pass unchanged."""
+    option = OPTIONS.get(canonical_key(key))
+    if option is None or value is None:
+        return value
+    try:
+        if option.parse is not None:
+            return option.parse(value)
+        return value if isinstance(value, option.type) else option.type(value)
+    except (TypeError, ValueError) as e:
+        expected = str(e) if option.parse is not None else option.type.__name__
+        name = repr(key) if key == option.key else f"{key!r} (another name of {option.key!r})"
+        msg = f"configuration {name} must be {expected}; got {value!r}"
+        raise ConfigurationError(msg) from None
 
 
 class Configuration:
@@ -41,20 +263,15 @@ class Configuration:
             self.set(k, v)
 
     def set(self, key: str, value: Any) -> Configuration:
-        option = OPTIONS.get(key)
-        if option is not None and value is not None and not isinstance(value, option.type):
-            try:
-                value = option.type(value)
-            except (TypeError, ValueError):
-                msg = f"configuration {key!r} must be {option.type.__name__}; got {value!r}"
-                raise ConfigurationError(msg) from None
-        self._values[key] = value
+        self._values[canonical_key(key)] = parse_option(key, value)
         return self
 
     set_string = set
     set_integer = set
+    set_boolean = set
 
     def get(self, key: str, default: Any = None) -> Any:
+        key = canonical_key(key)
         if key in self._values:
             return self._values[key]
         option = OPTIONS.get(key)
@@ -63,7 +280,7 @@ class Configuration:
         return default
 
     def contains_key(self, key: str) -> bool:
-        return key in self._values
+        return canonical_key(key) in self._values
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self._values)

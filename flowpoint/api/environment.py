@@ -9,8 +9,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from flowpoint.api.checkpointing import CheckpointConfig, CheckpointingMode
 from flowpoint.api.config import Configuration
+from flowpoint.api.config_file import get_conf_path, job_path_from_argv, load_config_file
 from flowpoint.api.datastream import DataStream
+from flowpoint.api.restart import (
+    FallbackRestartStrategyConfiguration,
+    RestartStrategyConfiguration,
+    restart_strategy_from_config,
+)
+from flowpoint.api.state_backends import StateBackend, state_backend_from_config
 from flowpoint.api.time import WatermarkStrategy
 from flowpoint.api.types import TypeInformation
 from flowpoint.connectors.collection import CollectionSource
@@ -47,6 +55,13 @@ class ExecutionConfig:
     def get_parallelism(self) -> int:
         return self._env.get_parallelism()
 
+    def set_restart_strategy(self, restart_strategy_configuration: RestartStrategyConfiguration) -> ExecutionConfig:
+        self._env.set_restart_strategy(restart_strategy_configuration)
+        return self
+
+    def get_restart_strategy(self) -> RestartStrategyConfiguration:
+        return self._env.get_restart_strategy()
+
 
 class StreamExecutionEnvironment:
     def __init__(self, configuration: Configuration | dict | None = None, spark_session: Any = None):
@@ -59,11 +74,22 @@ class StreamExecutionEnvironment:
         self._spark = spark_session
         self._transformations: list[Transformation] = []
         self._execution_config = ExecutionConfig(self)
+        self._checkpoint_config = CheckpointConfig(self._config)
+        self._restart_strategy: RestartStrategyConfiguration | None = None
 
     @staticmethod
     def get_execution_environment(configuration: Configuration | dict | None = None, spark_session: Any = None) -> StreamExecutionEnvironment:
-        """A new environment. Pass a Configuration/dict of settings, or an existing SparkSession."""
-        return StreamExecutionEnvironment(configuration, spark_session)
+        """A new environment. Pass a Configuration/dict of settings, or an existing SparkSession.
+
+        Settings come from, first to last: code (setters), ``configuration``, ``flowpoint run -D``,
+        ``flowpoint.yaml`` (see :mod:`flowpoint.api.config_file`), the defaults.
+        """
+        file_settings = load_config_file(job_path_from_argv(), get_conf_path())
+        env = StreamExecutionEnvironment(configuration, spark_session)
+        for k, v in file_settings.items():
+            if not env._config.contains_key(k):
+                env._config.set(k, v)
+        return env
 
     # -- settings ------------------------------------------------------------------------------
 
@@ -119,6 +145,64 @@ class StreamExecutionEnvironment:
             raise ConfigurationError(msg)
         self._config.set("execution.epoch.max-records", records)
         return self
+
+    # -- checkpointing, state backend, restarts --------------------------------------------------
+
+    def get_checkpoint_config(self) -> CheckpointConfig:
+        return self._checkpoint_config
+
+    def enable_checkpointing(self, interval: int, mode: CheckpointingMode | None = None) -> StreamExecutionEnvironment:
+        """Checkpoint every ``interval`` ms (at the first epoch boundary after it); ``mode``
+        defaults to EXACTLY_ONCE (state is exactly-once with AT_LEAST_ONCE too)."""
+        self._checkpoint_config.set_checkpoint_interval(interval)
+        if mode is not None:
+            self._checkpoint_config.set_checkpointing_mode(mode)
+        return self
+
+    def get_checkpoint_interval(self) -> int:
+        """The checkpoint interval in ms, or -1 when checkpointing is off."""
+        return self._checkpoint_config.get_checkpoint_interval()
+
+    def get_checkpointing_mode(self) -> CheckpointingMode:
+        return self._checkpoint_config.get_checkpointing_mode()
+
+    def set_state_backend(self, state_backend: StateBackend) -> StreamExecutionEnvironment:
+        """``HashMapStateBackend()`` or ``EmbeddedRocksDBStateBackend(incremental)``."""
+        if not isinstance(state_backend, StateBackend):
+            msg = f"set_state_backend() takes HashMapStateBackend() or EmbeddedRocksDBStateBackend(...); got {type(state_backend).__name__}"
+            raise ConfigurationError(msg)
+        for k, v in state_backend._config_items().items():
+            self._config.set(k, v)
+        return self
+
+    def get_state_backend(self) -> StateBackend:
+        """The state backend jobs of this environment use (set in code or configured)."""
+        return state_backend_from_config(self._config)
+
+    def set_default_savepoint_directory(self, directory: str) -> StreamExecutionEnvironment:
+        """Where savepoints go unless a command names a directory (``state.savepoints.dir``)."""
+        self._config.set("state.savepoints.dir", directory)
+        return self
+
+    def get_default_savepoint_directory(self) -> str | None:
+        return self._config.get("state.savepoints.dir")
+
+    def set_restart_strategy(self, restart_strategy_configuration: RestartStrategyConfiguration) -> StreamExecutionEnvironment:
+        """A strategy from ``RestartStrategies``; it overrides ``restart-strategy.*`` settings
+        (``RestartStrategies.fall_back_restart()`` uses them again)."""
+        if not isinstance(restart_strategy_configuration, RestartStrategyConfiguration):
+            msg = f"set_restart_strategy() takes a strategy from RestartStrategies (no_restart(), fixed_delay_restart(...), ...); got {type(restart_strategy_configuration).__name__}"
+            raise ConfigurationError(msg)
+        self._restart_strategy = restart_strategy_configuration
+        return self
+
+    def get_restart_strategy(self) -> RestartStrategyConfiguration:
+        """The strategy set in code, else the configured one (``restart-strategy.type``), else
+        ``FallbackRestartStrategyConfiguration``: the default applies (exponential delay with
+        checkpointing, no restart without)."""
+        if self._restart_strategy is not None and not isinstance(self._restart_strategy, FallbackRestartStrategyConfiguration):
+            return self._restart_strategy
+        return restart_strategy_from_config(self._config) or FallbackRestartStrategyConfiguration()
 
     # -- sources -------------------------------------------------------------------------------
 

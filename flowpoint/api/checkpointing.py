@@ -1,0 +1,261 @@
+"""Checkpoint settings: ``CheckpointConfig`` (PyFlink's API) and what the runtime reads of it.
+
+Every setter writes a Flink configuration key into the environment's ``Configuration``, so the
+same settings come from code, an explicit config dict, ``-D key=value`` or ``flowpoint.yaml``,
+in that order of precedence, and ``resolve_checkpoint_settings`` is the one place the runtime
+reads them from.
+
+Notes for Flink users:
+
+- A checkpoint is taken at the first epoch boundary after the interval has passed; every operator
+  has then finished the same epoch, so each checkpoint is an aligned, consistent cut. State is
+  exactly-once in both ``CheckpointingMode`` values; ``AT_LEAST_ONCE`` is accepted for portability.
+- Unaligned checkpoints do not apply (there is no in-flight data between epochs): enabling them
+  is accepted with a warning and changes nothing.
+- At most one checkpoint is in progress (epochs are sequential): ``max-concurrent-checkpoints``
+  must be 1.
+- Externalized checkpoint retention defaults to ``NO_EXTERNALIZED_CHECKPOINTS``, the default a
+  Flink 1.19 user gets: checkpoints are removed when the job finishes or is cancelled. To keep
+  them after a cancel (and restore with ``-s``), use ``RETAIN_ON_CANCELLATION``. Unlike Flink,
+  flowpoint keeps a failed job's checkpoints whatever the retention, so it can be resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from flowpoint.api.config import Configuration
+from flowpoint.api.state_backends import (
+    CheckpointStorage,
+    FileSystemCheckpointStorage,
+    checkpoint_storage_from_config,
+    checkpoint_storage_kind,
+)
+from flowpoint.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from flowpoint.api.environment import StreamExecutionEnvironment
+
+log = logging.getLogger("flowpoint")
+
+UNALIGNED_WARNING = (
+    "unaligned checkpoints were requested (execution.checkpointing.unaligned); they do not apply "
+    "in flowpoint: a checkpoint is taken between epochs, where no data is in flight, so every "
+    "checkpoint is aligned without waiting"
+)
+
+
+class CheckpointingMode(Enum):
+    EXACTLY_ONCE = "EXACTLY_ONCE"
+    AT_LEAST_ONCE = "AT_LEAST_ONCE"
+
+
+class ExternalizedCheckpointRetention(Enum):
+    """What happens to a job's checkpoints when it ends (Flink 2's name)."""
+
+    # Every retention deletes a finished job's checkpoints and keeps a failed job's (Flink's
+    # NO_EXTERNALIZED_CHECKPOINTS deletes those too; flowpoint keeps them so the job can resume).
+    DELETE_ON_CANCELLATION = "DELETE_ON_CANCELLATION"  # deleted when the job is cancelled
+    RETAIN_ON_CANCELLATION = "RETAIN_ON_CANCELLATION"  # kept when the job is cancelled
+    NO_EXTERNALIZED_CHECKPOINTS = "NO_EXTERNALIZED_CHECKPOINTS"  # deleted when the job is cancelled
+
+
+# Flink 1.x's name for the same choice (CheckpointConfig.ExternalizedCheckpointCleanup).
+ExternalizedCheckpointCleanup = ExternalizedCheckpointRetention
+
+
+class CheckpointConfig:
+    """Checkpoint settings of one environment (``env.get_checkpoint_config()``).
+
+    Times are milliseconds (a duration string such as ``"1 min"`` works too).
+    """
+
+    def __init__(self, configuration: Configuration):
+        self._config = configuration
+        self._warned_unaligned = False
+
+    def _set(self, setter: str, key: str, value: Any) -> CheckpointConfig:
+        try:
+            self._config.set(key, value)
+        except ConfigurationError as e:
+            msg = f"{setter}(): {e}"
+            raise ConfigurationError(msg) from None
+        return self
+
+    # -- interval and mode ---------------------------------------------------------------------
+
+    def is_checkpointing_enabled(self) -> bool:
+        return self._config.get("execution.checkpointing.interval") is not None
+
+    def get_checkpoint_interval(self) -> int:
+        """The checkpoint interval in ms, or -1 when checkpointing is off."""
+        interval = self._config.get("execution.checkpointing.interval")
+        return -1 if interval is None else interval
+
+    def set_checkpoint_interval(self, checkpoint_interval: int) -> CheckpointConfig:
+        """Checkpoint every ``checkpoint_interval`` ms; this enables checkpointing.
+
+        A checkpoint is taken at the first epoch boundary after the interval, so an interval
+        shorter than an epoch (e.g. 1) checkpoints every epoch (Flink's minimum of 10 ms does not apply).
+        """
+        return self._set("set_checkpoint_interval", "execution.checkpointing.interval", checkpoint_interval)
+
+    def get_checkpointing_mode(self) -> CheckpointingMode:
+        return CheckpointingMode(self._config.get("execution.checkpointing.mode"))
+
+    def set_checkpointing_mode(self, checkpointing_mode: CheckpointingMode) -> CheckpointConfig:
+        """EXACTLY_ONCE or AT_LEAST_ONCE; state is exactly-once with either (aligned epochs)."""
+        return self._set("set_checkpointing_mode", "execution.checkpointing.mode", checkpointing_mode)
+
+    # -- timing and failures -------------------------------------------------------------------
+
+    def get_checkpoint_timeout(self) -> int:
+        return self._config.get("execution.checkpointing.timeout")
+
+    def set_checkpoint_timeout(self, checkpoint_timeout: int) -> CheckpointConfig:
+        """A checkpoint not complete after ``checkpoint_timeout`` ms is declined (default 10 min)."""
+        return self._set("set_checkpoint_timeout", "execution.checkpointing.timeout", checkpoint_timeout)
+
+    def get_min_pause_between_checkpoints(self) -> int:
+        return self._config.get("execution.checkpointing.min-pause")
+
+    def set_min_pause_between_checkpoints(self, min_pause_between_checkpoints: int) -> CheckpointConfig:
+        """At least this many ms between the end of a checkpoint and the start of the next."""
+        return self._set("set_min_pause_between_checkpoints", "execution.checkpointing.min-pause", min_pause_between_checkpoints)
+
+    def get_max_concurrent_checkpoints(self) -> int:
+        return self._config.get("execution.checkpointing.max-concurrent-checkpoints")
+
+    def set_max_concurrent_checkpoints(self, max_concurrent_checkpoints: int) -> CheckpointConfig:
+        """Only 1 is accepted: checkpoints are taken between epochs, one after another."""
+        return self._set("set_max_concurrent_checkpoints", "execution.checkpointing.max-concurrent-checkpoints", max_concurrent_checkpoints)
+
+    def get_tolerable_checkpoint_failure_number(self) -> int:
+        return self._config.get("execution.checkpointing.tolerable-failed-checkpoints")
+
+    def set_tolerable_checkpoint_failure_number(self, tolerable_checkpoint_failure_number: int) -> CheckpointConfig:
+        """Consecutive failed checkpoints tolerated before the job fails over (default 0)."""
+        return self._set("set_tolerable_checkpoint_failure_number", "execution.checkpointing.tolerable-failed-checkpoints", tolerable_checkpoint_failure_number)
+
+    def is_fail_on_checkpointing_errors(self) -> bool:
+        """Deprecated in Flink: ``get_tolerable_checkpoint_failure_number() == 0``."""
+        return self.get_tolerable_checkpoint_failure_number() == 0
+
+    def set_fail_on_checkpointing_errors(self, fail_on_checkpointing_errors: bool) -> CheckpointConfig:
+        """Deprecated in Flink: tolerate no failed checkpoint (True) or any number (False)."""
+        return self.set_tolerable_checkpoint_failure_number(0 if fail_on_checkpointing_errors else 2_147_483_647)
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def get_externalized_checkpoint_retention(self) -> ExternalizedCheckpointRetention:
+        return ExternalizedCheckpointRetention(self._config.get("execution.checkpointing.externalized-checkpoint-retention"))
+
+    def set_externalized_checkpoint_retention(self, retention_mode: ExternalizedCheckpointRetention) -> CheckpointConfig:
+        """Keep checkpoints when the job is cancelled (RETAIN_ON_CANCELLATION) or not."""
+        return self._set("set_externalized_checkpoint_retention", "execution.checkpointing.externalized-checkpoint-retention", retention_mode)
+
+    def set_externalized_checkpoint_cleanup(self, cleanup_mode: ExternalizedCheckpointCleanup) -> CheckpointConfig:
+        """Flink 1.x name of :meth:`set_externalized_checkpoint_retention`."""
+        return self._set("set_externalized_checkpoint_cleanup", "execution.checkpointing.externalized-checkpoint-retention", cleanup_mode)
+
+    enable_externalized_checkpoints = set_externalized_checkpoint_cleanup  # deprecated Flink 1.x name
+    get_externalized_checkpoint_cleanup = get_externalized_checkpoint_retention
+
+    def is_externalized_checkpoints_enabled(self) -> bool:
+        return self.get_externalized_checkpoint_retention() is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
+
+    # -- unaligned checkpoints (accepted; they do not apply) -----------------------------------
+
+    def enable_unaligned_checkpoints(self, enabled: bool = True) -> CheckpointConfig:
+        """Accepted for portability; logs a warning: every flowpoint checkpoint is aligned for free."""
+        self._set("enable_unaligned_checkpoints", "execution.checkpointing.unaligned", enabled)
+        if self._config.get("execution.checkpointing.unaligned") and not self._warned_unaligned:
+            log.warning(UNALIGNED_WARNING)
+            self._warned_unaligned = True
+        return self
+
+    def disable_unaligned_checkpoints(self) -> CheckpointConfig:
+        return self.enable_unaligned_checkpoints(False)
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return self._config.get("execution.checkpointing.unaligned")
+
+    # -- storage -------------------------------------------------------------------------------
+
+    def set_checkpoint_storage(self, storage: CheckpointStorage | str) -> CheckpointConfig:
+        """A ``CheckpointStorage``, or a directory URI for a ``FileSystemCheckpointStorage``."""
+        if not isinstance(storage, CheckpointStorage):
+            try:
+                storage = FileSystemCheckpointStorage(storage)
+            except ConfigurationError as e:
+                msg = f"set_checkpoint_storage() takes a JobManagerCheckpointStorage, a FileSystemCheckpointStorage or a directory URI: {e}"
+                raise ConfigurationError(msg) from None
+        for key, value in storage._config_items().items():
+            self._set("set_checkpoint_storage", key, value)
+        return self
+
+    def set_checkpoint_storage_dir(self, checkpoint_path: str) -> CheckpointConfig:
+        """Checkpoints as files under ``checkpoint_path`` (``FileSystemCheckpointStorage``)."""
+        return self.set_checkpoint_storage(FileSystemCheckpointStorage(checkpoint_path))
+
+    def get_checkpoint_storage(self) -> CheckpointStorage:
+        return checkpoint_storage_from_config(self._config)
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """Every checkpoint setting, resolved: code settings over Configuration over flowpoint.yaml."""
+
+    enabled: bool
+    interval_ms: int  # -1 when checkpointing is off
+    mode: str  # "EXACTLY_ONCE" | "AT_LEAST_ONCE"
+    timeout_ms: int
+    min_pause_ms: int
+    tolerable_failures: int
+    retention: str  # "RETAIN_ON_CANCELLATION" | "DELETE_ON_CANCELLATION" | "NO_EXTERNALIZED_CHECKPOINTS"
+    storage: str  # "jobmanager" | "filesystem"
+    checkpoints_dir: str | None  # a URI (a bare local path became file:///abs/path)
+    savepoints_dir: str | None
+    num_retained: int
+    backend: str  # "hashmap" | "rocksdb"
+    incremental: bool  # only meaningful for rocksdb
+
+
+def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSettings:
+    """What the runtime needs to know about checkpoints for a job built on ``env``.
+
+    Raises ConfigurationError for settings that only make sense together (filesystem storage
+    without a directory).
+    """
+    config = env.get_configuration()
+    checkpoint_config = env.get_checkpoint_config()
+    storage = checkpoint_storage_from_config(config)
+    settings = CheckpointSettings(
+        enabled=checkpoint_config.is_checkpointing_enabled(),
+        interval_ms=checkpoint_config.get_checkpoint_interval(),
+        mode=config.get("execution.checkpointing.mode"),
+        timeout_ms=config.get("execution.checkpointing.timeout"),
+        min_pause_ms=config.get("execution.checkpointing.min-pause"),
+        tolerable_failures=config.get("execution.checkpointing.tolerable-failed-checkpoints"),
+        retention=config.get("execution.checkpointing.externalized-checkpoint-retention"),
+        storage=checkpoint_storage_kind(config),
+        checkpoints_dir=storage.get_checkpoint_path(),
+        savepoints_dir=config.get("state.savepoints.dir"),
+        num_retained=config.get("state.checkpoints.num-retained"),
+        backend=config.get("state.backend.type"),
+        incremental=config.get("state.backend.incremental"),
+    )
+    if settings.enabled and checkpoint_config.is_unaligned_checkpoints_enabled() and not checkpoint_config._warned_unaligned:
+        log.warning(UNALIGNED_WARNING)
+        checkpoint_config._warned_unaligned = True
+    if settings.enabled and settings.retention != "NO_EXTERNALIZED_CHECKPOINTS" and settings.storage == "jobmanager":
+        log.warning(
+            "checkpoint retention %s has no effect with jobmanager checkpoint storage: checkpoints live "
+            "in the driver's memory and end with it; to keep them, use filesystem storage "
+            "(state.checkpoints.dir, or set_checkpoint_storage('file:///...'))",
+            settings.retention,
+        )
+    return settings
