@@ -11,6 +11,7 @@ from flowpoint.api.datastream import DataStream, DataStreamSink, KeyedStream
 from flowpoint.api.environment import StreamExecutionEnvironment
 from flowpoint.api.functions import (
     AggregateFunction,
+    CheckpointListener,
     FilterFunction,
     FlatMapFunction,
     KeyedProcessFunction,
@@ -56,7 +57,7 @@ from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus
 __version__ = "0.1.0"
 
 __all__ = [
-    "CheckpointConfig", "CheckpointStorage", "CheckpointingMode", "ConfigurationError",
+    "CheckpointConfig", "CheckpointListener", "CheckpointStorage", "CheckpointingMode", "ConfigurationError",
     "EmbeddedRocksDBStateBackend", "ExternalizedCheckpointCleanup", "ExternalizedCheckpointRetention",
     "FileSystemCheckpointStorage", "HashMapStateBackend", "JobManagerCheckpointStorage",
     "RestartStrategies", "RestartStrategyConfiguration", "StateBackend",

@@ -29,6 +29,16 @@ def _parser() -> argparse.ArgumentParser:
         "-D", dest="dynamic", action="append", default=[], metavar="key=value",
         help="a configuration setting, e.g. -D execution.epoch.max-records=50000 (repeatable)",
     )
+    run.add_argument(
+        "-s", "--fromSavepoint", dest="from_path", metavar="PATH",
+        help="restore from a retained checkpoint or savepoint: its directory (chk-<n>) or its _metadata file",
+    )
+    run.add_argument("--resume", action="store_true", help="restore the latest retained checkpoint of this job's previous run")
+    run.add_argument(
+        "-n", "--allow-non-restored-state", action="store_true",
+        help="when restoring, drop state of operators (uids) the job no longer has instead of failing",
+    )
+    run.add_argument("--conf", metavar="FILE_OR_DIR", help="a flowpoint.yaml file (or the directory holding it)")
     run.add_argument("script", help="the job's Python file")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the job")
     checkpoints = sub.add_parser(
@@ -55,6 +65,15 @@ def _settings(args: argparse.Namespace) -> dict:
         settings["parallelism.default"] = args.parallelism
     if args.master:
         settings["spark.master"] = args.master
+    if args.from_path and args.resume:
+        msg = "-s/--fromSavepoint and --resume both say where to restore from: give one"
+        raise FlowpointError(msg)
+    if args.from_path:
+        settings["execution.savepoint.path"] = args.from_path
+    if args.resume:
+        settings["execution.state-recovery.from-latest"] = True
+    if args.allow_non_restored_state:
+        settings["execution.savepoint.ignore-unclaimed-state"] = True
     return settings
 
 
@@ -123,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "run":
+            if args.conf:
+                from flowpoint.api.config_file import set_conf_path
+
+                set_conf_path(args.conf)
             run_script(args.script, args.args, _settings(args))
         elif args.command == "checkpoints":
             return list_checkpoints_command(args.job_dir)

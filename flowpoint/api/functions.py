@@ -65,6 +65,20 @@ class Function(ABC):  # noqa: B024 - a marker base, as in PyFlink
     """Base of all user functions."""
 
 
+class CheckpointListener:
+    """Mix into a user function to hear about checkpoints (Flink's ``CheckpointListener``).
+
+    Every parallel instance is told, at the start of its next epoch, once a checkpoint is
+    complete (state and sink output up to it are durable) or was aborted.
+    """
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:  # noqa: B027
+        """Checkpoint ``checkpoint_id`` completed."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:  # noqa: B027
+        """Checkpoint ``checkpoint_id`` was declined or expired."""
+
+
 class RuntimeContextAware:
     def open(self, runtime_context: RuntimeContext) -> None:  # noqa: B027
         """Called once per task before the first record; declare state here."""

@@ -15,8 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.errors import FlowpointError, JobExecutionError
+from flowpoint.checkpoint.metadata import SplitPosition
+from flowpoint.errors import ConfigurationError, FlowpointError, JobExecutionError, JobGraphError
+from flowpoint.runtime.checkpointing import CheckpointCoordinator, now_ms
 from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
+from flowpoint.runtime.restore import RestoredJob, find_restore_point, pack_position, plan_restore
 from flowpoint.state.working import (
     CommittedChain,
     default_working_dir,
@@ -42,6 +45,11 @@ class SplitState:
     finished: bool = False
 
 
+def restartable(error: BaseException) -> bool:
+    """Failures a restart can get past; a wrong job or configuration fails at once."""
+    return isinstance(error, Exception) and not isinstance(error, (JobGraphError, ConfigurationError))
+
+
 class Coordinator:
     def __init__(self, graph: JobGraph, env: StreamExecutionEnvironment, spark: Any):
         self.graph = graph
@@ -56,6 +64,9 @@ class Coordinator:
         self.thread: threading.Thread | None = None
         self._cancel = threading.Event()
         self.epoch = 0
+        self.restarts = 0
+        self.checkpoints: CheckpointCoordinator | None = None
+        self._checkpointed_epoch = 0
         self.records_read = 0
         self.chains: dict[tuple[int, int], CommittedChain] = {}
         self.splits: dict[int, list[SplitState]] = {}
@@ -87,6 +98,8 @@ class Coordinator:
     # -- the epoch loop ------------------------------------------------------------------------
 
     def run(self) -> None:
+        from flowpoint.api.checkpointing import resolve_checkpoint_settings
+        from flowpoint.api.restart import resolve_restart_backoff
         from flowpoint.spark.epoch_executor import SparkEpochExecutor
         from flowpoint.tasks.plan import build_stage_plans
 
@@ -94,14 +107,31 @@ class Coordinator:
         try:
             spark = self.spark
             params = self.env.get_config().get_global_job_parameters()
+            self.settings = resolve_checkpoint_settings(self.env)
+            self.backoff = resolve_restart_backoff(self.env, self.settings.enabled)
+            if self.settings.backend != "hashmap":
+                msg = (
+                    f"state backend {self.settings.backend!r}: flowpoint/state/rocksdb.py holds the RocksDB backend, but "
+                    "the epoch runtime does not run it yet (its working state and incremental checkpoints are the "
+                    "next step of the checkpoints issue). Use HashMapStateBackend (state.backend.type: hashmap)"
+                )
+                raise ConfigurationError(msg)
+            restore = self._initial_restore()
             plans = build_stage_plans(self.graph, self.job_id, params)
             self._executor = SparkEpochExecutor(spark, self.graph, plans, self.job_id)
             spark.sparkContext.setJobGroup(self.job_id, f"flowpoint job {self.job_name}", interruptOnCancel=True)
             atexit.register(remove_job_dir, self.working_dir, self.job_id)
+            if self.settings.enabled:
+                first = restore.checkpoint_id + 1 if restore else 1
+                self.checkpoints = CheckpointCoordinator(self.settings, self.graph, self.job_id, self.job_name, first)
             self._init_splits()
+            if restore is not None:
+                self._apply_restore(restore)
             self.status = JobStatus.RUNNING
             self._progress(f"job {self.job_name!r} ({self.job_id}) running on Spark {spark.sparkContext.master}")
-            self._loop()
+            self._run_with_restarts()
+            if self.checkpoints is not None and not self._cancel.is_set():
+                self.checkpoints.poll(wait=True)
             self.status = JobStatus.CANCELED if self._cancel.is_set() else JobStatus.FINISHED
         except BaseException as e:  # noqa: BLE001 - reported through the client
             if self._cancel.is_set():
@@ -113,6 +143,12 @@ class Coordinator:
                     log.exception("job %s failed", self.job_id)
         finally:
             self._ended = time.monotonic()
+            if self.checkpoints is not None:
+                try:
+                    self.checkpoints.abort_pending(f"job {self.status.value.lower()}")
+                    self.checkpoints.shutdown(self.status.value)
+                except Exception:  # noqa: BLE001
+                    log.exception("checkpoint shutdown of job %s failed", self.job_id)
             for node in self.graph.sinks():
                 try:
                     node.t.sink.on_job_end(self.status.value)
@@ -122,6 +158,84 @@ class Coordinator:
                 self._executor.close()
             self._final_progress()
             self.done.set()
+
+    # -- restore and restart -------------------------------------------------------------------
+
+    @property
+    def run_key(self) -> str:
+        """Names this run's working state (a restart begins a new run from a checkpoint)."""
+        return f"{self.job_id}/run-{self.restarts}"
+
+    def _initial_restore(self) -> RestoredJob | None:
+        found = find_restore_point(self.config, self.settings, self.job_name)
+        if found is None:
+            return None
+        job_dir_uri, meta = found
+        restore = plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, bool(self.config.get("execution.savepoint.ignore-unclaimed-state")))
+        self._progress(f"restoring checkpoint {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
+        for uid in restore.dropped_uids:
+            log.warning("dropping state of uid %r: the job has no such stateful operator (--allow-non-restored-state)", uid)
+        return restore
+
+    def _apply_restore(self, restore: RestoredJob) -> None:
+        self.chains = dict(restore.chains)
+        self.epoch = restore.epoch
+        self._checkpointed_epoch = restore.epoch
+        self.records_read = restore.records_read
+        for node in self.graph.sources():
+            states = self.splits[node.id]
+            saved = sorted((i, v) for (uid, i), v in restore.positions.items() if uid == node.uid)
+            if not saved:
+                continue
+            states.clear()
+            for i, (split, position, finished) in saved:
+                states.append(SplitState(node, i, split, position, finished))
+        for node in self.graph.sinks():
+            node.t.sink.restore_driver_state(restore.sinks.get(node.uid))
+
+    def _run_with_restarts(self) -> None:
+        while True:
+            try:
+                self._loop()
+                return
+            except BaseException as e:
+                if self._cancel.is_set() or not restartable(e):
+                    raise
+                delay = self.backoff.on_failure(now_ms())
+                if delay is None:
+                    if self.restarts or self.settings.enabled:
+                        log.error("job %s failed and its restart strategy %s gives up", self.job_id, self.backoff.describe())
+                    raise
+                self._restart(e, delay)
+                if self._cancel.is_set():
+                    return
+
+    def _restart(self, error: BaseException, delay_ms: int) -> None:
+        latest = None
+        if self.checkpoints is not None:
+            self.checkpoints.abort_pending("job failover")
+            latest = self.checkpoints.latest()
+        origin = f"checkpoint {latest.checkpoint_id} (epoch {latest.epoch})" if latest else "the beginning (no completed checkpoint)"
+        self._progress(
+            f"epoch {self.epoch} failed: {error}. Restarting from {origin} in {delay_ms} ms "
+            f"(restart strategy {self.backoff.describe()})"
+        )
+        self.status = JobStatus.RESTARTING
+        if self._cancel.wait(delay_ms / 1000):
+            return
+        remove_job_dir(self.working_dir, self.run_key)
+        self.restarts += 1
+        self.chains = {}
+        self.epoch = 0
+        self._checkpointed_epoch = 0
+        self.records_read = 0
+        self._init_splits()
+        if latest is not None:
+            self._apply_restore(plan_restore(latest, self.checkpoints.store.job_dir_uri(), self.graph, self.settings.backend))
+        else:
+            for node in self.graph.sinks():
+                node.t.sink.restore_driver_state(None)
+        self.status = JobStatus.RUNNING
 
     def _init_splits(self) -> None:
         for node in self.graph.sources():
@@ -170,6 +284,7 @@ class Coordinator:
         compaction_bytes = int(self.config.get("state.working.compaction-bytes"))
         read_started = time.monotonic()
         while not self._cancel.is_set():
+            self._checkpoint_if_due()
             self._discover()
             reads, new_positions, planned = self._plan(time.monotonic() - read_started)
             last = self._all_finished(new_positions)
@@ -179,14 +294,37 @@ class Coordinator:
             if planned == 0 and last and self.epoch > 0:
                 break
             self.epoch += 1
-            compact = {k for k, c in self.chains.items() if c.wants_base(compaction_bytes)}
-            spec = EpochSpec(self.job_id, self.epoch, self.working_dir, dict(self.chains), compact, last)
+            # a restored partition writes a local base at once: its chain then no longer reads the
+            # checkpoint's files, which retention may delete once a newer checkpoint completes
+            compact = {k for k, c in self.chains.items() if c.restored or c.wants_base(compaction_bytes)}
+            done, aborted = self.checkpoints.take_notifications() if self.checkpoints else ((), ())
+            pinned = self.checkpoints.pinned() if self.checkpoints else frozenset()
+            spec = EpochSpec(self.run_key, self.epoch, self.working_dir, dict(self.chains), compact, last, pinned, done, aborted)
             t0 = time.monotonic()
             acks = self._executor.run_epoch(spec, reads)
             self._commit(acks, new_positions)
             self._report(planned, time.monotonic() - t0)
             if last:
                 break
+
+    def _checkpoint_if_due(self) -> None:
+        cp = self.checkpoints
+        if cp is None:
+            return
+        meta = cp.poll()
+        if meta is not None:
+            self.backoff.on_success(now_ms())
+            for node in self.graph.sinks():
+                node.t.sink.notify_checkpoint_complete(meta.checkpoint_id)
+        if self.epoch > self._checkpointed_epoch and cp.due():
+            sources = [
+                SplitPosition(st.node.uid, st.index, st.split.split_id, pack_position(st.split, st.position), st.finished)
+                for states in self.splits.values()
+                for st in states
+            ]
+            sinks = {n.uid: n.t.sink.snapshot_driver_state() for n in self.graph.sinks()}
+            cp.trigger(self.epoch, self.chains, sources, sinks, self.records_read)
+            self._checkpointed_epoch = self.epoch
 
     def _commit(self, acks: list[TaskAck], new_positions: dict) -> None:
         latest: dict[tuple[int, int], TaskAck] = {}
@@ -240,6 +378,9 @@ class Coordinator:
             f"job {self.job_name!r} ({self.job_id}) {self.status.value}: {self.epoch} epochs, "
             f"{self.records_read:,} records in {seconds:.1f} s ({rate:,.0f} records/s)"
         )
+
+    def checkpoint_stats(self) -> list:
+        return list(self.checkpoints.history) if self.checkpoints is not None else []
 
     # -- reading state after the job -----------------------------------------------------------
 

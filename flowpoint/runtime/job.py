@@ -21,6 +21,7 @@ class JobStatus(enum.Enum):
     RUNNING = "RUNNING"
     FINISHED = "FINISHED"
     FAILING = "FAILING"
+    RESTARTING = "RESTARTING"
     FAILED = "FAILED"
     CANCELLING = "CANCELLING"
     CANCELED = "CANCELED"
@@ -49,6 +50,10 @@ class JobExecutionResult:
     def get_net_runtime(self) -> int:
         return self.net_runtime_ms
 
+    def get_checkpoint_stats(self) -> list:
+        """Every checkpoint the job triggered: id, epoch, status, durations, sizes, failure reason."""
+        return self._coordinator.checkpoint_stats()
+
     def get_keyed_state(self, uid: str, state_name: str | None = None) -> dict:
         """Committed keyed state of operator ``uid`` after the job: ``{key: value}`` for one
         state name, or ``{state name: {key: value}}`` for all."""
@@ -73,6 +78,10 @@ class JobClient:
 
     def cancel(self) -> None:
         self._coordinator.cancel()
+
+    def get_checkpoint_stats(self) -> list:
+        """Checkpoints triggered so far (:class:`~flowpoint.runtime.checkpointing.CheckpointStats`)."""
+        return self._coordinator.checkpoint_stats()
 
     def is_done(self) -> bool:
         return self._coordinator.done.is_set()

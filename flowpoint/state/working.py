@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowpoint.state.heap import HeapKeyedStateBackend
+from flowpoint.state.keygroups import assign_to_key_group
 from flowpoint.tasks.batches import dumps
 
 
@@ -40,14 +41,31 @@ class CommittedFile:
 
 
 @dataclass(frozen=True)
+class RestoredFile:
+    """A full snapshot of one operator's state in checkpoint storage (a restore's starting point)."""
+
+    uid: str
+    uri: str
+    size: int = 0
+    key_groups: tuple[int, int, int] | None = None  # (first, last, max parallelism): keep only these (rescaling)
+    data: bytes | None = None  # the file itself, when executors cannot read the URI (driver-memory storage)
+
+
+@dataclass(frozen=True)
 class CommittedChain:
     """What the coordinator committed for one (stage, partition): the last committed task
-    attempt, and for stateful stages the base snapshot and the deltas after it."""
+    attempt, and for stateful stages the base snapshot and the deltas after it. After a restore,
+    ``restored`` holds the checkpoint's snapshot files the base and deltas build on."""
 
     base: CommittedFile | None = None
     deltas: tuple[CommittedFile, ...] = ()
     last_epoch: int = 0
     last_token: str | None = None
+    restored: tuple[RestoredFile, ...] = ()
+
+    def files(self) -> list[str]:
+        """The local working files this chain reads."""
+        return [f.path for f in [self.base, *self.deltas] if f is not None and f.path]
 
     @property
     def version(self) -> int:
@@ -62,16 +80,16 @@ class CommittedChain:
         return sum(f.size for f in self.deltas)
 
     def wants_base(self, min_bytes: int = 1 << 20, max_deltas: int = 200) -> bool:
-        base_size = self.base.size if self.base else 0
+        base_size = self.base.size if self.base else sum(f.size for f in self.restored)
         return self.delta_bytes() > max(base_size, min_bytes) or len(self.deltas) >= max_deltas
 
     def committed(self, epoch: int, token: str, state: TaskStateAck | None) -> CommittedChain:
         if state is None:
-            return CommittedChain(self.base, self.deltas, epoch, token)
+            return CommittedChain(self.base, self.deltas, epoch, token, self.restored)
         f = CommittedFile(epoch, token, state.path, state.size)
         if state.is_base:
             return CommittedChain(f, (), epoch, token)
-        return CommittedChain(self.base, (*self.deltas, f), epoch, token)
+        return CommittedChain(self.base, (*self.deltas, f), epoch, token, self.restored)
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,24 @@ class TaskState:
                 b.restore(data)
             else:
                 b.apply(data)
+
+    def apply_restored(self, files: tuple[RestoredFile, ...]) -> None:
+        """Load a checkpoint's full snapshots (``{state name: table}`` per operator uid)."""
+        merged: dict[str, dict[str, dict[Any, Any]]] = {}
+        for f in files:
+            tables = pickle.loads(f.data if f.data is not None else read_uri(f.uri))
+            if f.key_groups is not None:
+                first, last, max_parallelism = f.key_groups
+                tables = {
+                    name: {k: v for k, v in table.items() if first <= assign_to_key_group(k, max_parallelism) <= last}
+                    for name, table in tables.items()
+                }
+            into = merged.setdefault(f.uid, {})
+            for name, table in tables.items():
+                into.setdefault(name, {}).update(table)
+        for uid, tables in merged.items():
+            self.backend(uid, uid).restore(tables)
+        self.commit()
 
     def rollback(self) -> None:
         for b in self.backends.values():
@@ -161,6 +197,8 @@ class TaskStateCache:
             fresh = True
             if chain.base is not None and chain.base.path:
                 ts.apply_file(chain.base.path)
+            else:
+                ts.apply_restored(chain.restored)
             ts.version = base_epoch
             entries[(stage_id, partition)] = ts
         for f in chain.deltas:
@@ -199,11 +237,20 @@ def write_state_file(directory: str, kind: str, epoch: int, token: str, per_uid:
     return path, os.path.getsize(path)
 
 
-def remove_files_before(directory: str, chain: CommittedChain) -> None:
-    """Delete files the committed chain no longer needs (older than its base, failed attempts)."""
+def read_uri(uri: str) -> bytes:
+    """The bytes of a file in checkpoint storage (any URI the storage layer opens)."""
+    from flowpoint.checkpoint.storage import read_uri_bytes
+
+    return read_uri_bytes(uri)
+
+
+def remove_files_before(directory: str, chain: CommittedChain, pinned: frozenset[str] = frozenset()) -> None:
+    """Delete files the committed chain no longer needs (older than its base, failed attempts),
+    except ``pinned`` ones (read by a checkpoint still being written)."""
     if chain.base is None or not os.path.isdir(directory):
         return
     keep = {os.path.basename(f.path) for f in [chain.base, *chain.deltas] if f.path}
+    keep |= {os.path.basename(p) for p in pinned}
     for name in os.listdir(directory):
         try:
             epoch = int(name.split("-")[1])
@@ -229,6 +276,8 @@ def read_committed_tables(chain: CommittedChain) -> dict[str, dict[str, dict[Any
     ts = TaskState()
     if chain.base is not None and chain.base.path:
         ts.apply_file(chain.base.path)
+    else:
+        ts.apply_restored(chain.restored)
     for f in chain.deltas:
         if f.path:
             ts.apply_file(f.path)

@@ -8,6 +8,7 @@ from typing import Any
 
 import cloudpickle
 
+from flowpoint.api.functions import unwrap
 from flowpoint.errors import FlowpointError, UserFunctionError
 from flowpoint.state.working import (
     CACHE,
@@ -41,6 +42,9 @@ class EpochSpec:
     chains: dict[tuple[int, int], CommittedChain]  # (stage, partition) -> committed state files
     compact: set[tuple[int, int]] = field(default_factory=set)
     last: bool = False
+    pinned: frozenset[str] = frozenset()  # working files a checkpoint is still reading
+    checkpoints_completed: tuple[int, ...] = ()  # for CheckpointListener.notify_checkpoint_complete
+    checkpoints_aborted: tuple[int, ...] = ()
 
 
 @dataclass
@@ -102,6 +106,19 @@ class ChainRuntime:
         for ctx in self.contexts:
             ctx.attempt = attempt
 
+    def notify_checkpoints(self, completed: tuple[int, ...], aborted: tuple[int, ...]) -> None:
+        """Flink's CheckpointListener, on every function that has the methods."""
+        if not completed and not aborted:
+            return
+        for op in self.ops.values():
+            fn = unwrap(op.spec.function) if op.spec.function is not None else None
+            for cid in completed:
+                if hasattr(fn, "notify_checkpoint_complete"):
+                    fn.notify_checkpoint_complete(cid)
+            for cid in aborted:
+                if hasattr(fn, "notify_checkpoint_aborted"):
+                    fn.notify_checkpoint_aborted(cid)
+
     def close(self) -> None:
         for op in self.ops.values():
             op.close()
@@ -124,6 +141,7 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
             ts.operators = ChainRuntime(cloudpickle.loads(cloudpickle.dumps(plan)), partition, ts)
         rt: ChainRuntime = ts.operators
         rt.set_attempt(attempt)
+        rt.notify_checkpoints(spec.checkpoints_completed, spec.checkpoints_aborted)
         for _, w in rt.writers:
             w.out = []
             w.batches = 0
@@ -183,7 +201,7 @@ def _write_state(plan: StagePlan, spec: EpochSpec, partition: int, token: str, t
     if compact:
         per_uid = {uid: b.snapshot() for uid, b in ts.backends.items()}
         path, size = write_state_file(directory, "base", spec.epoch, token, per_uid)
-        remove_files_before(directory, chain)
+        remove_files_before(directory, chain, spec.pinned)
     elif changed:
         per_uid = {uid: b.delta() for uid, b in ts.backends.items()}
         path, size = write_state_file(directory, "delta", spec.epoch, token, per_uid)

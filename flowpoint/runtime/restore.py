@@ -1,0 +1,145 @@
+"""Restoring a job from a completed checkpoint: state by operator uid, source positions, sinks.
+
+State maps to operators by ``uid``. A keyed operator's snapshot files carry the key-group range
+they cover, so a job may restore with another parallelism (each new partition loads the files
+whose range overlaps its own and keeps only its key groups), but never with another max
+parallelism (the number of key groups), which is refused with both values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from flowpoint.checkpoint.metadata import CheckpointMetadata
+from flowpoint.checkpoint.storage import read_uri_bytes
+from flowpoint.errors import CheckpointError
+from flowpoint.state.keygroups import key_group_range_for_operator
+from flowpoint.state.working import CommittedChain, RestoredFile
+
+if TYPE_CHECKING:
+    from flowpoint.graph.jobgraph import JobGraph
+
+
+@dataclass
+class RestoredJob:
+    checkpoint_id: int
+    epoch: int
+    chains: dict[tuple[int, int], CommittedChain]
+    positions: dict[tuple[str, int], tuple[Any, Any, bool]]  # (source uid, split index) -> (split, position, finished)
+    sinks: dict[str, Any]
+    records_read: int
+    dropped_uids: list[str] = field(default_factory=list)
+
+
+def unpack_position(value: Any) -> tuple[Any, Any]:
+    split, position = value
+    return split, position
+
+
+def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, backend: str, allow_non_restored: bool = False) -> RestoredJob:
+    """Map a checkpoint onto ``graph``; errors name the uid or the setting and say what to do."""
+    where = f"checkpoint {meta.checkpoint_id} of job {meta.job_name!r} ({job_dir_uri})"
+    by_uid = {n.uid: n for n in graph.nodes.values()}
+    chains: dict[tuple[int, int], list[RestoredFile]] = {}
+    dropped: list[str] = []
+    if meta.operators and meta.backend != backend and not (meta.backend == "hashmap" and backend == "rocksdb"):
+        msg = (
+            f"{where} was written by the {meta.backend} state backend and cannot be restored into {backend}: "
+            f"its files are in {meta.backend}'s native format. Restore with state.backend.type: {meta.backend}, "
+            "or take a savepoint (the portable format) and restore from that"
+        )
+        raise CheckpointError(msg)
+    for op in meta.operators:
+        node = by_uid.get(op.uid)
+        if node is None or not node.keyed:
+            if allow_non_restored:
+                dropped.append(op.uid)
+                continue
+            what = "no operator with this uid" if node is None else f"operator {node.name!r} with this uid keeps no keyed state"
+            msg = (
+                f"{where} holds state of operator uid {op.uid!r} ({op.name}), but the job has {what}. "
+                "Give the operator its old uid, or allow dropping that state (--allow-non-restored-state)"
+            )
+            raise CheckpointError(msg)
+        if op.max_parallelism != node.max_parallelism:
+            msg = (
+                f"{where}: operator uid {op.uid!r} was checkpointed with max parallelism {op.max_parallelism}, "
+                f"the job now has {node.max_parallelism}. The max parallelism (number of key groups) cannot change "
+                f"across a restore: set_max_parallelism({op.max_parallelism}) on the operator or the environment"
+            )
+            raise CheckpointError(msg)
+        stage = graph.stages[node.stage_id]
+        for p in range(stage.parallelism):
+            mine = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
+            for sub in op.subtasks:
+                if sub.key_group_end < mine.start or sub.key_group_start > mine.end:
+                    continue
+                whole = mine.start <= sub.key_group_start and sub.key_group_end <= mine.end
+                for f in sub.files:
+                    uri = f"{job_dir_uri.rstrip('/')}/{f.path}"
+                    kg = None if whole else (mine.start, mine.end, stage.max_parallelism)
+                    # driver-memory storage (JobManagerCheckpointStorage) is invisible to executors: ship the bytes
+                    data = read_uri_bytes(uri) if uri.startswith("memory://") else None
+                    chains.setdefault((stage.id, p), []).append(RestoredFile(op.uid, uri, f.size, kg, data))
+    positions: dict[tuple[str, int], tuple[Any, Any, bool]] = {}
+    source_uids = {n.uid for n in graph.sources()}
+    for sp in meta.sources:
+        if sp.source_uid not in source_uids:
+            if allow_non_restored:
+                dropped.append(sp.source_uid)
+                continue
+            msg = (
+                f"{where} holds the read positions of source uid {sp.source_uid!r}, but the job has no source with "
+                "this uid. Give the source its old uid, or allow dropping that state (--allow-non-restored-state)"
+            )
+            raise CheckpointError(msg)
+        split, position = unpack_position(sp.position)
+        positions[(sp.source_uid, sp.split_index)] = (split, position, sp.finished)
+    restored_chains = {k: CommittedChain(last_epoch=meta.epoch, restored=tuple(v)) for k, v in chains.items()}
+    return RestoredJob(
+        meta.checkpoint_id, meta.epoch, restored_chains, positions, dict(meta.sinks),
+        int(meta.stats.get("records_read", 0)), sorted(set(dropped)),
+    )
+
+
+def pack_position(split: Any, position: Any) -> Any:
+    return [split, position]
+
+
+def find_restore_point(config: Any, settings: Any, job_name: str) -> tuple[str, CheckpointMetadata] | None:
+    """Where a new run starts: ``-s <path>`` (``execution.savepoint.path``), or with ``--resume``
+    (``execution.state-recovery.from-latest``) the newest retained checkpoint of a previous run
+    of the job with this name under the checkpoints directory; None: start fresh."""
+    from flowpoint.checkpoint.store import find_latest, resolve_restore_path
+
+    path = config.get("execution.savepoint.path") or config.get("execution.state-recovery.path")
+    if path:
+        access, meta = resolve_restore_path(str(path))
+        return access.uri(), meta
+    if not _truthy(config.get("execution.state-recovery.from-latest")):
+        return None
+    root = settings.checkpoints_dir
+    if not root:
+        msg = "--resume needs the checkpoints directory of the previous run: set state.checkpoints.dir (flowpoint.yaml or -D)"
+        raise CheckpointError(msg)
+    from flowpoint.checkpoint.storage import CheckpointStorageAccess
+
+    access = CheckpointStorageAccess(root)
+    best: tuple[str, CheckpointMetadata] | None = None
+    for name, is_dir, _ in access.list_dir("") if access.exists("") else []:
+        if not is_dir:
+            continue
+        meta = find_latest(access.uri(name))
+        if meta is None or meta.job_name != job_name:
+            continue
+        if best is None or meta.completed_time_ms > best[1].completed_time_ms:
+            best = (access.uri(name), meta)
+    if best is None:
+        msg = f"--resume: no retained checkpoint of job {job_name!r} under {root}; run without --resume to start from the beginning"
+        raise CheckpointError(msg)
+    return best
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
