@@ -27,10 +27,9 @@ EVENTS = 2_000
 
 
 def checkpointing_env(make_env, tmp_path, parallelism=2, backend="hashmap", retained=1, **config):
-    env = make_env(
-        parallelism=parallelism, max_records=200, state_backend_type=backend,
-        state_checkpoints_dir=str(tmp_path / "ck"), **config,
-    )
+    env = make_env(parallelism=parallelism, max_records=200, state_checkpoints_dir=str(tmp_path / "ck"), **config)
+    env.get_configuration().set("state.backend.type", backend)
+    env.get_configuration().set("state.backend.incremental", True)
     env.get_configuration().set("state.checkpoints.num-retained", retained)
     env.enable_checkpointing(1)  # at every epoch boundary
     return env
@@ -54,8 +53,9 @@ def wait_for(predicate, timeout=180.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_checkpoint_layout_and_retention(make_env, tmp_path):
-    env = checkpointing_env(make_env, tmp_path, retained=3)
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_checkpoint_layout_and_retention(make_env, tmp_path, backend):
+    env = checkpointing_env(make_env, tmp_path, retained=3, backend=backend)
     env.get_checkpoint_config().set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
     build(env, 10**9, rate=4000)
     client = env.execute_async("layout")
@@ -76,11 +76,23 @@ def test_checkpoint_layout_and_retention(make_env, tmp_path):
     assert stats.state_size > 0 and stats.tasks_acknowledged == 2 and stats.async_ms >= 0
     listed = list_checkpoints(str(job_dir))
     assert [c.id for c in listed if c.complete] == chks
+    meta = json.loads((job_dir / f"chk-{chks[-1]}" / "_metadata").read_text())
+    assert meta["backend"] == backend
+    if backend == "rocksdb":  # incremental: SST files live in shared/, referenced by several checkpoints
+        shared = set(os.listdir(job_dir / "shared"))
+        assert shared and all(n.endswith(".sst") for n in shared)
+        referenced = set()
+        for n in chks:
+            m = json.loads((job_dir / f"chk-{n}" / "_metadata").read_text())
+            referenced |= {f["path"].split("/", 1)[1] for op in m["operators"] for st in op["subtasks"] for f in st["files"] if f["path"].startswith("shared/")}
+        assert referenced == shared  # retention removed exactly the unreferenced ones
+        assert stats.incremental_size < stats.state_size
 
 
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
 @pytest.mark.parametrize("parallelism", [1, 2])
-def test_failure_at_a_record_restarts_from_the_last_checkpoint(make_env, tmp_path, parallelism):
-    env = checkpointing_env(make_env, tmp_path, parallelism)
+def test_failure_at_a_record_restarts_from_the_last_checkpoint(make_env, tmp_path, parallelism, backend):
+    env = checkpointing_env(make_env, tmp_path, parallelism, backend)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
     flag = str(tmp_path / "failed")
     sink = build(env, EVENTS, function=Counting(fail_value=1_700 * 7919 % 100_003, flag=flag))
@@ -146,8 +158,9 @@ def test_upload_failures_beyond_the_tolerable_number_fail_over(make_env, tmp_pat
         env.execute("storage down")
 
 
-def test_restore_from_the_oldest_of_five_retained_checkpoints(make_env, tmp_path):
-    env = checkpointing_env(make_env, tmp_path, 2, retained=5)
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_restore_from_the_oldest_of_five_retained_checkpoints(make_env, tmp_path, backend):
+    env = checkpointing_env(make_env, tmp_path, 2, backend, retained=5)
     env.get_checkpoint_config().set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
     events = 4_000
     build(env, events, rate=3000)
@@ -162,7 +175,7 @@ def test_restore_from_the_oldest_of_five_retained_checkpoints(make_env, tmp_path
     oldest = retained[0]
     meta = json.loads((job_dir / f"chk-{oldest}" / "_metadata").read_text())
 
-    env2 = checkpointing_env(make_env, tmp_path, 2)
+    env2 = checkpointing_env(make_env, tmp_path, 2, backend)
     env2.get_configuration().set("execution.savepoint.path", str(job_dir / f"chk-{oldest}"))
     sink = build(env2, events)
     result = env2.execute("history restored")
@@ -179,9 +192,9 @@ def test_restore_from_the_oldest_of_five_retained_checkpoints(make_env, tmp_path
     assert completed(result.get_checkpoint_stats())[0] == oldest + 1  # ids continue after the restored one
 
 
-def cancelled_run(make_env, tmp_path, events: int, checkpoints: int = 1, parallelism: int = 2):
+def cancelled_run(make_env, tmp_path, events: int, checkpoints: int = 1, parallelism: int = 2, backend: str = "hashmap"):
     """Run the job until ``checkpoints`` completed, cancel it (retaining them); its newest chk dir."""
-    env = checkpointing_env(make_env, tmp_path, parallelism)
+    env = checkpointing_env(make_env, tmp_path, parallelism, backend)
     env.get_checkpoint_config().set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
     build(env, events, rate=3000)
     client = env.execute_async("cancelled")
@@ -203,6 +216,23 @@ def test_restore_with_another_parallelism_keeps_every_key(make_env, tmp_path):
     assert state_of(result) == expected_state(events)
 
 
+def test_a_hashmap_checkpoint_restores_into_rocksdb_but_not_back(make_env, tmp_path):
+    events = 3_000
+    chk = cancelled_run(make_env, tmp_path, events, checkpoints=2, backend="hashmap")
+    env = checkpointing_env(make_env, tmp_path, 2, "rocksdb")
+    env.get_configuration().set("execution.savepoint.path", str(chk))
+    build(env, events)
+    assert state_of(env.execute("hashmap into rocksdb")) == expected_state(events)
+
+    chk = cancelled_run(make_env, tmp_path, events, checkpoints=2, backend="rocksdb")
+    env = checkpointing_env(make_env, tmp_path, 2, "hashmap")
+    env.get_configuration().set("execution.savepoint.path", str(chk))
+    build(env, events)
+    with pytest.raises(CheckpointError) as info:
+        env.execute("rocksdb into hashmap")
+    assert "rocksdb" in str(info.value) and "savepoint" in str(info.value)
+
+
 def test_restoring_a_checkpoint_with_another_max_parallelism_is_refused(make_env, tmp_path):
     chk = cancelled_run(make_env, tmp_path, 10**9)
     env2 = checkpointing_env(make_env, tmp_path, 2)
@@ -215,11 +245,12 @@ def test_restoring_a_checkpoint_with_another_max_parallelism_is_refused(make_env
 
 
 @pytest.mark.slow
-def test_driver_killed_then_resume_continues_from_the_latest_checkpoint(tmp_path):
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_driver_killed_then_resume_continues_from_the_latest_checkpoint(tmp_path, backend):
     ck = str(tmp_path / "ck")
     events = 6_000
     script = os.path.join(HERE, "checkpoint_jobs.py")
-    first = subprocess.Popen([sys.executable, script, ck, "hashmap", str(events), "1500"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=HERE)
+    first = subprocess.Popen([sys.executable, script, ck, backend, str(events), "1500"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=HERE)
     try:
         wait_for(lambda: _metadata_count(ck) >= 2, timeout=300, what="two checkpoints of the first run")
     finally:
@@ -228,7 +259,7 @@ def test_driver_killed_then_resume_continues_from_the_latest_checkpoint(tmp_path
     job_dirs = os.listdir(ck)
     assert len(job_dirs) == 1
     before = max(int(n[4:]) for n in os.listdir(os.path.join(ck, job_dirs[0])) if n.startswith("chk-"))
-    cli = [sys.executable, "-m", "flowpoint.cli", "run", "--resume", script, ck, "hashmap", str(events), "0"]
+    cli = [sys.executable, "-m", "flowpoint.cli", "run", "--resume", script, ck, backend, str(events), "0"]
     proc = subprocess.run(cli, capture_output=True, text=True, timeout=600, cwd=HERE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "restoring checkpoint" in proc.stderr

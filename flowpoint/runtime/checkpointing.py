@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
+import os
+import shutil
+import uuid
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -79,6 +81,11 @@ class CutState:
     records_read: int
     stats: CheckpointStats
     pinned: frozenset[str] = field(default_factory=frozenset)
+    # RocksDB: the synchronous part runs in the next epoch's tasks, which report their snapshots
+    awaiting_sync: bool = False
+    snapshots: dict[tuple[int, int], dict[str, tuple]] = field(default_factory=dict)
+    local_dirs: list[str] = field(default_factory=list)
+    new_shared: dict[tuple, str] = field(default_factory=dict)  # registry entries this checkpoint uploaded
 
 
 def safe_name(uid: str) -> str:
@@ -91,6 +98,12 @@ class CheckpointCoordinator:
         self.graph = graph
         self.job_id = job_id
         self.job_name = job_name
+        if settings.backend == "rocksdb" and settings.storage != "filesystem":
+            msg = (
+                "EmbeddedRocksDBStateBackend checkpoints are files: they need filesystem checkpoint storage "
+                "(state.checkpoints.dir or set_checkpoint_storage('file:///...')), not JobManagerCheckpointStorage"
+            )
+            raise CheckpointError(msg)
         root = settings.checkpoints_dir if settings.storage == "filesystem" else MEMORY_ROOT
         if root is None:
             msg = "filesystem checkpoint storage needs a directory: set state.checkpoints.dir or set_checkpoint_storage('file:///...')"
@@ -108,7 +121,8 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self.completed: list[int] = []  # ids to announce to user functions with the next epoch
         self.aborted: list[int] = []
-        self._lock = threading.Lock()
+        # RocksDB incremental checkpoints: (uid, partition, file name, size) -> its path in shared/
+        self.shared: dict[tuple, str] = {}
 
     # -- triggering ----------------------------------------------------------------------------
 
@@ -131,15 +145,35 @@ class CheckpointCoordinator:
         self.next_id += 1
         stats = CheckpointStats(cid, epoch, now_ms())
         stateful = {k: c for k, c in chains.items() if self._keyed_uids(k[0])}
-        pinned = frozenset(p for c in stateful.values() for p in c.files())
-        cut = CutState(cid, epoch, stateful, sources, sinks, records_read, stats, pinned)
-        stats.tasks_total = len(stateful)
-        stats.sync_ms = (time.perf_counter() - t0) * 1000
+        rocksdb = self.settings.backend == "rocksdb"
+        pinned = frozenset() if rocksdb else frozenset(p for c in stateful.values() for p in c.files())
+        cut = CutState(cid, epoch, stateful, sources, sinks, records_read, stats, pinned, awaiting_sync=rocksdb)
+        stats.tasks_total = sum(len(self._keyed_uids(k[0])) for k in stateful)
         self._last_trigger = time.monotonic()
         self.pending = cut
         self.history.append(stats)
-        self._future = self._pool.submit(self._write, cut)
+        if not rocksdb:
+            stats.sync_ms = (time.perf_counter() - t0) * 1000
+            self._future = self._pool.submit(self._write, cut)
         return stats
+
+    def sync_request(self) -> int | None:
+        """RocksDB: the checkpoint whose synchronous part the next epoch's tasks must take."""
+        cut = self.pending
+        return cut.checkpoint_id if cut is not None and cut.awaiting_sync else None
+
+    def attach_snapshots(self, checkpoint_id: int, acks: list, working_dir: str, run_key: str) -> None:
+        """The epoch that took a RocksDB checkpoint's synchronous part committed: upload it."""
+        cut = self.pending
+        if cut is None or cut.checkpoint_id != checkpoint_id:
+            return
+        for ack in acks:
+            if ack.snapshot:
+                cut.snapshots[(ack.stage_id, ack.partition)] = ack.snapshot
+        cut.local_dirs = sorted({os.path.dirname(d) for snap in cut.snapshots.values() for d, *_ in snap.values()})
+        cut.stats.sync_ms = max((ms for snap in cut.snapshots.values() for *_, ms in snap.values()), default=0.0)
+        cut.awaiting_sync = False
+        self._future = self._pool.submit(self._write, cut)
 
     def _keyed_uids(self, stage_id: int) -> list[str]:
         stage = self.graph.stages[stage_id]
@@ -148,18 +182,64 @@ class CheckpointCoordinator:
     # -- the asynchronous part -----------------------------------------------------------------
 
     def _write(self, cut: CutState) -> CheckpointMetadata:
+        try:
+            return self._write_checkpoint(cut)
+        finally:
+            for d in cut.local_dirs:  # the hard-linked RocksDB copies, uploaded or not
+                shutil.rmtree(d, ignore_errors=True)
+
+    def _operator(self, operators: dict[str, OperatorState], uid: str) -> OperatorState:
+        op = operators.get(uid)
+        if op is None:
+            node = self.graph.node_by_uid(uid)
+            stage = self.graph.stages[node.stage_id]
+            op = operators[uid] = OperatorState(uid, node.name, stage.parallelism, stage.max_parallelism, self.settings.backend, [])
+        return op
+
+    def _write_rocksdb(self, cut: CutState, chk: str, operators: dict[str, OperatorState]) -> None:
+        """Upload the tasks' RocksDB checkpoints: with incremental checkpoints, SST files already
+        in ``shared/`` are referenced, not uploaded again; everything else goes under chk-<n>/."""
+        incremental = self.settings.incremental
+        for (stage_id, p), snap in sorted(cut.snapshots.items()):
+            stage = self.graph.stages[stage_id]
+            kgr = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
+            for uid, (local_dir, files, num_keys, _ms) in sorted(snap.items()):
+                state_files, size, uploaded = [], 0, 0
+                for name, fsize in files:
+                    local = os.path.join(local_dir, name)
+                    if incremental and name.endswith(".sst"):
+                        key = (uid, p, name, fsize)
+                        rel = self.shared.get(key) or cut.new_shared.get(key)
+                        if rel is None:
+                            rel = f"shared/{uuid.uuid4().hex}.sst"
+                            self.store.upload_file(local, rel)
+                            cut.new_shared[key] = rel
+                            uploaded += fsize
+                        kind = "sst"
+                    else:
+                        rel = f"{chk}/{safe_name(uid)}-{p}/{name}"
+                        self.store.upload_file(local, rel)
+                        uploaded += fsize
+                        kind = "private"
+                    state_files.append(StateFile(rel, fsize, kind, name))
+                    size += fsize
+                self._operator(operators, uid).subtasks.append(SubtaskState(p, kgr.start, kgr.end, state_files, num_keys, size, uploaded))
+                cut.stats.tasks_acknowledged += 1
+                cut.stats.state_size += size
+                cut.stats.incremental_size += uploaded
+
+    def _write_checkpoint(self, cut: CutState) -> CheckpointMetadata:
         t0 = time.perf_counter()
         chk = self.store.begin(cut.checkpoint_id)
         operators: dict[str, OperatorState] = {}
-        for (stage_id, p), chain in sorted(cut.chains.items()):
+        if self.settings.backend == "rocksdb":
+            self._write_rocksdb(cut, chk, operators)
+        for (stage_id, p), chain in sorted(cut.chains.items()) if self.settings.backend == "hashmap" else ():
             stage = self.graph.stages[stage_id]
             tables = read_committed_tables(chain)
             kgr = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
             for uid in self._keyed_uids(stage_id):
-                node = self.graph.node_by_uid(uid)
-                op = operators.get(uid)
-                if op is None:
-                    op = operators[uid] = OperatorState(uid, node.name, stage.parallelism, stage.max_parallelism, self.settings.backend, [])
+                op = self._operator(operators, uid)
                 table = tables.get(uid, {})
                 data = dumps(table)
                 rel = f"{chk}/{safe_name(uid)}-{p}.pkl"
@@ -184,7 +264,7 @@ class CheckpointCoordinator:
             completed_time_ms=now_ms(),
             max_parallelism=max((s.max_parallelism for s in self.graph.stages), default=128),
             backend=self.settings.backend,
-            incremental=False,
+            incremental=self.settings.backend == "rocksdb" and self.settings.incremental,
             operators=list(operators.values()),
             sources=cut.sources,
             sinks=cut.sinks,
@@ -231,6 +311,7 @@ class CheckpointCoordinator:
     def _completed(self, cut: CutState) -> CheckpointMetadata:
         meta = self._future.result()  # type: ignore[union-attr]
         cut.stats.status = "COMPLETED"
+        self.shared.update(cut.new_shared)
         self.pending = None
         self._future = None
         self._last_end = time.monotonic()
@@ -248,7 +329,7 @@ class CheckpointCoordinator:
         self._last_end = time.monotonic()
         self.aborted.append(cut.checkpoint_id)
         try:
-            self.store.abort(cut.checkpoint_id)
+            self.store.abort(cut.checkpoint_id, list(cut.new_shared.values()))
         except Exception:  # noqa: BLE001 - the checkpoint is declined either way
             log.exception("could not remove the files of declined checkpoint %d", cut.checkpoint_id)
         log.warning("%s", reason)
@@ -276,8 +357,10 @@ class CheckpointCoordinator:
         self.pending = None
         self._future = None
         self.aborted.append(cut.checkpoint_id)
+        for d in cut.local_dirs:
+            shutil.rmtree(d, ignore_errors=True)
         try:
-            self.store.abort(cut.checkpoint_id)
+            self.store.abort(cut.checkpoint_id, list(cut.new_shared.values()))
         except Exception:  # noqa: BLE001
             log.exception("could not remove the files of aborted checkpoint %d", cut.checkpoint_id)
 

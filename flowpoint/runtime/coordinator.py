@@ -20,9 +20,11 @@ from flowpoint.errors import ConfigurationError, FlowpointError, JobExecutionErr
 from flowpoint.runtime.checkpointing import CheckpointCoordinator, now_ms
 from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
 from flowpoint.runtime.restore import RestoredJob, find_restore_point, pack_position, plan_restore
+from flowpoint.state.rocksdb_working import read_committed_tables_rocksdb
 from flowpoint.state.working import (
     CommittedChain,
     default_working_dir,
+    partition_dir,
     read_committed_tables,
     remove_job_dir,
 )
@@ -109,13 +111,6 @@ class Coordinator:
             params = self.env.get_config().get_global_job_parameters()
             self.settings = resolve_checkpoint_settings(self.env)
             self.backoff = resolve_restart_backoff(self.env, self.settings.enabled)
-            if self.settings.backend != "hashmap":
-                msg = (
-                    f"state backend {self.settings.backend!r}: flowpoint/state/rocksdb.py holds the RocksDB backend, but "
-                    "the epoch runtime does not run it yet (its working state and incremental checkpoints are the "
-                    "next step of the checkpoints issue). Use HashMapStateBackend (state.backend.type: hashmap)"
-                )
-                raise ConfigurationError(msg)
             restore = self._initial_restore()
             plans = build_stage_plans(self.graph, self.job_id, params)
             self._executor = SparkEpochExecutor(spark, self.graph, plans, self.job_id)
@@ -288,7 +283,7 @@ class Coordinator:
             self._discover()
             reads, new_positions, planned = self._plan(time.monotonic() - read_started)
             last = self._all_finished(new_positions)
-            if planned == 0 and not last:
+            if planned == 0 and not last and not (self.checkpoints and self.checkpoints.sync_request()):
                 self._cancel.wait(idle_s)
                 continue
             if planned == 0 and last and self.epoch > 0:
@@ -296,13 +291,21 @@ class Coordinator:
             self.epoch += 1
             # a restored partition writes a local base at once: its chain then no longer reads the
             # checkpoint's files, which retention may delete once a newer checkpoint completes
-            compact = {k for k, c in self.chains.items() if c.restored or c.wants_base(compaction_bytes)}
-            done, aborted = self.checkpoints.take_notifications() if self.checkpoints else ((), ())
-            pinned = self.checkpoints.pinned() if self.checkpoints else frozenset()
-            spec = EpochSpec(self.run_key, self.epoch, self.working_dir, dict(self.chains), compact, last, pinned, done, aborted)
+            hashmap = self.settings.backend == "hashmap"
+            compact = {k for k, c in self.chains.items() if hashmap and (c.restored or c.wants_base(compaction_bytes))}
+            cp = self.checkpoints
+            done, aborted = cp.take_notifications() if cp else ((), ())
+            pinned = cp.pinned() if cp else frozenset()
+            snapshot = cp.sync_request() if cp else None
+            spec = EpochSpec(
+                self.run_key, self.epoch, self.working_dir, dict(self.chains), compact, last, pinned, done, aborted,
+                self.settings.backend, snapshot,
+            )
             t0 = time.monotonic()
             acks = self._executor.run_epoch(spec, reads)
             self._commit(acks, new_positions)
+            if snapshot is not None:
+                cp.attach_snapshots(snapshot, acks, self.working_dir, self.run_key)
             self._report(planned, time.monotonic() - t0)
             if last:
                 break
@@ -392,7 +395,12 @@ class Coordinator:
             chain = self.chains.get((stage.id, p))
             if chain is None:
                 continue
-            for name, table in read_committed_tables(chain).get(uid, {}).items():
+            if self.settings.backend == "rocksdb":
+                directory = partition_dir(self.working_dir, self.run_key, stage.id, p)
+                tables = read_committed_tables_rocksdb(directory, [uid], chain, stage.max_parallelism)
+            else:
+                tables = read_committed_tables(chain)
+            for name, table in tables.get(uid, {}).items():
                 merged.setdefault(name, {}).update(table)
         if state_name is None:
             return merged

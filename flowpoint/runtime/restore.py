@@ -70,6 +70,19 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
             )
             raise CheckpointError(msg)
         stage = graph.stages[node.stage_id]
+        base = job_dir_uri.rstrip("/")
+        if op.backend == "rocksdb":
+            if op.parallelism != stage.parallelism:
+                msg = (
+                    f"{where}: operator uid {op.uid!r} was checkpointed by RocksDB with parallelism {op.parallelism}, "
+                    f"the job now runs it with {stage.parallelism}. Restore a RocksDB checkpoint with its own parallelism "
+                    f"(-p {op.parallelism}), or rescale through a savepoint"
+                )
+                raise CheckpointError(msg)
+            for sub in op.subtasks:
+                files = tuple((f"{base}/{f.path}", f.local_name or f.path.rsplit("/", 1)[-1]) for f in sub.files)
+                chains.setdefault((stage.id, sub.index), []).append(RestoredFile(op.uid, base, sub.state_size, files=files, epoch=meta.epoch))
+            continue
         for p in range(stage.parallelism):
             mine = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
             for sub in op.subtasks:
@@ -77,11 +90,11 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
                     continue
                 whole = mine.start <= sub.key_group_start and sub.key_group_end <= mine.end
                 for f in sub.files:
-                    uri = f"{job_dir_uri.rstrip('/')}/{f.path}"
+                    uri = f"{base}/{f.path}"
                     kg = None if whole else (mine.start, mine.end, stage.max_parallelism)
                     # driver-memory storage (JobManagerCheckpointStorage) is invisible to executors: ship the bytes
                     data = read_uri_bytes(uri) if uri.startswith("memory://") else None
-                    chains.setdefault((stage.id, p), []).append(RestoredFile(op.uid, uri, f.size, kg, data))
+                    chains.setdefault((stage.id, p), []).append(RestoredFile(op.uid, uri, f.size, kg, data, epoch=meta.epoch))
     positions: dict[tuple[str, int], tuple[Any, Any, bool]] = {}
     source_uids = {n.uid for n in graph.sources()}
     for sp in meta.sources:

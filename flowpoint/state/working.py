@@ -49,6 +49,8 @@ class RestoredFile:
     size: int = 0
     key_groups: tuple[int, int, int] | None = None  # (first, last, max parallelism): keep only these (rescaling)
     data: bytes | None = None  # the file itself, when executors cannot read the URI (driver-memory storage)
+    files: tuple[tuple[str, str], ...] = ()  # RocksDB: (uri, name in the DB directory) of a native snapshot
+    epoch: int = 0  # the checkpoint's epoch
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,12 @@ class CommittedChain:
         return self.delta_bytes() > max(base_size, min_bytes) or len(self.deltas) >= max_deltas
 
     def committed(self, epoch: int, token: str, state: TaskStateAck | None) -> CommittedChain:
+        if state is not None and state.applied is not None:
+            # RocksDB: the partition's DBs durably hold every epoch up to ``applied`` (and any restore)
+            kept = tuple(f for f in self.deltas if f.epoch > state.applied)
+            if state.path:
+                kept = (*kept, CommittedFile(epoch, token, state.path, state.size))
+            return CommittedChain(None, kept, epoch, token)
         if state is None:
             return CommittedChain(self.base, self.deltas, epoch, token, self.restored)
         f = CommittedFile(epoch, token, state.path, state.size)
@@ -103,22 +111,58 @@ class TaskStateAck:
     is_base: bool
     changed_keys: int
     total_keys: int
+    applied: int | None = None  # RocksDB: the committed epoch the partition's DBs hold
 
 
 class TaskState:
-    """The keyed state backends (one per keyed operator) of one partition, in one worker."""
+    """The keyed state backends (one per keyed operator) of one partition, in one worker.
 
-    def __init__(self) -> None:
-        self.backends: dict[str, HeapKeyedStateBackend] = {}
+    ``kind`` is the state backend: "hashmap" (dicts in this process) or "rocksdb" (a DB per
+    operator under ``directory``, opened for the length of a task; see rocksdb_working.py).
+    """
+
+    def __init__(self, kind: str = "hashmap", directory: str = "", max_parallelism: int = 128) -> None:
+        self.kind = kind
+        self.directory = directory
+        self.max_parallelism = max_parallelism
+        self.backends: dict[str, Any] = {}
         self.version = 0
         self.pending: tuple[int, str] | None = None
         self.operators: Any = None  # the opened operator chain bound to these backends
+        self.chain: CommittedChain | None = None
+        self._deltas: dict[str, dict[str, Any]] = {}
 
-    def backend(self, uid: str, name: str) -> HeapKeyedStateBackend:
+    def backend(self, uid: str, name: str) -> Any:
         b = self.backends.get(uid)
         if b is None:
-            b = self.backends[uid] = HeapKeyedStateBackend(name)
+            if self.kind == "rocksdb":
+                from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
+                from flowpoint.state.rocksdb_working import catch_up, db_path
+
+                b = RocksDBKeyedStateBackend(name, db_path(self.directory, uid), self.max_parallelism)
+                catch_up(b, uid, self.chain or CommittedChain(), self._deltas)
+            else:
+                b = HeapKeyedStateBackend(name)
+            self.backends[uid] = b
         return b
+
+    def open_rocksdb(self, chain: CommittedChain) -> None:
+        """Start of a task: drop uncommitted overlays, open the DBs, catch up to ``chain``."""
+        from flowpoint.state.rocksdb_working import catch_up
+
+        self.chain = chain
+        self._deltas = {}
+        for uid, b in self.backends.items():
+            b.rollback()
+            catch_up(b, uid, chain, self._deltas)
+
+    def close_rocksdb(self) -> int:
+        """End of a task: flush and close the DBs; returns the epoch they all durably hold."""
+        applied = min((b.version() for b in self.backends.values()), default=0)
+        for b in self.backends.values():
+            b.close()
+        self._deltas = {}
+        return applied
 
     def apply_file(self, path: str) -> None:
         with open(path, "rb") as f:
@@ -170,14 +214,7 @@ class TaskStateCache:
 
     def acquire(self, job_id: str, stage_id: int, partition: int, chain: CommittedChain) -> tuple[TaskState, bool]:
         """The state of a partition at the chain's committed version; ``fresh`` if rebuilt."""
-        jobs = self._by_job
-        entries = jobs.get(job_id)
-        if entries is None:
-            entries = jobs[job_id] = {}
-            while len(jobs) > self.MAX_JOBS:
-                jobs.popitem(last=False)
-        else:
-            jobs.move_to_end(job_id)
+        entries = self._entries(job_id)
         ts = entries.get((stage_id, partition))
         fresh = False
         if ts is not None and ts.pending is not None:
@@ -209,6 +246,30 @@ class TaskStateCache:
                 ts.version = f.epoch
         ts.version = chain.version  # epochs without deltas changed no state here
         return ts, fresh
+
+    def acquire_rocksdb(self, job_id: str, stage_id: int, partition: int, chain: CommittedChain, directory: str, max_parallelism: int) -> tuple[TaskState, bool]:
+        """RocksDB: the partition's DBs opened at the chain's committed version."""
+        entries = self._entries(job_id)
+        ts = entries.get((stage_id, partition))
+        fresh = ts is None
+        if ts is None:
+            ts = entries[(stage_id, partition)] = TaskState("rocksdb", directory, max_parallelism)
+        elif ts.pending is not None and not chain.is_committed(*ts.pending):
+            ts.operators = None  # the functions may hold the failed attempt's fields
+        ts.pending = None
+        ts.open_rocksdb(chain)
+        return ts, fresh
+
+    def _entries(self, job_id: str) -> dict[tuple[int, int], TaskState]:
+        jobs = self._by_job
+        entries = jobs.get(job_id)
+        if entries is None:
+            entries = jobs[job_id] = {}
+            while len(jobs) > self.MAX_JOBS:
+                jobs.popitem(last=False)
+        else:
+            jobs.move_to_end(job_id)
+        return entries
 
     def drop(self, job_id: str, stage_id: int | None = None, partition: int | None = None) -> None:
         if stage_id is None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +22,7 @@ from flowpoint.state.working import (
     remove_files_before,
     write_state_file,
 )
+from flowpoint.state.rocksdb_working import db_path, remove_applied_deltas
 from flowpoint.tasks.batches import decode
 from flowpoint.tasks.context import TaskRuntimeContext
 from flowpoint.tasks.operators import (
@@ -45,6 +49,8 @@ class EpochSpec:
     pinned: frozenset[str] = frozenset()  # working files a checkpoint is still reading
     checkpoints_completed: tuple[int, ...] = ()  # for CheckpointListener.notify_checkpoint_complete
     checkpoints_aborted: tuple[int, ...] = ()
+    backend: str = "hashmap"  # the state backend: "hashmap" or "rocksdb"
+    checkpoint: int | None = None  # RocksDB: snapshot the state this epoch starts from as this checkpoint
 
 
 @dataclass
@@ -60,6 +66,7 @@ class TaskAck:
     error: FlowpointError | None = None
     seconds: float = 0.0
     fresh_state: bool = False
+    snapshot: dict[str, tuple[str, list, int, float]] | None = None  # RocksDB checkpoint, see _snapshot_rocksdb
 
 
 class ChainRuntime:
@@ -133,7 +140,13 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
     started = time.perf_counter()
     ack = TaskAck(plan.stage_id, partition, spec.epoch, token, attempt)
     chain = spec.chains.get((plan.stage_id, partition)) or CommittedChain()
-    ts, ack.fresh_state = CACHE.acquire(spec.job_id, plan.stage_id, partition, chain)
+    directory = partition_dir(spec.working_dir, spec.job_id, plan.stage_id, partition)
+    rocksdb = spec.backend == "rocksdb"
+    if rocksdb:
+        maxp = plan.ops[plan.head].max_parallelism
+        ts, ack.fresh_state = CACHE.acquire_rocksdb(spec.job_id, plan.stage_id, partition, chain, directory, maxp)
+    else:
+        ts, ack.fresh_state = CACHE.acquire(spec.job_id, plan.stage_id, partition, chain)
     ts.pending = (spec.epoch, token)
     try:
         if ts.operators is None:
@@ -142,6 +155,8 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
         rt: ChainRuntime = ts.operators
         rt.set_attempt(attempt)
         rt.notify_checkpoints(spec.checkpoints_completed, spec.checkpoints_aborted)
+        if rocksdb and spec.checkpoint is not None and ts.backends:
+            ack.snapshot = _snapshot_rocksdb(ts, directory, spec.checkpoint)
         for _, w in rt.writers:
             w.out = []
             w.batches = 0
@@ -162,7 +177,7 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
             if payload is not None:
                 ack.sink_payloads[nid] = payload
         if ts.backends:
-            ack.state = _write_state(plan, spec, partition, token, ts, chain)
+            ack.state = _write_state(plan, spec, partition, directory, token, ts, chain)
         outputs = [(edge_id, dest, payload) for edge_id, w in rt.writers for dest, payload in w.out]
         for _, w in rt.writers:
             w.out = []
@@ -178,8 +193,28 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
     except BaseException:
         ts.operators = None  # a retry re-opens the functions from scratch
         raise
+    finally:
+        if rocksdb:
+            applied = ts.close_rocksdb()  # releases the DBs' locks for the partition's next task
+            if ack.state is not None:
+                ack.state = dataclasses.replace(ack.state, applied=applied)
+            remove_applied_deltas(directory, applied, spec.pinned)
     ack.seconds = time.perf_counter() - started
     return outputs, ack
+
+
+def _snapshot_rocksdb(ts: TaskState, directory: str, checkpoint_id: int) -> dict[str, tuple[str, list, int, float]]:
+    """The synchronous part of a RocksDB checkpoint: hard-linked copies of the committed DBs.
+    Returns uid -> (local directory, [(file name, size)], number of keys, milliseconds)."""
+    out = {}
+    for uid, b in ts.backends.items():
+        t0 = time.perf_counter()
+        target = os.path.join(directory, f"chk-{checkpoint_id}", os.path.basename(db_path(directory, uid)))
+        if os.path.exists(target):  # a retried task: the earlier attempt's copy is of the same state
+            shutil.rmtree(target)
+        files = b.create_checkpoint(target)
+        out[uid] = (target, files, b.num_keys(), (time.perf_counter() - t0) * 1000)
+    return out
 
 
 def _feed(plan: StagePlan, head: Operator, inputs: Any) -> None:
@@ -193,9 +228,8 @@ def _feed(plan: StagePlan, head: Operator, inputs: Any) -> None:
         head.process(origin, data)
 
 
-def _write_state(plan: StagePlan, spec: EpochSpec, partition: int, token: str, ts: TaskState, chain: CommittedChain) -> TaskStateAck:
-    directory = partition_dir(spec.working_dir, spec.job_id, plan.stage_id, partition)
-    compact = (plan.stage_id, partition) in spec.compact
+def _write_state(plan: StagePlan, spec: EpochSpec, partition: int, directory: str, token: str, ts: TaskState, chain: CommittedChain) -> TaskStateAck:
+    compact = (plan.stage_id, partition) in spec.compact and ts.kind == "hashmap"
     changed = sum(b.changed_keys() for b in ts.backends.values())
     total = sum(b.num_keys() for b in ts.backends.values())
     if compact:
