@@ -1,0 +1,1219 @@
+"""RocksDB keyed state: committed state on local disk, the current epoch's changes in memory.
+
+The DB (through ``rocksdict``) holds only *committed* state. While a task runs, its operators read
+and write through an in-memory **overlay**: per state, a dict from key to deserialized value
+(a read caches the value, so reading a key again in the epoch is a dict lookup, and a list or
+dict the user mutates in place is the object the overlay holds). Reads check the overlay, then
+the DB. At the end of the task :meth:`RocksDBKeyedStateBackend.delta` encodes the overlay into
+byte-level puts/deletes/prefix-deletes. ``commit()`` and ``rollback()`` both just drop the
+overlay: a committed delta reaches the DB only through :meth:`~RocksDBKeyedStateBackend.apply`,
+in one WriteBatch that also records the epoch (:meth:`~RocksDBKeyedStateBackend.version`).
+
+DB key layout (every integer big-endian)::
+
+    key group (2) | state id (1) | len(key) (4) | key | len(namespace) (4) | namespace | [user key]
+
+* the key group comes first so a key-group range is a contiguous key range (rescaling);
+* the key and the namespace are pickled (protocol 5, without memo so equal keys give equal
+  bytes; ``Row``/namedtuple keys are stored as plain tuples, numpy scalars as Python scalars);
+  the namespace is empty until windows use it;
+* MapState stores one DB entry per user key (the user key's pickle is the suffix); clearing a
+  map is a range delete of its prefix. Every other kind stores one entry per key (ListState:
+  the pickled list).
+* meta entries live under ``\\xff\\xff`` (after every key group): the state ids and kinds per
+  state name (``S`` + name), the committed epoch (``V``) and the number of (state, key) pairs
+  (``N``, kept exact through the deltas so :meth:`num_keys` never scans).
+
+Values are pickled with :func:`flowpoint.tasks.batches.dumps` (cloudpickle for ``__main__``
+classes). The WAL is disabled: durability comes from the delta files and checkpoints, and the
+epoch is written in the same batch as the data, so after a crash the DB is at some committed
+epoch (``version()``) and catches up from the delta files after it. Compaction is universal
+style: an incremental checkpoint after a small update uploads about the size of the update,
+not a rewritten level (``benchmarks/state_backends.py`` measures it).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import shutil
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowpoint.api.row import Row
+from flowpoint.api.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
+    ListState,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    ReducingState,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueState,
+    ValueStateDescriptor,
+)
+from flowpoint.errors import StateAccessError
+from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
+
+try:
+    from flowpoint.tasks.batches import dumps
+except ImportError:  # pragma: no cover - an older batches.py without dumps()
+
+    def dumps(obj: Any) -> bytes:
+        try:
+            return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            import cloudpickle
+
+            return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+_loads = pickle.loads
+_pickle_dumps = pickle.dumps
+
+# -- constants and encoding ---------------------------------------------------------------------
+
+META = b"\xff\xff"
+META_STATE = META + b"S"  # + name (utf-8) -> state id (1 byte) + kind (ascii)
+META_VERSION = META + b"V"  # -> committed epoch (8 bytes)
+META_COUNT = META + b"N"  # -> number of (state, key) pairs (8 bytes)
+META_FORMAT = META + b"F"  # -> layout version (8 bytes)
+FORMAT_VERSION = 1
+DATA_END = META  # every data key sorts below this (key groups are < 2**15)
+UNKNOWN_KIND = "?"  # restored from a snapshot before the state was declared
+MAX_STATES = 256
+
+_EMPTY_NS = b"\x00\x00\x00\x00"  # length-prefixed empty namespace
+_pack_u32 = struct.Struct(">I").pack
+_pack_u64 = struct.Struct(">Q").pack
+_unpack_u64 = struct.Struct(">Q").unpack
+
+_MISS: Any = object()
+_ABSENT: Any = object()  # overlay tombstone (every kind but ValueState, where None is absent)
+
+_ATOMIC = frozenset({int, float, bool, str, bytes, complex, type(None)})
+_KEY_ATOMIC = frozenset({int, bool, str, bytes, type(None)})
+
+
+def _immutable(value: Any) -> bool:
+    t = type(value)
+    if t in _ATOMIC:
+        return True
+    if t is tuple or t is Row:
+        return all(type(x) in _ATOMIC for x in value)
+    return False
+
+
+class _SortedFrozenset:
+    """Pickles as ``frozenset(items)`` with the items in canonical order."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: tuple) -> None:
+        self.items = items
+
+    def __reduce__(self) -> Any:
+        return (frozenset, (self.items,))
+
+
+def _normalize(key: Any) -> Any:
+    """The form of a key that is pickled: equal keys (as ``keygroups.canonical_bytes`` sees
+    them) give equal pickles."""
+    t = type(key)
+    if t in _KEY_ATOMIC:
+        return key
+    if t is float:
+        return 0.0 if key == 0.0 else key
+    if isinstance(key, tuple):
+        return tuple(_normalize(x) for x in key)
+    if isinstance(key, str):
+        return str(key)
+    if isinstance(key, bool):
+        return bool(key)
+    if isinstance(key, int):
+        return int.__index__(key)
+    if isinstance(key, float):
+        return _normalize(float(key))
+    if isinstance(key, bytes):
+        return bytes(key)
+    if isinstance(key, frozenset):
+        items = sorted((_normalize(k) for k in key), key=canonical_bytes)
+        return _SortedFrozenset(tuple(items))
+    if hasattr(key, "item") and hasattr(key, "dtype"):  # numpy scalar
+        return _normalize(key.item())
+    return key
+
+
+def key_bytes(key: Any) -> bytes:
+    """Pickle (protocol 5) of a key or map user key, canonical for equal keys."""
+    t = type(key)
+    if t is str or t is int or t is bytes:
+        return pickle.dumps(key, 5)
+    buf = io.BytesIO()
+    p = pickle.Pickler(buf, 5)
+    p.fast = True  # no memo: ("a", "a") pickles alike whether or not the two are one object
+    p.dump(_normalize(key))
+    return buf.getvalue()
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def parse_db_key(kb: bytes) -> tuple[int, int, bytes, bytes, bytes]:
+    """``(key group, state id, key bytes, namespace bytes, user key bytes)`` of a data key."""
+    klen = int.from_bytes(kb[3:7], "big")
+    p = 7 + klen
+    nlen = int.from_bytes(kb[p : p + 4], "big")
+    q = p + 4 + nlen
+    return int.from_bytes(kb[0:2], "big"), kb[2], kb[7:p], kb[p + 4 : q], kb[q:]
+
+
+def key_group_prefix(key_group: int) -> bytes:
+    """Start of a key group's DB key range (rescaling reads or deletes ranges of these)."""
+    return key_group.to_bytes(2, "big")
+
+
+# -- options -------------------------------------------------------------------------------------
+
+_BLOCK_CACHE: Any = None
+_WRITE_BUFFERS: Any = None
+BLOCK_CACHE_BYTES = 64 << 20  # one LRU block cache shared by every backend of the process
+WRITE_BUFFER_BYTES = 64 << 20  # per DB; a checkpoint flushes it, so it holds one interval's writes
+WRITE_BUFFERS_PER_PROCESS = 256 << 20  # memtables of all backends of a process together
+
+
+def _options() -> Any:
+    from rocksdict import (
+        BlockBasedOptions,
+        Cache,
+        DBCompactionStyle,
+        DBCompressionType,
+        Options,
+        UniversalCompactOptions,
+        WriteBufferManager,
+    )
+
+    global _BLOCK_CACHE, _WRITE_BUFFERS
+    if _BLOCK_CACHE is None:
+        _BLOCK_CACHE = Cache(BLOCK_CACHE_BYTES)
+        _WRITE_BUFFERS = WriteBufferManager(WRITE_BUFFERS_PER_PROCESS, False)
+    o = Options(raw_mode=True)
+    o.create_if_missing(True)
+    # Universal compaction: every flush (at least one per checkpoint) adds a sorted run; runs of
+    # similar size merge once 8 of them exist, and the large base run is rewritten only when
+    # the newer runs add up to twice its size. An incremental checkpoint after updating 1 % of
+    # the keys therefore shares all but the new run and an occasional merge of small runs with
+    # the previous checkpoint. Level style rewrites the whole last level every few flushes when
+    # the updates are spread over all key groups (as they always are): about 20 % per checkpoint
+    # instead of 2-4 % (benchmarks/state_backends.py measures both; a trigger of 4 merges too
+    # often, 12 or more lets the runs written while the state grows pile up into one large merge).
+    o.set_compaction_style(DBCompactionStyle.universal())
+    u = UniversalCompactOptions()
+    u.size_ratio = 1
+    u.min_merge_width = 2
+    u.max_size_amplification_percent = 200
+    o.set_universal_compaction_options(u)
+    o.set_level_zero_file_num_compaction_trigger(8)
+    o.set_level_zero_slowdown_writes_trigger(40)
+    o.set_level_zero_stop_writes_trigger(60)
+    o.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    o.set_max_write_buffer_number(2)
+    o.set_write_buffer_manager(_WRITE_BUFFERS)
+    o.set_max_background_jobs(2)
+    o.set_compression_type(DBCompressionType.lz4())
+    o.set_keep_log_file_num(2)
+    o.set_max_log_file_size(1 << 20)
+    t = BlockBasedOptions()
+    t.set_bloom_filter(10, False)  # point lookups skip the runs that do not hold the key
+    t.set_block_cache(_BLOCK_CACHE)
+    t.set_cache_index_and_filter_blocks(True)
+    t.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    o.set_block_based_table_factory(t)
+    return o
+
+
+def _write_options() -> Any:
+    from rocksdict import WriteOptions
+
+    w = WriteOptions()
+    w.disable_wal = True
+    return w
+
+
+def _is_lock_error(e: BaseException) -> bool:
+    text = str(e).lower()
+    return "lock" in text and ("resource temporarily unavailable" in text or "lock hold" in text or "no locks" in text or "while lock" in text)
+
+
+# -- delta ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class RocksDBDelta:
+    """One epoch's changes of one backend, as DB bytes. Applied in this order: prefix deletes,
+    deletes, puts (the three never name the same DB key twice)."""
+
+    puts: dict[bytes, bytes] = field(default_factory=dict)
+    deletes: list[bytes] = field(default_factory=list)
+    prefix_deletes: list[bytes] = field(default_factory=list)
+    states: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (state id, kind)
+    key_count_change: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.puts or self.deletes or self.prefix_deletes)
+
+    def __len__(self) -> int:
+        return len(self.puts) + len(self.deletes) + len(self.prefix_deletes)
+
+    def nbytes(self) -> int:
+        return (
+            sum(len(k) + len(v) for k, v in self.puts.items())
+            + sum(map(len, self.deletes))
+            + sum(map(len, self.prefix_deletes))
+        )
+
+
+# -- overlay -------------------------------------------------------------------------------------
+
+
+class _Raw:
+    """A map value read from the DB and not yet handed to user code (kept as bytes, so that
+    ``contains``/``keys`` never mark mutable values as possibly changed)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+
+class _MapOverlay:
+    """The overlay of one key's map: entries read or written this epoch."""
+
+    __slots__ = ("entries", "dirty", "orig", "cleared", "complete", "prefix")
+
+    def __init__(self) -> None:
+        self.entries: dict[Any, Any] = {}  # user key -> value | _Raw | _ABSENT
+        self.dirty: set[Any] = set()  # user keys to write
+        self.orig: dict[Any, bytes | None] = {}  # user key -> DB bytes before the epoch
+        self.cleared = False  # a prefix delete precedes the entries
+        self.complete = False  # entries hold every live entry (after a scan or a clear)
+        self.prefix: bytes | None = None
+
+
+class _Table:
+    """The overlay of one state name."""
+
+    __slots__ = ("name", "sid", "sidb", "kind", "cache", "dirty", "orig", "maps")
+
+    def __init__(self, name: str, sid: int, kind: str) -> None:
+        self.name = name
+        self.sid = sid
+        self.sidb = bytes([sid])
+        self.kind = kind
+        self.cache: dict[Any, Any] = {}  # key -> value (None / _ABSENT when there is none)
+        self.dirty: set[Any] = set()  # keys whose value may differ from the DB's
+        self.orig: dict[Any, tuple[bytes, bytes | None]] = {}  # key -> (DB key, DB bytes before the epoch)
+        self.maps: dict[Any, _MapOverlay] = {}  # MapState only
+
+    def clear(self) -> None:
+        self.cache.clear()
+        self.dirty.clear()
+        self.orig.clear()
+        self.maps.clear()
+
+
+def _closed_get(*_args: Any) -> Any:
+    msg = "the RocksDB state backend is not open; call open() first"
+    raise StateAccessError(msg)
+
+
+# -- backend -------------------------------------------------------------------------------------
+
+
+class RocksDBKeyedStateBackend:
+    """The keyed state of one operator for one key-group range, in a RocksDB directory."""
+
+    def __init__(self, operator_name: str, db_path: str, max_parallelism: int, lock_timeout: float = 30.0):
+        self.operator_name = operator_name
+        self.db_path = db_path
+        self.max_parallelism = max_parallelism
+        self.lock_timeout = lock_timeout
+        self.current_key: Any = None
+        self._db: Any = None
+        self._get: Any = _closed_get
+        self._write_opts: Any = None
+        self._unflushed = False
+        self._names: dict[str, tuple[int, str]] = {}  # persisted: name -> (state id, kind)
+        self._tables: dict[str, _Table] = {}
+        self._enc: dict[Any, tuple[bytes, bytes]] = {}  # key -> (key group bytes, rest of key)
+        self._kg_bytes = [key_group_prefix(g) for g in range(max_parallelism)]
+        self._version = 0
+        self._count = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
+
+    def open(self, timeout: float | None = None) -> None:
+        """Open (or create) the DB. A DB locked by another process (or another open backend)
+        is retried for ``timeout`` seconds (default ``lock_timeout``, 30 s)."""
+        if self._db is not None:
+            return
+        from rocksdict import Rdict
+
+        timeout = self.lock_timeout if timeout is None else timeout
+        parent = os.path.dirname(os.path.abspath(self.db_path))
+        os.makedirs(parent, exist_ok=True)
+        options = _options()
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            try:
+                db = Rdict(self.db_path, options)
+                break
+            except Exception as e:  # rocksdict raises plain Exception
+                if not _is_lock_error(e):
+                    msg = f"cannot open the RocksDB state of operator {self.operator_name!r} at {self.db_path}: {e}"
+                    raise StateAccessError(msg) from e
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    msg = (
+                        f"the RocksDB state directory {self.db_path} of operator {self.operator_name!r} is "
+                        f"locked by another process (or another open backend) and was not released within "
+                        f"{timeout:g} s: {e}"
+                    )
+                    raise StateAccessError(msg) from e
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.5)
+        self._write_opts = _write_options()
+        db.set_write_options(self._write_opts)
+        self._db = db
+        self._get = db.get
+        try:
+            self._load_meta()
+        except BaseException:
+            self._db = None
+            self._get = _closed_get
+            db.close()
+            raise
+
+    def close(self) -> None:
+        """Flush the memtable if anything was written since the last flush, close the DB and
+        release its lock. The overlay is kept (an open() later continues with it)."""
+        db = self._db
+        if db is None:
+            return
+        try:
+            if self._unflushed:
+                db.flush(True)
+                self._unflushed = False
+        finally:
+            self._db = None
+            self._get = _closed_get
+            db.close()
+
+    def __enter__(self) -> RocksDBKeyedStateBackend:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _require_db(self) -> Any:
+        if self._db is None:
+            _closed_get()
+        return self._db
+
+    def _write(self, batch: Any) -> None:
+        self._db.write(batch, self._write_opts)
+        self._unflushed = True
+
+    def _batch(self) -> Any:
+        from rocksdict import WriteBatch
+
+        return WriteBatch(raw_mode=True)
+
+    def _load_meta(self) -> None:
+        db = self._db
+        self._names.clear()
+        end = prefix_end(META_STATE)
+        for k, v in self._scan(META_STATE, end):
+            self._names[k[len(META_STATE) :].decode("utf-8")] = (v[0], v[1:].decode("ascii"))
+        raw = db.get(META_VERSION)
+        self._version = _unpack_u64(raw)[0] if raw is not None else 0
+        raw = db.get(META_COUNT)
+        if raw is None:
+            wb = self._batch()
+            self._count = self._count_by_scan()
+            wb.put(META_COUNT, _pack_u64(self._count))
+            wb.put(META_FORMAT, _pack_u64(FORMAT_VERSION))
+            self._write(wb)
+        else:
+            self._count = _unpack_u64(raw)[0]
+        raw = db.get(META_FORMAT)
+        if raw is not None and _unpack_u64(raw)[0] != FORMAT_VERSION:
+            msg = f"the RocksDB state at {self.db_path} has layout version {_unpack_u64(raw)[0]}; this flowpoint reads version {FORMAT_VERSION}"
+            raise StateAccessError(msg)
+        for name, table in self._tables.items():  # states declared before a close/open
+            known = self._names.get(name)
+            if known is None or known[0] != table.sid:
+                sid = self._ensure_state(name, table.kind, table.sid)
+                table.sid, table.sidb = sid, bytes([sid])
+
+    def _scan(self, start: bytes, end: bytes | None, keys_only: bool = False) -> Any:
+        from rocksdict import ReadOptions
+
+        ro = ReadOptions()
+        if end is not None:
+            ro.set_iterate_upper_bound(end)
+        db = self._require_db()
+        it = db.keys(from_key=start, read_opt=ro) if keys_only else db.items(from_key=start, read_opt=ro)
+        # a generator keeps ``ro`` (and its upper bound) alive for as long as the iteration runs
+        yield from it
+
+    def _has_prefix(self, prefix: bytes) -> bool:
+        for _ in self._scan(prefix, prefix_end(prefix), keys_only=True):
+            return True
+        return False
+
+    # -- state ids -------------------------------------------------------------------------
+
+    def _ensure_state(self, name: str, kind: str, preferred: int | None = None, batch: Any = None) -> int:
+        """The state id of ``name`` in this DB, registering it (or its kind) if needed."""
+        known = self._names.get(name)
+        if known is not None:
+            sid, k = known
+            if k == kind or kind == UNKNOWN_KIND:
+                return sid
+            if k != UNKNOWN_KIND:
+                msg = (
+                    f"operator {self.operator_name!r} declares state {name!r} as {kind} state, "
+                    f"but it was declared as {k} state before; give the two states different names"
+                )
+                raise StateAccessError(msg)
+            if kind == "map":
+                self._migrate_to_map(name, sid)
+        else:
+            used = {s for s, _ in self._names.values()}
+            if preferred is not None and preferred not in used:
+                sid = preferred
+            else:
+                sid = next((i for i in range(MAX_STATES) if i not in used), -1)
+                if sid < 0:
+                    msg = f"operator {self.operator_name!r} declares more than {MAX_STATES} keyed states; the RocksDB backend holds at most {MAX_STATES}"
+                    raise StateAccessError(msg)
+        self._names[name] = (sid, kind)
+        entry = (META_STATE + name.encode("utf-8"), bytes([sid]) + kind.encode("ascii"))
+        if batch is not None:
+            batch.put(*entry)
+        else:
+            wb = self._batch()
+            wb.put(*entry)
+            self._write(wb)
+        return sid
+
+    def _migrate_to_map(self, name: str, sid: int) -> None:
+        """A state restored before its kind was known holds whole dicts; a MapState keeps one
+        entry per user key."""
+        wb = self._batch()
+        emptied = 0
+        for kb, raw in self._scan(b"", DATA_END):
+            if kb[2] != sid:
+                continue
+            wb.delete(kb)
+            value = _loads(raw)
+            if not value:
+                emptied += 1
+            for uk, v in value.items():
+                wb.put(kb + key_bytes(uk), dumps(v))
+        if emptied:
+            self._count -= emptied
+            wb.put(META_COUNT, _pack_u64(self._count))
+        self._write(wb)
+
+    # -- state registration ------------------------------------------------------------------
+
+    def get_partitioned_state(self, descriptor: StateDescriptor) -> Any:
+        name = descriptor.name
+        kind = descriptor.kind
+        table = self._tables.get(name)
+        if table is not None and table.kind != kind:
+            msg = (
+                f"operator {self.operator_name!r} declares state {name!r} as {kind} state, "
+                f"but it was declared as {table.kind} state before; give the two states different names"
+            )
+            raise StateAccessError(msg)
+        if table is None:
+            self._require_db()
+            sid = self._ensure_state(name, kind)
+            table = self._tables[name] = _Table(name, sid, kind)
+        cls = _STATE_CLASSES[type(descriptor)]
+        return cls(self, table, descriptor)
+
+    # -- encoding ----------------------------------------------------------------------------
+
+    def _encode(self, key: Any) -> tuple[bytes, bytes]:
+        """``(key group bytes, len + key bytes + empty namespace)``, cached for the epoch."""
+        kb = pickle.dumps(key, 5) if type(key) is str else key_bytes(key)
+        enc = self._enc[key] = (
+            self._kg_bytes[assign_to_key_group(key, self.max_parallelism)],
+            _pack_u32(len(kb)) + kb + _EMPTY_NS,
+        )
+        return enc
+
+    def _db_key(self, table: _Table, key: Any) -> bytes:
+        enc = self._enc.get(key)
+        if enc is None:
+            enc = self._encode(key)
+        return enc[0] + table.sidb + enc[1]
+
+    # -- epoch lifecycle -----------------------------------------------------------------------
+
+    def _map_exists_after(self, mo: _MapOverlay) -> bool:
+        for v in mo.entries.values():
+            if v is not _ABSENT:
+                return True
+        if mo.complete:
+            return False
+        for kb in self._scan(mo.prefix, prefix_end(mo.prefix), keys_only=True):  # type: ignore[arg-type]
+            if mo.entries.get(_loads(kb[len(mo.prefix) :]), _MISS) is not _ABSENT:  # type: ignore[arg-type]
+                return True
+        return False
+
+    def _diff(self, encode_values: bool) -> RocksDBDelta:
+        """The overlay against the DB: byte-level changes (values only if ``encode_values``)
+        and the change in the number of (state, key) pairs."""
+        out = RocksDBDelta()
+        get = self._get
+        for table in self._tables.values():
+            touched = False
+            if table.kind != "map":
+                absent = None if table.kind == "value" else _ABSENT
+                cache, orig = table.cache, table.orig
+                for key in table.dirty:
+                    value = cache[key]
+                    known = orig.get(key)
+                    if known is None:  # written without being read: look the old value up
+                        kb = self._db_key(table, key)
+                        before = get(kb)
+                        orig[key] = (kb, before)
+                    else:
+                        kb, before = known
+                    if value is absent:
+                        if before is None:
+                            continue
+                        out.deletes.append(kb)
+                        out.key_count_change -= 1
+                    else:
+                        if encode_values:
+                            try:
+                                vb = _pickle_dumps(value, 5)
+                            except Exception:
+                                vb = dumps(value)
+                            if vb == before:
+                                continue
+                            out.puts[kb] = vb
+                        else:
+                            out.puts[kb] = b""
+                        if before is None:
+                            out.key_count_change += 1
+                    touched = True
+            else:
+                for key, mo in table.maps.items():
+                    if not mo.dirty and not mo.cleared:
+                        continue
+                    if mo.prefix is None:
+                        mo.prefix = self._db_key(table, key)
+                    prefix = mo.prefix
+                    existed = self._has_prefix(prefix)
+                    if mo.cleared and existed:
+                        out.prefix_deletes.append(prefix)
+                        touched = True
+                    for uk in mo.dirty:
+                        value = mo.entries[uk]
+                        ekb = prefix + key_bytes(uk)
+                        if mo.cleared:
+                            before = None
+                        else:
+                            before = mo.orig.get(uk, _MISS)
+                            if before is _MISS:
+                                before = mo.orig[uk] = get(ekb)
+                        if value is _ABSENT:
+                            if before is None:
+                                continue
+                            out.deletes.append(ekb)
+                        else:
+                            if type(value) is _Raw:
+                                continue
+                            if encode_values:
+                                vb = dumps(value)
+                                if vb == before:
+                                    continue
+                                out.puts[ekb] = vb
+                            else:
+                                out.puts[ekb] = b""
+                        touched = True
+                    out.key_count_change += self._map_exists_after(mo) - existed
+            if touched:
+                out.states[table.name] = (table.sid, table.kind)
+        return out
+
+    def delta(self) -> RocksDBDelta:
+        """The changes of the current epoch (the overlay) as a picklable :class:`RocksDBDelta`."""
+        return self._diff(True)
+
+    def changed_keys(self) -> int:
+        n = 0
+        for table in self._tables.values():
+            n += len(table.dirty)
+            for mo in table.maps.values():
+                if mo.dirty or mo.cleared:
+                    n += 1
+        return n
+
+    def _drop_overlay(self) -> None:
+        for table in self._tables.values():
+            table.clear()
+        self._enc.clear()
+
+    def commit(self) -> None:
+        """Drop the overlay without writing it: the committed delta reaches the DB through
+        :meth:`apply`."""
+        self._drop_overlay()
+
+    def rollback(self) -> None:
+        self._drop_overlay()
+
+    def apply(self, delta: RocksDBDelta | None, version: int | None = None) -> None:
+        """Write a committed delta (and optionally the epoch it completes) in one WriteBatch.
+        Call it with an overlay that holds no changes (it is then only a read cache and is
+        dropped) or with the overlay the delta came from."""
+        self._require_db()
+        if not self.changed_keys():
+            self._drop_overlay()
+        wb = self._batch()
+        if delta:
+            if not isinstance(delta, RocksDBDelta):
+                msg = f"RocksDBKeyedStateBackend.apply() needs a RocksDBDelta; got {type(delta).__name__}"
+                raise TypeError(msg)
+            remap: dict[int, bytes] = {}
+            for name, (sid, kind) in delta.states.items():
+                local = self._ensure_state(name, kind, sid, wb)
+                if local != sid:
+                    remap[sid] = bytes([local])
+                table = self._tables.get(name)
+                if table is not None and table.sid != local:  # pragma: no cover - defensive
+                    table.sid, table.sidb = local, bytes([local])
+
+            if remap:
+
+                def fix(kb: bytes) -> bytes:
+                    r = remap.get(kb[2])
+                    return kb if r is None else kb[:2] + r + kb[3:]
+
+            else:
+
+                def fix(kb: bytes) -> bytes:
+                    return kb
+
+            for prefix in delta.prefix_deletes:
+                prefix = fix(prefix)
+                wb.delete_range(prefix, prefix_end(prefix))
+            delete, put = wb.delete, wb.put
+            if remap:
+                for kb in delta.deletes:
+                    delete(fix(kb))
+                for kb, vb in delta.puts.items():
+                    put(fix(kb), vb)
+            else:
+                for kb in delta.deletes:
+                    delete(kb)
+                for kb, vb in delta.puts.items():
+                    put(kb, vb)
+            if delta.key_count_change:
+                self._count += delta.key_count_change
+                wb.put(META_COUNT, _pack_u64(self._count))
+        if version is not None:
+            wb.put(META_VERSION, _pack_u64(version))
+        if len(wb):
+            self._write(wb)
+        if version is not None:
+            self._version = version
+
+    def version(self) -> int:
+        """The committed epoch the DB holds (0 for a new DB)."""
+        return self._version
+
+    def set_version(self, epoch: int) -> None:
+        self.apply(None, version=epoch)
+
+    # -- whole-state views ---------------------------------------------------------------------
+
+    def _committed_tables(self) -> dict[str, dict[Any, Any]]:
+        names = {sid: (name, kind) for name, (sid, kind) in self._names.items()}
+        out: dict[str, dict[Any, Any]] = {}
+        for kb, raw in self._scan(b"", DATA_END):
+            _kg, sid, kbytes, _ns, ukb = parse_db_key(kb)
+            name, kind = names.get(sid, (None, None))
+            if name is None:  # pragma: no cover - data of an unregistered id
+                continue
+            table = out.setdefault(name, {})
+            key = _loads(kbytes)
+            if kind == "map":
+                table.setdefault(key, {})[_loads(ukb)] = _loads(raw)
+            else:
+                table[key] = _loads(raw)
+        return out
+
+    def snapshot(self) -> dict[str, dict[Any, Any]]:
+        """All state (committed DB content with the overlay on top): ``{state name: {key:
+        value}}`` as the heap backend's snapshot (MapState values are dicts, ListState lists).
+        O(state)."""
+        out = self._committed_tables()
+        for table in self._tables.values():
+            if not table.cache and not table.maps:
+                continue
+            target = out.setdefault(table.name, {})
+            if table.kind != "map":
+                absent = None if table.kind == "value" else _ABSENT
+                for key, value in table.cache.items():
+                    if value is absent:
+                        target.pop(key, None)
+                    else:
+                        target[key] = value
+                continue
+            for key, mo in table.maps.items():
+                current = {} if mo.cleared else target.get(key, {})
+                for uk, value in mo.entries.items():
+                    if value is _ABSENT:
+                        current.pop(uk, None)
+                    else:
+                        current[uk] = _loads(value.raw) if type(value) is _Raw else value
+                if current:
+                    target[key] = current
+                else:
+                    target.pop(key, None)
+        return {name: table for name, table in out.items() if table}
+
+    def restore(self, tables: dict[str, dict[Any, Any]], kinds: dict[str, str] | None = None) -> None:
+        """Replace the DB content with ``tables`` (heap snapshot format) and drop the overlay.
+
+        The kind of each state comes from ``kinds``, from its declaration, or from the DB; a
+        state of unknown kind is stored one entry per key and split into per-user-key entries
+        if it is later declared as MapState."""
+        self._require_db()
+        self._drop_overlay()
+        wb = self._batch()
+        wb.delete_range(b"", DATA_END)
+        count = 0
+        maxp = self.max_parallelism
+        for name, table in tables.items():
+            kind = (kinds or {}).get(name)
+            if kind is None:
+                known = self._names.get(name)
+                kind = known[1] if known is not None else UNKNOWN_KIND
+            sid = self._ensure_state(name, kind, batch=wb)
+            sidb = bytes([sid])
+            for key, value in table.items():
+                kb = key_bytes(key)
+                dbk = assign_to_key_group(key, maxp).to_bytes(2, "big") + sidb + _pack_u32(len(kb)) + kb + _EMPTY_NS
+                if kind == "map":
+                    if not value:
+                        continue
+                    for uk, v in value.items():
+                        wb.put(dbk + key_bytes(uk), dumps(v))
+                else:
+                    if value is None and kind == "value" or kind == "list" and not value:
+                        continue
+                    wb.put(dbk, dumps(value))
+                count += 1
+        self._count = count
+        wb.put(META_COUNT, _pack_u64(count))
+        self._write(wb)
+
+    def _count_by_scan(self) -> int:
+        names = {sid: kind for sid, kind in self._names.values()}
+        count = 0
+        last_map_prefix = None
+        for kb in self._scan(b"", DATA_END, keys_only=True):
+            if names.get(kb[2]) == "map":
+                _kg, _sid, kbytes, ns, ukb = parse_db_key(kb)
+                prefix = kb[: len(kb) - len(ukb)]
+                if prefix == last_map_prefix:
+                    continue
+                last_map_prefix = prefix
+            count += 1
+        return count
+
+    def num_keys(self) -> int:
+        """Number of (state, key) pairs with state, overlay included (as the heap backend's).
+        O(keys changed in this epoch): the committed count is kept in the DB."""
+        if self._db is None:
+            _closed_get()
+        if not any(t.dirty or t.maps for t in self._tables.values()):
+            return self._count
+        return self._count + self._diff(False).key_count_change
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def create_checkpoint(self, target_dir: str) -> list[tuple[str, int]]:
+        """A RocksDB checkpoint (hard links) of the committed DB in ``target_dir`` (which must
+        not exist); returns ``[(file name, size)]`` of every file in it. SST file names are
+        unique within one DB's history, so a name a previous checkpoint listed with the same
+        size is the same file (incremental upload)."""
+        from rocksdict import Checkpoint
+
+        db = self._require_db()
+        if os.path.exists(target_dir):
+            msg = f"checkpoint directory {target_dir} already exists"
+            raise StateAccessError(msg)
+        os.makedirs(os.path.dirname(os.path.abspath(target_dir)), exist_ok=True)
+        if self._unflushed:
+            db.flush(True)
+            self._unflushed = False
+        Checkpoint(db).create_checkpoint(target_dir)
+        return sorted((name, os.path.getsize(os.path.join(target_dir, name))) for name in os.listdir(target_dir))
+
+    @staticmethod
+    def restore_files(db_path: str, source_dir: str, replace: bool = False) -> None:
+        """Make ``db_path`` a DB from a checkpoint directory: SST files are hard-linked when the
+        file system allows (they are immutable), everything else is copied. ``db_path`` must not
+        exist or be empty unless ``replace``."""
+        if not os.path.isfile(os.path.join(source_dir, "CURRENT")):
+            msg = f"{source_dir} is not a RocksDB checkpoint (no CURRENT file)"
+            raise StateAccessError(msg)
+        if os.path.exists(db_path) and os.listdir(db_path):
+            if not replace:
+                msg = f"cannot restore RocksDB state into {db_path}: the directory is not empty"
+                raise StateAccessError(msg)
+            shutil.rmtree(db_path)
+        tmp = db_path.rstrip(os.sep) + ".restoring"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        for name in os.listdir(source_dir):
+            src = os.path.join(source_dir, name)
+            dst = os.path.join(tmp, name)
+            if name.endswith((".sst", ".blob")):
+                try:
+                    os.link(src, dst)
+                    continue
+                except OSError:
+                    pass
+            shutil.copy2(src, dst)
+        if os.path.isdir(db_path):
+            os.rmdir(db_path)
+        os.replace(tmp, db_path)
+
+
+# -- state objects -------------------------------------------------------------------------------
+
+
+class _RocksState:
+    __slots__ = ("_backend", "_table", "_cache", "_dirty", "_orig", "_descriptor")
+
+    def __init__(self, backend: RocksDBKeyedStateBackend, table: _Table, descriptor: StateDescriptor):
+        self._backend = backend
+        self._table = table
+        self._cache = table.cache
+        self._dirty = table.dirty
+        self._orig = table.orig
+        self._descriptor = descriptor
+
+    def _key(self) -> Any:
+        key = self._backend.current_key
+        if key is None:
+            msg = (
+                f"state {self._descriptor.name!r} of operator {self._backend.operator_name!r} was used "
+                f"outside of a keyed context (no current key); use keyed state only while processing "
+                f"an element of a keyed stream"
+            )
+            raise StateAccessError(msg)
+        return key
+
+    def _fetch(self, key: Any) -> bytes | None:
+        """The committed bytes of ``key`` (``None`` if none), remembered with its DB key."""
+        b = self._backend
+        enc = b._enc.get(key)
+        if enc is None:
+            enc = b._encode(key)
+        kb = enc[0] + self._table.sidb + enc[1]
+        raw = b._get(kb)
+        self._orig[key] = (kb, raw)
+        return raw
+
+    def _load(self, key: Any) -> Any:
+        """The committed value of ``key`` (``_ABSENT`` if none), now cached in the overlay."""
+        raw = self._fetch(key)
+        if raw is None:
+            self._cache[key] = _ABSENT
+            return _ABSENT
+        value = self._cache[key] = _loads(raw)
+        if not _immutable(value):  # user code may mutate it in place
+            self._dirty.add(key)
+        return value
+
+    def _current(self, key: Any) -> Any:
+        value = self._cache.get(key, _MISS)
+        if value is _MISS:
+            value = self._load(key)
+        return value
+
+    def clear(self) -> None:
+        key = self._key()
+        if self._current(key) is not _ABSENT:
+            self._cache[key] = _ABSENT
+            self._dirty.add(key)
+
+
+class RocksDBValueState(_RocksState, ValueState):
+    __slots__ = ()
+
+    def _load(self, key: Any) -> Any:
+        raw = self._fetch(key)
+        if raw is None:
+            self._cache[key] = None
+            return None
+        value = self._cache[key] = _loads(raw)
+        if type(value) not in _ATOMIC and not _immutable(value):
+            self._dirty.add(key)
+        return value
+
+    def value(self) -> Any:
+        key = self._backend.current_key
+        value = self._cache.get(key, _MISS)
+        if value is _MISS:
+            if key is None:
+                self._key()
+            value = self._load(key)
+        return value
+
+    def update(self, value: Any) -> None:
+        key = self._backend.current_key
+        if key is None:
+            self._key()
+        self._cache[key] = value
+        self._dirty.add(key)
+
+    def clear(self) -> None:
+        key = self._key()
+        if self.value() is not None:
+            self._cache[key] = None
+            self._dirty.add(key)
+
+
+class RocksDBListState(_RocksState, ListState):
+    __slots__ = ()
+
+    def _load(self, key: Any) -> Any:
+        raw = self._fetch(key)
+        if raw is None:
+            self._cache[key] = _ABSENT
+            return _ABSENT
+        value = self._cache[key] = _loads(raw)
+        if not all(map(_immutable, value)):
+            self._dirty.add(key)
+        return value
+
+    def _touch(self, key: Any) -> list:
+        current = self._current(key)
+        if current is _ABSENT:
+            current = self._cache[key] = []
+        self._dirty.add(key)
+        return current
+
+    def get(self) -> list:
+        current = self._current(self._key())
+        return [] if current is _ABSENT else list(current)
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            msg = f"list state {self._descriptor.name!r}: cannot add None"
+            raise StateAccessError(msg)
+        self._touch(self._key()).append(value)
+
+    def add_all(self, values: list[Any]) -> None:
+        key = self._key()
+        if values:
+            self._touch(key).extend(values)
+
+    def update(self, values: list[Any]) -> None:
+        key = self._key()
+        self._cache[key] = list(values) if values else _ABSENT
+        self._dirty.add(key)
+
+
+class RocksDBMapState(_RocksState, MapState):
+    __slots__ = ()
+
+    def _mo(self) -> _MapOverlay:
+        key = self._key()
+        maps = self._table.maps
+        mo = maps.get(key)
+        if mo is None:
+            mo = maps[key] = _MapOverlay()
+        return mo
+
+    def _prefix(self, mo: _MapOverlay) -> bytes:
+        if mo.prefix is None:
+            mo.prefix = self._backend._db_key(self._table, self._backend.current_key)
+        return mo.prefix
+
+    def _entry(self, mo: _MapOverlay, uk: Any) -> Any:
+        value = mo.entries.get(uk, _MISS)
+        if value is _MISS:
+            if mo.complete:
+                return _ABSENT
+            raw = self._backend._get(self._prefix(mo) + key_bytes(uk))
+            mo.orig[uk] = raw
+            value = mo.entries[uk] = _ABSENT if raw is None else _Raw(raw)
+        return value
+
+    def _value(self, mo: _MapOverlay, uk: Any, value: Any) -> Any:
+        """A value about to be handed to user code."""
+        if type(value) is _Raw:
+            value = mo.entries[uk] = _loads(value.raw)
+            if not _immutable(value):
+                mo.dirty.add(uk)
+        return value
+
+    def _load_all(self, mo: _MapOverlay) -> None:
+        if mo.complete:
+            return
+        prefix = self._prefix(mo)
+        n = len(prefix)
+        entries, orig = mo.entries, mo.orig
+        for kb, raw in self._backend._scan(prefix, prefix_end(prefix)):
+            uk = _loads(kb[n:])
+            if uk not in entries:
+                entries[uk] = _Raw(raw)
+                orig[uk] = raw
+        mo.complete = True
+
+    def get(self, key: Any) -> Any:
+        mo = self._mo()
+        value = self._entry(mo, key)
+        if value is _ABSENT:
+            return None
+        return self._value(mo, key, value)
+
+    def put(self, key: Any, value: Any) -> None:
+        mo = self._mo()
+        mo.entries[key] = value
+        mo.dirty.add(key)
+
+    def put_all(self, dict_value: dict[Any, Any]) -> None:
+        mo = self._mo()
+        if dict_value:
+            mo.entries.update(dict_value)
+            mo.dirty.update(dict_value)
+
+    def remove(self, key: Any) -> None:
+        mo = self._mo()
+        if self._entry(mo, key) is not _ABSENT:
+            mo.entries[key] = _ABSENT
+            mo.dirty.add(key)
+
+    def contains(self, key: Any) -> bool:
+        return self._entry(self._mo(), key) is not _ABSENT
+
+    def items(self):
+        mo = self._mo()
+        self._load_all(mo)
+        return [(uk, self._value(mo, uk, v)) for uk, v in list(mo.entries.items()) if v is not _ABSENT]
+
+    def keys(self):
+        mo = self._mo()
+        self._load_all(mo)
+        return [uk for uk, v in mo.entries.items() if v is not _ABSENT]
+
+    def values(self):
+        mo = self._mo()
+        self._load_all(mo)
+        return [self._value(mo, uk, v) for uk, v in list(mo.entries.items()) if v is not _ABSENT]
+
+    def is_empty(self) -> bool:
+        mo = self._mo()
+        for v in mo.entries.values():
+            if v is not _ABSENT:
+                return False
+        if mo.complete:
+            return True
+        prefix = self._prefix(mo)
+        n = len(prefix)
+        for kb, raw in self._backend._scan(prefix, prefix_end(prefix)):
+            uk = _loads(kb[n:])
+            if mo.entries.get(uk, _MISS) is _ABSENT:
+                continue
+            mo.entries[uk] = _Raw(raw)
+            mo.orig[uk] = raw
+            return False
+        mo.complete = True
+        return True
+
+    def clear(self) -> None:
+        mo = self._mo()
+        if self.is_empty():
+            return
+        mo.entries.clear()
+        mo.dirty.clear()
+        mo.orig.clear()
+        mo.cleared = True
+        mo.complete = True
+
+
+class RocksDBReducingState(_RocksState, ReducingState):
+    __slots__ = ()
+
+    def get(self) -> Any:
+        value = self._current(self._key())
+        return None if value is _ABSENT else value
+
+    def add(self, value: Any) -> None:
+        key = self._key()
+        current = self._current(key)
+        if current is _ABSENT:
+            self._cache[key] = value
+        else:
+            self._cache[key] = self._descriptor.reduce_function.reduce(current, value)  # type: ignore[attr-defined]
+        self._dirty.add(key)
+
+
+class RocksDBAggregatingState(_RocksState, AggregatingState):
+    __slots__ = ()
+
+    def get(self) -> Any:
+        acc = self._current(self._key())
+        if acc is _ABSENT:
+            return None
+        return self._descriptor.agg_function.get_result(acc)  # type: ignore[attr-defined]
+
+    def add(self, value: Any) -> None:
+        key = self._key()
+        fn = self._descriptor.agg_function  # type: ignore[attr-defined]
+        current = self._current(key)
+        acc = fn.create_accumulator() if current is _ABSENT else current
+        self._cache[key] = fn.add(value, acc)
+        self._dirty.add(key)
+
+
+_STATE_CLASSES = {
+    ValueStateDescriptor: RocksDBValueState,
+    ListStateDescriptor: RocksDBListState,
+    MapStateDescriptor: RocksDBMapState,
+    ReducingStateDescriptor: RocksDBReducingState,
+    AggregatingStateDescriptor: RocksDBAggregatingState,
+}
+
+__all__ = ["RocksDBDelta", "RocksDBKeyedStateBackend", "key_bytes", "key_group_prefix", "parse_db_key", "prefix_end"]
