@@ -77,6 +77,7 @@ class Coordinator:
         self._ended = 0.0
         self._executor: Any = None
         self._last_progress = 0.0
+        self.epoch_history: list[tuple[int, int, float]] = []  # (epoch, records read, seconds)
 
     # -- control -------------------------------------------------------------------------------
 
@@ -363,6 +364,8 @@ class Coordinator:
             print(f"[flowpoint] {line}", file=sys.stderr, flush=True)
 
     def _report(self, records: int, seconds: float) -> None:
+        self.epoch_history.append((self.epoch, records, seconds))
+        del self.epoch_history[:-1000]
         interval = int(self.config.get("execution.progress.interval"))
         now = time.monotonic()
         if interval < 0 or (interval and (now - self._last_progress) * 1000 < interval):

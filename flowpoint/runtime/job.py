@@ -54,6 +54,10 @@ class JobExecutionResult:
         """Every checkpoint the job triggered: id, epoch, status, durations, sizes, failure reason."""
         return self._coordinator.checkpoint_stats()
 
+    def get_epoch_stats(self) -> list[tuple[int, int, float]]:
+        """The last 1,000 epochs: ``(epoch, records read, seconds)``."""
+        return list(self._coordinator.epoch_history)
+
     def get_keyed_state(self, uid: str, state_name: str | None = None) -> dict:
         """Committed keyed state of operator ``uid`` after the job: ``{key: value}`` for one
         state name, or ``{state name: {key: value}}`` for all."""
