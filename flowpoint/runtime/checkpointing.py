@@ -86,6 +86,7 @@ class CutState:
     snapshots: dict[tuple[int, int], dict[str, tuple]] = field(default_factory=dict)
     local_dirs: list[str] = field(default_factory=list)
     new_shared: dict[tuple, str] = field(default_factory=dict)  # registry entries this checkpoint uploaded
+    cancelled: bool = False
 
 
 def safe_name(uid: str) -> str:
@@ -278,6 +279,9 @@ class CheckpointCoordinator:
                 "records_read": cut.records_read,
             },
         )
+        if cut.cancelled:
+            msg = f"checkpoint {cut.checkpoint_id} was aborted while its files were written"
+            raise CheckpointError(msg)
         self.store.complete(meta)
         cut.stats.path = self.store.uri(chk)
         return meta
@@ -320,18 +324,10 @@ class CheckpointCoordinator:
         log.info("completed checkpoint %d (epoch %d, %d bytes, %.0f ms)", cut.checkpoint_id, cut.epoch, cut.stats.state_size, cut.stats.duration_ms)
         return meta
 
-    def _decline(self, cut: CheckpointStats | CutState, reason: str) -> None:
-        assert isinstance(cut, CutState)
-        cut.stats.status = "FAILED"
-        cut.stats.failure_reason = reason
-        self.pending = None
-        self._future = None
+    def _decline(self, cut: CutState, reason: str) -> None:
+        """The checkpoint failed or expired: it is dropped, and too many in a row fail the job."""
+        self._fail(cut, reason)
         self._last_end = time.monotonic()
-        self.aborted.append(cut.checkpoint_id)
-        try:
-            self.store.abort(cut.checkpoint_id, list(cut.new_shared.values()))
-        except Exception:  # noqa: BLE001 - the checkpoint is declined either way
-            log.exception("could not remove the files of declined checkpoint %d", cut.checkpoint_id)
         log.warning("%s", reason)
         self._consecutive_failures += 1
         if self._consecutive_failures > self.settings.tolerable_failures:
@@ -352,6 +348,10 @@ class CheckpointCoordinator:
             if future.exception() is None:
                 self._completed(cut)
                 return
+        self._fail(cut, reason)
+
+    def _fail(self, cut: CutState, reason: str) -> None:
+        cut.cancelled = True  # an upload still running never completes it
         cut.stats.status = "FAILED"
         cut.stats.failure_reason = reason
         self.pending = None
@@ -361,8 +361,8 @@ class CheckpointCoordinator:
             shutil.rmtree(d, ignore_errors=True)
         try:
             self.store.abort(cut.checkpoint_id, list(cut.new_shared.values()))
-        except Exception:  # noqa: BLE001
-            log.exception("could not remove the files of aborted checkpoint %d", cut.checkpoint_id)
+        except Exception:  # noqa: BLE001 - the checkpoint is dropped either way
+            log.exception("could not remove the files of failed checkpoint %d", cut.checkpoint_id)
 
     def take_notifications(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         done, aborted = tuple(self.completed), tuple(self.aborted)
