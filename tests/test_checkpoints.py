@@ -298,3 +298,27 @@ def test_checkpoint_listener_hears_completed_checkpoints(make_env, tmp_path):
     assert ids and set(ids) <= set(done)
     assert sorted(set(ids)) == done[: len(set(ids))]  # in order, none skipped
     assert all(ids.count(i) == 2 for i in set(ids))  # every parallel instance heard each one
+
+
+def test_a_checkpoint_slower_than_its_timeout_expires_and_the_job_goes_on(make_env, tmp_path, monkeypatch):
+    env = checkpointing_env(make_env, tmp_path, 2)
+    env.get_checkpoint_config().set_checkpoint_timeout(300)
+    env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(5)
+    real = CheckpointStorageAccess.write_bytes
+    slow = {"n": 0}
+
+    def slow_once(self, rel, data):
+        if rel.endswith(".pkl") and slow["n"] == 0:
+            slow["n"] += 1
+            time.sleep(2)
+        return real(self, rel, data)
+
+    monkeypatch.setattr(CheckpointStorageAccess, "write_bytes", slow_once)
+    sink = build(env, EVENTS)
+    result = env.execute("slow upload")
+    stats = result.get_checkpoint_stats()
+    expired = [s for s in stats if s.status == "FAILED"]
+    assert expired and "expired" in expired[0].failure_reason
+    assert completed(stats)
+    assert state_of(result) == expected_state(EVENTS)
+    assert sorted(sink.results) == expected_outputs(EVENTS)
