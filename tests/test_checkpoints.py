@@ -322,3 +322,28 @@ def test_a_checkpoint_slower_than_its_timeout_expires_and_the_job_goes_on(make_e
     assert completed(stats)
     assert state_of(result) == expected_state(EVENTS)
     assert sorted(sink.results) == expected_outputs(EVENTS)
+
+
+class KillsItsWorker(Counting):
+    """Kills the Python worker process running it, once (as an OOM killer or a crash would)."""
+
+    def __init__(self, flag: str):
+        super().__init__()
+        self.flag = flag
+
+    def process_element(self, value, ctx):
+        if value == 900 * 7919 % 100_003 and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            os._exit(137)
+        yield from super().process_element(value, ctx)
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_a_killed_worker_process_loses_nothing(make_env, tmp_path, backend):
+    env = checkpointing_env(make_env, tmp_path, 2, backend)
+    flag = str(tmp_path / "killed")
+    sink = build(env, EVENTS, function=KillsItsWorker(flag))
+    result = env.execute("killed worker")
+    assert os.path.exists(flag), "the worker was never killed"
+    assert state_of(result) == expected_state(EVENTS)
+    assert sorted(sink.results) == expected_outputs(EVENTS)
