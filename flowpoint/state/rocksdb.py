@@ -210,20 +210,21 @@ def _options() -> Any:
     o = Options(raw_mode=True)
     o.create_if_missing(True)
     # Universal compaction: every flush (at least one per checkpoint) adds a sorted run; runs of
-    # similar size merge once 8 of them exist, and the large base run is rewritten only when
+    # similar size merge once 12 of them exist, and the large base run is rewritten only when
     # the newer runs add up to twice its size. An incremental checkpoint after updating 1 % of
     # the keys therefore shares all but the new run and an occasional merge of small runs with
     # the previous checkpoint. Level style rewrites the whole last level every few flushes when
     # the updates are spread over all key groups (as they always are): about 20 % per checkpoint
-    # instead of 2-4 % (benchmarks/state_backends.py measures both; a trigger of 4 merges too
-    # often, 12 or more lets the runs written while the state grows pile up into one large merge).
+    # instead of 1.5-3.5 % (benchmarks/state_backends.py measures both; a trigger of 4 merges
+    # too often; 8 pays the merge of the runs written while the state grows earlier, at about
+    # the same long-run average).
     o.set_compaction_style(DBCompactionStyle.universal())
     u = UniversalCompactOptions()
     u.size_ratio = 1
     u.min_merge_width = 2
     u.max_size_amplification_percent = 200
     o.set_universal_compaction_options(u)
-    o.set_level_zero_file_num_compaction_trigger(8)
+    o.set_level_zero_file_num_compaction_trigger(12)
     o.set_level_zero_slowdown_writes_trigger(40)
     o.set_level_zero_stop_writes_trigger(60)
     o.set_write_buffer_size(WRITE_BUFFER_BYTES)
