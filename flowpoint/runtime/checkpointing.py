@@ -87,6 +87,7 @@ class CutState:
     local_dirs: list[str] = field(default_factory=list)
     new_shared: dict[tuple, str] = field(default_factory=dict)  # registry entries this checkpoint uploaded
     cancelled: bool = False
+    run_key: str = ""
 
 
 def safe_name(uid: str) -> str:
@@ -122,7 +123,8 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self.completed: list[int] = []  # ids to announce to user functions with the next epoch
         self.aborted: list[int] = []
-        # RocksDB incremental checkpoints: (uid, partition, file name, size) -> its path in shared/
+        # RocksDB incremental checkpoints: (run, uid, partition, file name, size) -> its path in
+        # shared/. Keyed by run: DBs restored twice from one checkpoint may name different files alike.
         self.shared: dict[tuple, str] = {}
 
     # -- triggering ----------------------------------------------------------------------------
@@ -163,11 +165,12 @@ class CheckpointCoordinator:
         cut = self.pending
         return cut.checkpoint_id if cut is not None and cut.awaiting_sync else None
 
-    def attach_snapshots(self, checkpoint_id: int, acks: list, working_dir: str, run_key: str) -> None:
+    def attach_snapshots(self, checkpoint_id: int, acks: list, run_key: str) -> None:
         """The epoch that took a RocksDB checkpoint's synchronous part committed: upload it."""
         cut = self.pending
         if cut is None or cut.checkpoint_id != checkpoint_id:
             return
+        cut.run_key = run_key
         for ack in acks:
             if ack.snapshot:
                 cut.snapshots[(ack.stage_id, ack.partition)] = ack.snapshot
@@ -209,7 +212,7 @@ class CheckpointCoordinator:
                 for name, fsize in files:
                     local = os.path.join(local_dir, name)
                     if incremental and name.endswith(".sst"):
-                        key = (uid, p, name, fsize)
+                        key = (cut.run_key, uid, p, name, fsize)
                         rel = self.shared.get(key) or cut.new_shared.get(key)
                         if rel is None:
                             rel = f"shared/{uuid.uuid4().hex}.sst"

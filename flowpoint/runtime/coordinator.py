@@ -306,7 +306,7 @@ class Coordinator:
             acks = self._executor.run_epoch(spec, reads)
             self._commit(acks, new_positions)
             if snapshot is not None:
-                cp.attach_snapshots(snapshot, acks, self.working_dir, self.run_key)
+                cp.attach_snapshots(snapshot, acks, self.run_key)
             self._report(planned, time.monotonic() - t0)
             if last:
                 break

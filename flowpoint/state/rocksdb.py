@@ -60,17 +60,7 @@ from flowpoint.api.state import (
 from flowpoint.errors import StateAccessError
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
 
-try:
-    from flowpoint.tasks.batches import dumps
-except ImportError:  # pragma: no cover - an older batches.py without dumps()
-
-    def dumps(obj: Any) -> bytes:
-        try:
-            return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, AttributeError, TypeError):
-            import cloudpickle
-
-            return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+from flowpoint.tasks.batches import dumps
 
 
 _loads = pickle.loads
