@@ -304,7 +304,7 @@ def test_checkpoint_listener_hears_completed_checkpoints(make_env, tmp_path):
 
 def test_a_checkpoint_slower_than_its_timeout_expires_and_the_job_goes_on(make_env, tmp_path, monkeypatch):
     env = checkpointing_env(make_env, tmp_path, 2)
-    env.get_checkpoint_config().set_checkpoint_timeout(300)
+    env.get_checkpoint_config().set_checkpoint_timeout(1000)
     env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(5)
     real = CheckpointStorageAccess.write_bytes
     slow = {"n": 0}
@@ -312,7 +312,7 @@ def test_a_checkpoint_slower_than_its_timeout_expires_and_the_job_goes_on(make_e
     def slow_once(self, rel, data):
         if rel.endswith(".pkl") and slow["n"] == 0:
             slow["n"] += 1
-            time.sleep(2)
+            time.sleep(4)
         return real(self, rel, data)
 
     monkeypatch.setattr(CheckpointStorageAccess, "write_bytes", slow_once)

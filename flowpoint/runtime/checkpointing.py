@@ -117,7 +117,9 @@ class CheckpointCoordinator:
         self.history: list[CheckpointStats] = []
         self.pending: CutState | None = None
         self._future: Future | None = None
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"flowpoint-checkpoint-{job_id[:8]}")
+        # one checkpoint is in flight at a time; more threads let a new one start while the upload
+        # of an expired one still hangs on slow storage
+        self._pool = ThreadPoolExecutor(4, thread_name_prefix=f"flowpoint-checkpoint-{job_id[:8]}")
         self._last_trigger = time.monotonic()
         self._last_end = float("-inf")
         self._consecutive_failures = 0
@@ -191,6 +193,11 @@ class CheckpointCoordinator:
         finally:
             for d in cut.local_dirs:  # the hard-linked RocksDB copies, uploaded or not
                 shutil.rmtree(d, ignore_errors=True)
+            if cut.cancelled:  # aborted while writing: remove what was written after the abort
+                try:
+                    self.store.abort(cut.checkpoint_id, list(cut.new_shared.values()))
+                except Exception:  # noqa: BLE001
+                    log.exception("could not remove the files of aborted checkpoint %d", cut.checkpoint_id)
 
     def _operator(self, operators: dict[str, OperatorState], uid: str) -> OperatorState:
         op = operators.get(uid)
