@@ -123,20 +123,35 @@ def test_restart_strategy_gives_up(make_env, tmp_path):
         assert len(f.read()) == 8  # 4 task attempts, then one restart with 4 more
 
 
-def test_failed_upload_declines_the_checkpoint_and_the_job_goes_on(make_env, tmp_path, monkeypatch):
-    env = checkpointing_env(make_env, tmp_path, 2)
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_failed_upload_declines_the_checkpoint_and_the_job_goes_on(make_env, tmp_path, monkeypatch, backend):
+    env = checkpointing_env(make_env, tmp_path, 2, backend)
     env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(1)
-    real = CheckpointStorageAccess.write_bytes
+    # state files: HashMap snapshots are written from memory, RocksDB files uploaded from disk
     calls = {"n": 0}
 
-    def flaky(self, rel, data):
-        if rel.endswith(".pkl"):
-            calls["n"] += 1
-            if calls["n"] == 3:
-                raise OSError("injected upload failure")
-        return real(self, rel, data)
+    def fail_the_third():
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("injected upload failure")
 
-    monkeypatch.setattr(CheckpointStorageAccess, "write_bytes", flaky)
+    if backend == "hashmap":
+        real_write = CheckpointStorageAccess.write_bytes
+
+        def flaky_write(self, rel, data):
+            if rel.endswith(".pkl"):
+                fail_the_third()
+            return real_write(self, rel, data)
+
+        monkeypatch.setattr(CheckpointStorageAccess, "write_bytes", flaky_write)
+    else:
+        real_upload = CheckpointStorageAccess.upload_file
+
+        def flaky_upload(self, local_path, rel):
+            fail_the_third()
+            return real_upload(self, local_path, rel)
+
+        monkeypatch.setattr(CheckpointStorageAccess, "upload_file", flaky_upload)
     sink = build(env, EVENTS)
     result = env.execute("flaky upload")
     stats = result.get_checkpoint_stats()
