@@ -101,6 +101,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--only", help="run one configuration: hashmap, rocksdb or rocksdb-incremental (with and without checkpoints)")
     args = parser.parse_args()
     from benchmarks.baselines.spark_tws import make_session
 
@@ -110,6 +111,8 @@ def main() -> int:
         ("hashmap", False, False), ("hashmap", False, True),
         ("rocksdb", False, False), ("rocksdb", False, True), ("rocksdb", True, True),
     ]
+    if args.only:
+        configurations = [c for c in configurations if f"{c[0]}{'-incremental' if c[1] else ''}" == args.only or (c[0] == args.only.split("-")[0] and not c[2])]
     for backend, incremental, checkpoints in configurations:
         with tempfile.TemporaryDirectory(prefix="fp-ckbench-") as root:
             row = run(spark, args.keys, args.epochs, backend, incremental, checkpoints, root)
