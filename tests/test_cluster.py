@@ -22,3 +22,15 @@ def test_keyed_state_across_two_executors(tmp_path):
     assert out["epochs"] == 10
     assert out["outputs"] == 20_000
     assert out["state"] == {str(k): len(range(k, 20_000, 101)) for k in range(101)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_a_killed_executor_loses_nothing(tmp_path, backend):
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "cluster_kill_job.py"), "local-cluster[2,1,1024]", str(tmp_path), backend],
+        capture_output=True, text=True, timeout=600, cwd=HERE,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("{")))
+    assert out == {"killed": True, "exact": True}
