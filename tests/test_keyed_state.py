@@ -10,7 +10,6 @@ from collections import defaultdict
 import pytest
 
 from flowpoint import (
-    AggregateFunction,
     AggregatingStateDescriptor,
     CollectSink,
     FilterFunction,
@@ -19,13 +18,15 @@ from flowpoint import (
     ListStateDescriptor,
     MapFunction,
     MapStateDescriptor,
-    ReduceFunction,
     ReducingStateDescriptor,
     Row,
     StreamExecutionEnvironment,
     Types,
     ValueStateDescriptor,
 )
+
+from state_functions import AverageAggregate as Average
+from state_functions import SumReduce as Sum
 
 # (user, amount) events; amount < 0 resets the user's state
 EVENTS = [
@@ -35,26 +36,6 @@ EVENTS = [
 ]
 WORDS = ["to", "be", "or", "not", "to", "be", "that", "is", "the", "question", "to", "be"]
 MAX_RECORDS = 10  # records per epoch over both sources: 4 epochs
-
-
-class Sum(ReduceFunction):
-    def reduce(self, value1, value2):
-        return value1 + value2
-
-
-class Average(AggregateFunction):
-    """A mutable accumulator ``[sum, count]``, updated in place."""
-
-    def create_accumulator(self):
-        return [0, 0]
-
-    def add(self, value, accumulator):
-        accumulator[0] += value
-        accumulator[1] += 1
-        return accumulator
-
-    def get_result(self, accumulator):
-        return accumulator[0] / accumulator[1]
 
 
 class AllStates(KeyedProcessFunction):

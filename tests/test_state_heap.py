@@ -11,11 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowpoint import (
-    AggregateFunction,
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
-    ReduceFunction,
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
@@ -29,41 +27,9 @@ from flowpoint.state.working import (
     write_state_file,
 )
 
+from state_functions import AverageAggregate, MaxAggregate, SumReduce
+
 # -- helpers ---------------------------------------------------------------------------------
-
-
-class SumReduce(ReduceFunction):
-    def reduce(self, value1, value2):
-        return value1 + value2
-
-
-class AverageAggregate(AggregateFunction):
-    """Accumulator ``[sum, count]`` mutated in place, as Flink aggregate functions often do."""
-
-    def create_accumulator(self):
-        return [0, 0]
-
-    def add(self, value, accumulator):
-        accumulator[0] += value
-        accumulator[1] += 1
-        return accumulator
-
-    def get_result(self, accumulator):
-        return accumulator[0] / accumulator[1]
-
-
-class MaxAggregate(AggregateFunction):
-    """Immutable accumulator (a tuple) returned anew by ``add``."""
-
-    def create_accumulator(self):
-        return (None, 0)
-
-    def add(self, value, accumulator):
-        best, n = accumulator
-        return (value if best is None or value > best else best, n + 1)
-
-    def get_result(self, accumulator):
-        return accumulator
 
 
 def backend_with_all_kinds(name: str = "op"):
