@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from flowpoint.state.working import CommittedChain, RestoredFile, read_uri
+from flowpoint.state.working import CommittedChain, RestoredFile, load_restored, read_uri
 
 
 def db_path(directory: str, uid: str) -> str:
@@ -79,17 +79,8 @@ def restore_native(path: str, files: list[RestoredFile]) -> None:
 
 def restore_tables(backend: Any, files: list[RestoredFile]) -> None:
     """Load full snapshots (HashMap checkpoints) into an empty DB."""
-    from flowpoint.state.keygroups import assign_to_key_group
-
-    merged: dict[str, dict[Any, Any]] = {}
-    for f in files:
-        tables = pickle.loads(f.data if f.data is not None else read_uri(f.uri))
-        for name, table in tables.items():
-            if f.key_groups is not None:
-                first, last, maxp = f.key_groups
-                table = {k: v for k, v in table.items() if first <= assign_to_key_group(k, maxp) <= last}
-            merged.setdefault(name, {}).update(table)
-    backend.restore(merged)
+    for tables in load_restored(files).values():
+        backend.restore(tables)
     backend.set_version(max(f.epoch for f in files))
 
 

@@ -24,7 +24,7 @@ import pickle
 import shutil
 import tempfile
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from flowpoint.state.heap import HeapKeyedStateBackend
@@ -179,19 +179,7 @@ class TaskState:
 
     def apply_restored(self, files: tuple[RestoredFile, ...]) -> None:
         """Load a checkpoint's full snapshots (``{state name: table}`` per operator uid)."""
-        merged: dict[str, dict[str, dict[Any, Any]]] = {}
-        for f in files:
-            tables = pickle.loads(f.data if f.data is not None else read_uri(f.uri))
-            if f.key_groups is not None:
-                first, last, max_parallelism = f.key_groups
-                tables = {
-                    name: {k: v for k, v in table.items() if first <= assign_to_key_group(k, max_parallelism) <= last}
-                    for name, table in tables.items()
-                }
-            into = merged.setdefault(f.uid, {})
-            for name, table in tables.items():
-                into.setdefault(name, {}).update(table)
-        for uid, tables in merged.items():
+        for uid, tables in load_restored(files).items():
             self.backend(uid, uid).restore(tables)
         self.commit()
 
@@ -296,6 +284,21 @@ def write_state_file(directory: str, kind: str, epoch: int, token: str, per_uid:
         f.write(dumps((kind, per_uid)))
     os.replace(tmp, path)
     return path, os.path.getsize(path)
+
+
+def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile]) -> dict[str, dict[str, dict[Any, Any]]]:
+    """A checkpoint's full snapshots merged per operator uid, each file keeping only its key
+    groups: ``{uid: {state name: {key: value}}}``."""
+    merged: dict[str, dict[str, dict[Any, Any]]] = {}
+    for f in files:
+        tables = pickle.loads(f.data if f.data is not None else read_uri(f.uri))
+        into = merged.setdefault(f.uid, {})
+        for name, table in tables.items():
+            if f.key_groups is not None:
+                first, last, max_parallelism = f.key_groups
+                table = {k: v for k, v in table.items() if first <= assign_to_key_group(k, max_parallelism) <= last}
+            into.setdefault(name, {}).update(table)
+    return merged
 
 
 def read_uri(uri: str) -> bytes:
