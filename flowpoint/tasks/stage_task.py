@@ -229,7 +229,7 @@ def _feed(plan: StagePlan, head: Operator, inputs: Any) -> None:
 
 
 def _write_state(plan: StagePlan, spec: EpochSpec, partition: int, directory: str, token: str, ts: TaskState, chain: CommittedChain) -> TaskStateAck:
-    compact = (plan.stage_id, partition) in spec.compact and ts.kind == "hashmap"
+    compact = (plan.stage_id, partition) in spec.compact  # the coordinator asks only HashMap partitions
     changed = sum(b.changed_keys() for b in ts.backends.values())
     total = sum(b.num_keys() for b in ts.backends.values())
     if compact:
