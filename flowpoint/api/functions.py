@@ -136,29 +136,152 @@ class SinkFunction(Function, RuntimeContextAware):
     def invoke(self, value: Any, context: Any) -> None: ...
 
 
+class TimerService(ABC):
+    """``ctx.timer_service()``: the clocks and, on a keyed stream, timers for the current key."""
+
+    @abstractmethod
+    def current_processing_time(self) -> int: ...
+
+    @abstractmethod
+    def current_watermark(self) -> int: ...
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        raise NotImplementedError
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        raise NotImplementedError
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        raise NotImplementedError
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        raise NotImplementedError
+
+
 class ProcessFunction(Function, RuntimeContextAware):
-    """``process_element(value, ctx)`` yields output records."""
+    """``process_element(value, ctx)`` yields output records; ``ctx.output(tag, value)`` emits
+    to a side output."""
 
     class Context(ABC):
         @abstractmethod
-        def timestamp(self) -> int | None: ...
+        def timestamp(self) -> int | None:
+            """The record's event timestamp (None if the stream has none)."""
+
+        @abstractmethod
+        def timer_service(self) -> TimerService: ...
+
+        @abstractmethod
+        def output(self, output_tag: OutputTag, value: Any) -> None: ...
 
     @abstractmethod
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any] | None: ...
 
 
 class KeyedProcessFunction(Function, RuntimeContextAware):
-    """Like :class:`ProcessFunction` on a keyed stream, with keyed state and the current key."""
+    """Like :class:`ProcessFunction` on a keyed stream, with keyed state, the current key and
+    timers: ``ctx.timer_service().register_event_time_timer(ts)`` calls ``on_timer(ts, ctx)``
+    once the watermark reaches ``ts``."""
 
-    class Context(ABC):
-        @abstractmethod
-        def timestamp(self) -> int | None: ...
-
+    class Context(ProcessFunction.Context, ABC):
         @abstractmethod
         def get_current_key(self) -> Any: ...
 
+    class OnTimerContext(Context, ABC):
+        @abstractmethod
+        def time_domain(self) -> Any:
+            """:class:`flowpoint.TimeDomain` of the timer that fired."""
+
     @abstractmethod
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any] | None: ...
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterable[Any] | None:
+        """A timer registered for the current key fired; yields output records."""
+        return None
+
+
+class OutputTag:
+    """Names a side output: ``ctx.output(tag, value)`` and ``stream.get_side_output(tag)``."""
+
+    def __init__(self, tag_id: str, type_info: Any = None):
+        if not isinstance(tag_id, str) or not tag_id:
+            from flowpoint.errors import ConfigurationError
+
+            msg = f"OutputTag needs a non-empty string id; got {tag_id!r}"
+            raise ConfigurationError(msg)
+        self.tag_id = tag_id
+        self.type_info = type_info
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OutputTag) and other.tag_id == self.tag_id
+
+    def __hash__(self) -> int:
+        return hash(("OutputTag", self.tag_id))
+
+    def __repr__(self) -> str:
+        return f"OutputTag({self.tag_id!r})"
+
+
+# -- window functions (Flink's WindowedStream.process / apply) ----------------------------------
+
+
+class ProcessWindowFunction(Function, RuntimeContextAware):
+    """``process(key, context, elements)`` yields results for one window of one key.
+
+    ``context.window()`` is the window; ``context.window_state()`` gives state scoped to this
+    key and window (cleared with the window), ``context.global_state()`` state of the key across
+    windows; ``context.current_watermark()``, ``context.current_processing_time()`` and
+    ``context.output(tag, value)`` as in a process function."""
+
+    class Context(ABC):
+        @abstractmethod
+        def window(self) -> Any: ...
+
+        @abstractmethod
+        def current_processing_time(self) -> int: ...
+
+        @abstractmethod
+        def current_watermark(self) -> int: ...
+
+        @abstractmethod
+        def window_state(self) -> Any: ...
+
+        @abstractmethod
+        def global_state(self) -> Any: ...
+
+        @abstractmethod
+        def output(self, output_tag: OutputTag, value: Any) -> None: ...
+
+    @abstractmethod
+    def process(self, key: Any, context: ProcessWindowFunction.Context, elements: Iterable[Any]) -> Iterable[Any] | None: ...
+
+    def clear(self, context: ProcessWindowFunction.Context) -> None:  # noqa: B027
+        """The window is being purged: clear any per-window state here."""
+
+
+class ProcessAllWindowFunction(Function, RuntimeContextAware):
+    """``window_all(...).process(f)``: ``process(context, elements)``."""
+
+    Context = ProcessWindowFunction.Context
+
+    @abstractmethod
+    def process(self, context: ProcessWindowFunction.Context, elements: Iterable[Any]) -> Iterable[Any] | None: ...
+
+    def clear(self, context: ProcessWindowFunction.Context) -> None:  # noqa: B027
+        pass
+
+
+class WindowFunction(Function, RuntimeContextAware):
+    """Legacy: ``apply(key, window, inputs)`` yields results (Flink's collector is the yield)."""
+
+    @abstractmethod
+    def apply(self, key: Any, window: Any, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
+
+
+class AllWindowFunction(Function, RuntimeContextAware):
+    """Legacy, non-keyed: ``apply(window, inputs)`` yields results."""
+
+    @abstractmethod
+    def apply(self, window: Any, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
 
 
 # Callables wrapped into the function classes above, so the runtime sees one shape.

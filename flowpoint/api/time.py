@@ -1,9 +1,15 @@
-"""``Duration`` and ``WatermarkStrategy`` as in PyFlink (event time processing: see issue 4)."""
+"""Time in flowpoint: ``Duration``, ``Time``, ``TimeDomain`` and the watermark constants.
+
+Timestamps and watermarks are epoch milliseconds (Python ints), as in Flink.
+"""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import Any
+
+MIN_WATERMARK = -(1 << 63)  # Long.MIN_VALUE: no event time has passed yet
+MAX_WATERMARK = (1 << 63) - 1  # Long.MAX_VALUE: the end of input (every window fires)
 
 
 @dataclass(frozen=True)
@@ -26,33 +32,60 @@ class Duration:
     def of_hours(h: float) -> Duration:
         return Duration(int(h * 3_600_000))
 
+    @staticmethod
+    def of_days(d: float) -> Duration:
+        return Duration(int(d * 86_400_000))
+
+    @staticmethod
+    def zero() -> Duration:
+        return Duration(0)
+
     def to_milliseconds(self) -> int:
         return self.milliseconds
 
 
-@dataclass(frozen=True)
-class WatermarkStrategy:
-    """How a source assigns timestamps and watermarks. ``no_watermarks()`` is the default."""
-
-    kind: str = "none"
-    bound_ms: int = 0
-    timestamp_assigner: Any = None
-    idleness_ms: int | None = None
+class Time:
+    """Flink's legacy ``Time`` (``Time.seconds(10)``): the same as a :class:`Duration`."""
 
     @staticmethod
-    def no_watermarks() -> WatermarkStrategy:
-        return WatermarkStrategy("none")
+    def milliseconds(ms: int) -> Duration:
+        return Duration.of_millis(ms)
 
     @staticmethod
-    def for_monotonous_timestamps() -> WatermarkStrategy:
-        return WatermarkStrategy("bounded", 0)
+    def seconds(s: float) -> Duration:
+        return Duration.of_seconds(s)
 
     @staticmethod
-    def for_bounded_out_of_orderness(max_out_of_orderness: Duration) -> WatermarkStrategy:
-        return WatermarkStrategy("bounded", max_out_of_orderness.to_milliseconds())
+    def minutes(m: float) -> Duration:
+        return Duration.of_minutes(m)
 
-    def with_timestamp_assigner(self, assigner: Any) -> WatermarkStrategy:
-        return WatermarkStrategy(self.kind, self.bound_ms, assigner, self.idleness_ms)
+    @staticmethod
+    def hours(h: float) -> Duration:
+        return Duration.of_hours(h)
 
-    def with_idleness(self, idle_timeout: Duration) -> WatermarkStrategy:
-        return WatermarkStrategy(self.kind, self.bound_ms, self.timestamp_assigner, idle_timeout.to_milliseconds())
+    @staticmethod
+    def days(d: float) -> Duration:
+        return Duration.of_days(d)
+
+
+def to_millis(value: Duration | int, what: str = "a duration") -> int:
+    """Accept a :class:`Duration` or a number of milliseconds."""
+    if isinstance(value, Duration):
+        return value.milliseconds
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    from flowpoint.errors import ConfigurationError
+
+    msg = f"{what} must be a Duration (Duration.of_seconds(10)) or milliseconds (int); got {value!r}"
+    raise ConfigurationError(msg)
+
+
+class TimeDomain(enum.Enum):
+    """Which clock fired a timer (``ctx.time_domain()`` in ``on_timer``)."""
+
+    EVENT_TIME = 0
+    PROCESSING_TIME = 1
+
+
+# WatermarkStrategy lived here before the watermark module existed; keep the import working.
+from flowpoint.api.watermarks import WatermarkStrategy  # noqa: E402,F401

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from flowpoint.api.row import Row, get_field
 from flowpoint.api.state import ValueStateDescriptor
+from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.errors import FlowpointError, InvalidKeyError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.state.keygroups import canonical_bytes
@@ -37,21 +38,66 @@ def user_error(spec: Any, e: BaseException, record: Any, key: Any = None) -> Flo
 
 
 class Operator:
-    """Base: ``process(origin, data)`` handles one batch; ``outputs`` receive the results."""
+    """Base of every operator in a task.
+
+    The stream an operator sees is a sequence of calls, in stream order:
+
+    * ``process(origin, data, ts)``: a batch of records. ``data`` is a list (keyed operators:
+      a list of ``(key, value)`` pairs) or a ``pyarrow.RecordBatch``; ``ts`` is ``None`` (the
+      stream has no timestamps) or a list of event timestamps (int ms) parallel to ``data``.
+    * ``process_watermark(origin, wm)``: the operator's input watermark advanced to ``wm``
+      (already the minimum over its input channels; ``MAX_WATERMARK`` at the end of input).
+    * ``advance_processing_time(now)``: once per epoch, before any input, with the epoch's
+      processing time (epoch ms, fixed by the coordinator, so a retried task sees the same).
+
+    ``outputs`` receive the main output, ``side_outputs[tag_id]`` a side output; each target
+    has the same ``process``/``process_watermark`` methods. ``self.watermark`` and
+    ``self.processing_time`` hold the operator's current clocks.
+    """
 
     def __init__(self, spec: Any):
         self.spec = spec
-        self.outputs: list[Emit] = []
+        self.outputs: list[Any] = []
+        self.side_outputs: dict[str, list[Any]] = {}
         self.records_in = 0
+        self.watermark = MIN_WATERMARK
+        self.processing_time = 0
+        self.metrics: dict[str, int] = {}
 
-    def emit(self, origin: tuple, data: Any) -> None:
+    def emit(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         if num_records(data) == 0:
             return
         for out in self.outputs:
-            out(origin, data)
+            out.process(origin, data, ts)
 
-    def process(self, origin: tuple, data: Any) -> None:
+    def emit_side(self, tag_id: str, origin: tuple, data: Any, ts: list | None = None) -> None:
+        targets = self.side_outputs.get(tag_id)
+        if not targets or num_records(data) == 0:
+            return
+        for out in targets:
+            out.process(origin, data, ts)
+
+    def emit_watermark(self, origin: tuple, wm: int) -> None:
+        for out in self.outputs:
+            out.process_watermark(origin, wm)
+        for targets in self.side_outputs.values():
+            for out in targets:
+                out.process_watermark(origin, wm)
+
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         raise NotImplementedError
+
+    def process_watermark(self, origin: tuple, wm: int) -> None:
+        if wm > self.watermark:
+            self.watermark = wm
+            self.emit_watermark(origin, wm)
+
+    def advance_processing_time(self, now: int) -> None:
+        if now > self.processing_time:
+            self.processing_time = now
+
+    def count(self, metric: str, n: int = 1) -> None:
+        self.metrics[metric] = self.metrics.get(metric, 0) + n
 
     def finish(self, epoch: int) -> Any:
         return None
