@@ -2,7 +2,8 @@
 
 It simulates a flowpoint job element by element, with no flowpoint runtime in it:
 
-* **Input**: one ordered list of records per source split.
+* **Input**: one ordered list of records per source split; ``None`` stands for a split of an
+  unbounded source that never produces a record (it never finishes).
 * **Epochs and batches** (DESIGN section 4, ``Coordinator._plan``): every epoch each unfinished
   split advances by ``max(1, epoch_max_records // unfinished splits)`` records, read in source
   batches of ``batch_size``. The keyed stage sees an epoch's records in global split order: all
@@ -281,6 +282,8 @@ def simulate(
     adds the final +infinity watermark of a bounded job."""
     watermarks = watermarks or (lambda: BoundedOutOfOrderness(0))
     idle = set(idle_splits)
+    silent = {i for i, s in enumerate(splits) if s is None}  # unbounded, never a record
+    splits = [[] if s is None else s for s in splits]
     n = len(splits)
     gens = [watermarks() for _ in range(n)]
     outs = [_Output() for _ in range(n)]
@@ -294,7 +297,7 @@ def simulate(
         return min(considered) if considered else op.watermark
 
     budget = epoch_max_records if epoch_max_records is not None else 1 << 62
-    while not all(finished):
+    while not all(finished[i] for i in range(n) if i not in silent):
         active = [i for i in range(n) if not finished[i]]
         per_split = max(1, budget // len(active))
         for i in range(n):  # the keyed stage takes the epoch's input in global split order
@@ -310,12 +313,12 @@ def simulate(
                     gens[i].on_event(record, ts, outs[i])
                 gens[i].on_periodic_emit(outs[i])
             positions[i] = end
-            if end >= len(splits[i]):
+            if end >= len(splits[i]) and i not in silent:
                 finished[i] = True
                 outs[i].watermark = MAX_WATERMARK
         for i in range(n):  # epoch end
             gens[i].on_periodic_emit(outs[i])
         op.advance(combined())
-    if end_of_input:
+    if end_of_input and not silent:
         op.advance(MAX_WATERMARK)
     return result

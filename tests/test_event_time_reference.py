@@ -314,3 +314,15 @@ def test_single_split_punctuated_offline_rule(records, size, lateness):
 
 def test_count_helper():
     assert count([1, 2, 3]) == 3
+
+
+def test_silent_unbounded_split():
+    """A split that never produces (None): it holds the watermark at MIN, so nothing fires and
+    there is no end of input; once idle, the finished splits' +inf fires everything."""
+    splits = [[("a", 1), ("a", 150)], None]
+    assert not run_windows(splits)
+    assert run_windows(splits, idle_splits=[1]) == Counter({(0, 10, 1): 1, (150, 160, 1): 1})
+
+
+def run_windows(splits, **kw):
+    return windows(simulate(splits, ts1, key0, Tumbling(10), **kw))
