@@ -179,7 +179,7 @@ def test_keyed_exchange_routes_keys_to_the_owner_of_their_key_group(parallelism,
     records = [(f"user-{i}", i) for i in range(200)] + [((i % 3, "t"), i) for i in range(50)] + [(i * 7919, i) for i in range(50)]
     edge = EdgeSpec(1, 0, "keyed", KeySelectorWrapper(lambda r: r[0]), parallelism, max_parallelism, None, "target")
     writer = KeyedWriter(edge, partition=0)
-    writer((0, 0, 0), records)
+    writer.process((0, 0, 0), records)
     routed = {}
     for dest, (_, _, (fmt, payload)) in writer.out:
         assert fmt == "pickle"

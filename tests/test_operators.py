@@ -282,12 +282,13 @@ def test_rebalance_spreads_each_batch_over_all_receivers(receivers, columnar):
     writer = RebalanceWriter(EdgeSpec(1, 0, "rebalance", None, receivers, 128, None, "next"), partition=1)
     batches = [list(range(start, start + size)) for start, size in ((0, 100), (100, 7), (107, 1))]
     for seq, batch in enumerate(batches):
-        writer((5, 0, seq), pa.record_batch([pa.array(batch)], names=["value"]) if columnar else batch)
+        writer.process((5, 0, seq), pa.record_batch([pa.array(batch)], names=["value"]) if columnar else batch)
     received = defaultdict(list)
     by_origin = []
     for dest, (edge_index, origin, blob) in writer.out:
         assert 0 <= dest < receivers and edge_index == 0
-        data = decode(blob)
+        data, ts = decode(blob)
+        assert ts is None
         records = data if isinstance(data, list) else data.column(0).to_pylist()
         received[dest].extend(records)
         by_origin.append((origin, records))

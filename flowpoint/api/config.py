@@ -185,6 +185,10 @@ OPTIONS = {
         Option("pipeline.name", None, str, "job name"),
         Option("execution.epoch.max-records", 100_000, int, "records read per epoch over all source splits"),
         Option("execution.epoch.interval", 200, int, "ms to wait before polling sources that had no new records"),
+        Option(
+            "execution.epoch.idle-interval", 1000, int,
+            "ms between epochs without new records in jobs with timers, windows or watermarks (time still passes)",
+        ),
         Option("execution.progress.interval", 1000, int, "ms between progress lines (0: every epoch, -1: never)"),
         Option("state.working.dir", None, str, "directory for working-state delta files (executor local disk)"),
         Option("state.working.compaction-bytes", 1 << 20, int, "delta bytes before a partition writes a new base snapshot"),

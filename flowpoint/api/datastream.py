@@ -15,6 +15,7 @@ from flowpoint.api.functions import (
     KeySelectorWrapper,
     MapFunction,
     MapFunctionWrapper,
+    OutputTag,
     ProcessFunction,
     ReduceFunction,
     ReduceFunctionWrapper,
@@ -28,6 +29,7 @@ from flowpoint.graph.transformation import Transformation
 
 if TYPE_CHECKING:
     from flowpoint.api.environment import StreamExecutionEnvironment
+    from flowpoint.api.watermarks import WatermarkStrategy
     from flowpoint.connectors.sinks import Sink
 
 
@@ -117,6 +119,46 @@ class DataStream:
             msg = f"process() needs a ProcessFunction; got {type(func).__name__}"
             raise JobGraphError(msg)
         return DataStream(self._env, self._add("process", "Process", func, output_type))
+
+    def assign_timestamps_and_watermarks(self, watermark_strategy: WatermarkStrategy) -> DataStream:
+        """Give records event timestamps and the stream watermarks (seed 000). Runs one watermark
+        generator per source split when chained to the source, else one per parallel instance;
+        watermarks from upstream are replaced, except the end of input."""
+        from flowpoint.api.watermarks import WatermarkStrategy
+
+        if not isinstance(watermark_strategy, WatermarkStrategy):
+            msg = (
+                f"assign_timestamps_and_watermarks() needs a WatermarkStrategy (e.g. WatermarkStrategy"
+                f".for_bounded_out_of_orderness(Duration.of_seconds(5))); got {type(watermark_strategy).__name__}"
+            )
+            raise JobGraphError(msg)
+        t = self._add("timestamps", "Timestamps/Watermarks", None, self._t.output_type)
+        t.options["watermark_strategy"] = watermark_strategy
+        return DataStream(self._env, t)
+
+    def get_side_output(self, output_tag: OutputTag) -> DataStream:
+        """The records this operator emitted with ``ctx.output(output_tag, value)`` (or its late
+        data, for a window with ``side_output_late_data(output_tag)``)."""
+        if not isinstance(output_tag, OutputTag):
+            msg = f"get_side_output() needs an OutputTag; got {type(output_tag).__name__}"
+            raise JobGraphError(msg)
+        if self._t.is_virtual or self._t.kind in ("sink", "source"):
+            msg = f"get_side_output({output_tag.tag_id!r}) on {self._t.describe()}: only operators (process, window, ...) have side outputs"
+            raise JobGraphError(msg)
+        t = self._add("side_output", f"SideOutput({output_tag.tag_id})", None, output_tag.type_info)
+        t.options["tag_id"] = output_tag.tag_id
+        return DataStream(self._env, t)
+
+    def window_all(self, window_assigner: Any) -> Any:
+        """Non-keyed windows: all records in one task (parallelism 1), as in Flink (seed 003)."""
+        from flowpoint.api import windowed_stream
+
+        return windowed_stream.window_all(self, window_assigner)
+
+    def count_window_all(self, size: int, slide: int | None = None) -> Any:
+        from flowpoint.api import windowed_stream
+
+        return windowed_stream.count_window_all(self, size, slide)
 
     def key_by(self, key_selector: KeySelector | Any, key_type: TypeInformation | None = None) -> KeyedStream:
         if isinstance(key_selector, (int, str)):
@@ -220,6 +262,18 @@ class KeyedStream(DataStream):
 
     def max_by(self, position_to_max_by: int | str = 0) -> DataStream:
         return self._rolling("max_by", position_to_max_by)
+
+    def window(self, window_assigner: Any) -> Any:
+        """Keyed windows: ``.window(TumblingEventTimeWindows.of(Time.minutes(1)))``."""
+        from flowpoint.api import windowed_stream
+
+        return windowed_stream.window(self, window_assigner)
+
+    def count_window(self, size: int, slide: int | None = None) -> Any:
+        """Windows of ``size`` records per key (sliding by ``slide`` records if given)."""
+        from flowpoint.api import windowed_stream
+
+        return windowed_stream.count_window(self, size, slide)
 
     # map/flat_map/filter on a KeyedStream run keyed (their functions may use keyed state)
     def map(self, func: Any, output_type: TypeInformation | None = None) -> DataStream:

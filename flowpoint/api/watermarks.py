@@ -11,8 +11,9 @@ ignored. DESIGN section 8.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK, Duration, to_millis
 from flowpoint.errors import ConfigurationError

@@ -208,7 +208,7 @@ class CheckpointMetadata:
     operators: list[OperatorState]
     sources: list[SplitPosition]
     sinks: dict[str, Any]  # pending sink transactions per sink uid
-    watermarks: dict[str, int]
+    watermarks: dict[str, Any]  # "channels": {channel: [watermark, idle]}, "generators": {key: pickled state}
     stats: dict[str, Any]  # sync_ms, async_ms, state_size, incremental_size, tasks_acknowledged, ...
     format_version: int = FORMAT_VERSION
 
@@ -247,7 +247,7 @@ class CheckpointMetadata:
             "backend": self.backend,
             "incremental": self.incremental,
             "stats": _encode_map(self.stats),
-            "watermarks": {str(k): int(v) for k, v in self.watermarks.items()},
+            "watermarks": _encode_map(self.watermarks),
             "sources": [s.to_dict() for s in self.sources],
             "sinks": _encode_map(self.sinks),
             "operators": [op.to_dict() for op in self.operators],
@@ -288,7 +288,7 @@ class CheckpointMetadata:
                 operators=[OperatorState.from_dict(op) for op in d["operators"]],
                 sources=[SplitPosition.from_dict(s) for s in d["sources"]],
                 sinks=_decode_map(d["sinks"]),
-                watermarks={k: int(v) for k, v in d["watermarks"].items()},
+                watermarks=_decode_map(d["watermarks"]),
                 stats=_decode_map(d["stats"]),
                 format_version=version,
             )

@@ -150,6 +150,12 @@ class _Builder:
         nodes: dict[int, Node] = {}
         for t in _topological(physical, inputs):
             p = t.parallelism or default_p
+            if t.kind == "side_output":  # runs in its parent's task
+                parent = nodes[inputs[t.id][0][0].id]
+                if inputs[t.id][0][1] != "forward":
+                    msg = f"get_side_output() must be called on the operator that emits it, not after key_by/rebalance ({t.describe()})"
+                    raise JobGraphError(msg)
+                p = parent.parallelism
             if t.kind == "source" and not t.source.is_parallel():
                 p = 1
             maxp = t.max_parallelism or default_maxp or compute_default_max_parallelism(p)
@@ -212,7 +218,7 @@ class _Builder:
                     and n.t.options.get("chaining", True)
                     and not n.t.options.get("new_chain")
                     and up.t.options.get("chaining", True)
-                ):
+                ) or n.kind == "side_output":
                     chain_to = up
             if chain_to is not None:
                 n.stage_id = chain_to.stage_id

@@ -19,7 +19,7 @@ from flowpoint.errors import JobGraphError
 _ids = itertools.count(1)
 
 VIRTUAL_KINDS = frozenset({"key_by", "union", "rebalance"})
-KEYED_KINDS = frozenset({"keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "reduce", "rolling_agg"})
+KEYED_KINDS = frozenset({"keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "reduce", "rolling_agg", "window"})
 _UID_PATTERN = re.compile(r"^[A-Za-z0-9_\-:]+$")
 
 

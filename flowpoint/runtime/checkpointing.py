@@ -87,6 +87,7 @@ class CutState:
     local_dirs: list[str] = field(default_factory=list)
     new_shared: dict[tuple, str] = field(default_factory=dict)  # registry entries this checkpoint uploaded
     cancelled: bool = False
+    watermarks: dict[str, Any] = field(default_factory=dict)  # event time: channels and generator states
     run_key: str = ""
 
 
@@ -144,7 +145,7 @@ class CheckpointCoordinator:
     def pinned(self) -> frozenset[str]:
         return self.pending.pinned if self.pending is not None else frozenset()
 
-    def trigger(self, epoch: int, chains: dict, sources: list[SplitPosition], sinks: dict[str, Any], records_read: int) -> CheckpointStats:
+    def trigger(self, epoch: int, chains: dict, sources: list[SplitPosition], sinks: dict[str, Any], records_read: int, watermarks: dict[str, Any] | None = None) -> CheckpointStats:
         t0 = time.perf_counter()
         cid = self.next_id
         self.next_id += 1
@@ -152,7 +153,7 @@ class CheckpointCoordinator:
         stateful = {k: c for k, c in chains.items() if self._keyed_uids(k[0])}
         rocksdb = self.settings.backend == "rocksdb"
         pinned = frozenset() if rocksdb else frozenset(p for c in stateful.values() for p in c.files())
-        cut = CutState(cid, epoch, stateful, sources, sinks, records_read, stats, pinned, awaiting_sync=rocksdb)
+        cut = CutState(cid, epoch, stateful, sources, sinks, records_read, stats, pinned, awaiting_sync=rocksdb, watermarks=dict(watermarks or {}))
         stats.tasks_total = sum(len(self._keyed_uids(k[0])) for k in stateful)
         self._last_trigger = time.monotonic()
         self.pending = cut
@@ -279,7 +280,7 @@ class CheckpointCoordinator:
             operators=list(operators.values()),
             sources=cut.sources,
             sinks=cut.sinks,
-            watermarks={},
+            watermarks=cut.watermarks,
             stats={
                 "sync_ms": round(cut.stats.sync_ms, 3),
                 "async_ms": round(cut.stats.async_ms, 3),

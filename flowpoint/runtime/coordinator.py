@@ -78,6 +78,11 @@ class Coordinator:
         self._executor: Any = None
         self._last_progress = 0.0
         self.epoch_history: list[tuple[int, int, float]] = []  # (epoch, records read, seconds)
+        # event time (DESIGN 8): every watermark channel's committed mark, generator states, metrics
+        self.watermarks: dict[str, tuple[int, bool]] = {}
+        self.generators: dict[str, bytes] = {}
+        self.metrics: dict[str, int] = {}
+        self._time_driven = any(_time_driven(n) for n in graph.nodes.values())
 
     # -- control -------------------------------------------------------------------------------
 
@@ -174,6 +179,7 @@ class Coordinator:
         return restore
 
     def _apply_restore(self, restore: RestoredJob) -> None:
+        self.watermarks, self.generators = restored_watermarks(restore.watermarks, self.graph)
         self.chains = dict(restore.chains)
         self.epoch = restore.epoch
         self._checkpointed_epoch = restore.epoch
@@ -225,6 +231,7 @@ class Coordinator:
         self.epoch = 0
         self._checkpointed_epoch = 0
         self.records_read = 0
+        self.watermarks, self.generators = {}, {}
         self._init_splits()
         if latest is not None:
             self._apply_restore(plan_restore(latest, self.checkpoints.store.job_dir_uri(), self.graph, self.settings.backend))
@@ -257,11 +264,14 @@ class Coordinator:
             source: Source = st.node.t.source
             plan = source.plan(st.split, st.position, per_split, elapsed)
             new_positions[(st.node.id, st.index)] = (plan.end, plan.finished)
-            if plan.end != st.position:
-                stage = st.node.stage_id
-                p = st.node.parallelism
-                parts = reads.setdefault(stage, [[] for _ in range(p)])
-                parts[st.index % p].append((st.index, st.split, source.read_spec(st.split, st.position, plan.end)))
+            # every active split is listed, also without records: its watermark generator emits
+            # periodically, and a split that just finished sends its final watermark
+            spec = source.read_spec(st.split, st.position, plan.end) if plan.end != st.position else None
+            stage = st.node.stage_id
+            p = st.node.parallelism
+            parts = reads.setdefault(stage, [[] for _ in range(p)])
+            parts[st.index % p].append((st.index, st.split, spec, plan.finished))
+            if spec is not None:
                 planned += plan.records
         return reads, new_positions, planned
 
@@ -277,14 +287,19 @@ class Coordinator:
 
     def _loop(self) -> None:
         idle_s = int(self.config.get("execution.epoch.interval")) / 1000.0
+        # jobs with timers or watermarks run epochs without input too: processing time and idle
+        # sources' watermarks advance, so windows and timers fire without new records
+        idle_epoch_s = int(self.config.get("execution.epoch.idle-interval")) / 1000.0
         compaction_bytes = int(self.config.get("state.working.compaction-bytes"))
         read_started = time.monotonic()
+        last_epoch_at = time.monotonic()
         while not self._cancel.is_set():
             self._checkpoint_if_due()
             self._discover()
             reads, new_positions, planned = self._plan(time.monotonic() - read_started)
             last = self._all_finished(new_positions)
-            if planned == 0 and not last and not (self.checkpoints and self.checkpoints.sync_request()):
+            idle_epoch_due = self._time_driven and time.monotonic() - last_epoch_at >= idle_epoch_s
+            if planned == 0 and not last and not idle_epoch_due and not (self.checkpoints and self.checkpoints.sync_request()):
                 self._cancel.wait(idle_s)
                 continue
             if planned == 0 and last and self.epoch > 0:
@@ -300,9 +315,10 @@ class Coordinator:
             snapshot = cp.sync_request() if cp else None
             spec = EpochSpec(
                 self.run_key, self.epoch, self.working_dir, dict(self.chains), compact, last, pinned, done, aborted,
-                self.settings.backend, snapshot,
+                self.settings.backend, snapshot, now_ms(), dict(self.watermarks),
+                {n.uid: len(self.splits[n.id]) for n in self.graph.sources()}, dict(self.generators),
             )
-            t0 = time.monotonic()
+            t0 = last_epoch_at = time.monotonic()
             acks = self._executor.run_epoch(spec, reads)
             self._commit(acks, new_positions)
             if snapshot is not None:
@@ -327,7 +343,11 @@ class Coordinator:
                 for st in states
             ]
             sinks = {n.uid: n.t.sink.snapshot_driver_state() for n in self.graph.sinks()}
-            cp.trigger(self.epoch, self.chains, sources, sinks, self.records_read)
+            watermarks = {
+                "channels": {c: [wm, idle] for c, (wm, idle) in self.watermarks.items()},
+                "generators": dict(self.generators),
+            }
+            cp.trigger(self.epoch, self.chains, sources, sinks, self.records_read, watermarks)
             self._checkpointed_epoch = self.epoch
 
     def _commit(self, acks: list[TaskAck], new_positions: dict) -> None:
@@ -347,6 +367,11 @@ class Coordinator:
         for (node_id, index), (end, finished) in new_positions.items():
             st = self.splits[node_id][index]
             st.position, st.finished = end, finished
+        for ack in sorted(latest.values(), key=lambda a: (a.stage_id, a.partition)):
+            self.watermarks.update(ack.watermarks)
+            self.generators.update(ack.generators)
+            for name, n in ack.metrics.items():
+                self.metrics[name] = self.metrics.get(name, 0) + n
         source_stages = {n.stage_id for n in self.graph.sources()}
         self.records_read += sum(a.records_in for a in latest.values() if a.stage_id in source_stages)
         for node in self.graph.sinks():
@@ -385,6 +410,11 @@ class Coordinator:
             f"{self.records_read:,} records in {seconds:.1f} s ({rate:,.0f} records/s)"
         )
 
+    def current_watermark(self) -> int | None:
+        """The lowest watermark over the job's channels (None without event time)."""
+        active = [wm for wm, idle in self.watermarks.values() if not idle]
+        return min(active) if active else None
+
     def checkpoint_stats(self) -> list:
         return list(self.checkpoints.history) if self.checkpoints is not None else []
 
@@ -408,3 +438,36 @@ class Coordinator:
         if state_name is None:
             return merged
         return merged.get(state_name, {})
+
+
+def _time_driven(node: Node) -> bool:
+    """Operators whose results depend on time passing, not only on records arriving."""
+    if node.kind in ("window", "keyed_process", "timestamps"):
+        return True
+    strategy = node.t.options.get("watermark_strategy") if node.kind == "source" else None
+    return strategy is not None and strategy.generates_watermarks
+
+
+def restored_watermarks(saved: dict[str, Any], graph: JobGraph) -> tuple[dict[str, tuple[int, bool]], dict[str, bytes]]:
+    """Watermark channels and generator states from a checkpoint, mapped onto ``graph``.
+
+    Split channels (``s:<uid>:<i>``) restore as saved. Task channels (``t:<head uid>:<p>``)
+    restore, for every partition of the stage now, as the lowest saved watermark of that stage:
+    after a rescale the partitions differ, and the minimum never lets a record count as late
+    that the uninterrupted job would have accepted.
+    """
+    channels = saved.get("channels") or {}
+    out: dict[str, tuple[int, bool]] = {}
+    lowest: dict[str, int] = {}
+    for name, (wm, idle) in channels.items():
+        if name.startswith("s:"):
+            out[name] = (int(wm), bool(idle))
+        elif name.startswith("t:"):
+            uid = name[2:].rsplit(":", 1)[0]
+            lowest[uid] = min(lowest.get(uid, int(wm)), int(wm))
+    for stage in graph.stages:
+        uid = graph.nodes[stage.head].uid
+        if uid in lowest:
+            for p in range(stage.parallelism):
+                out[f"t:{uid}:{p}"] = (lowest[uid], False)
+    return out, dict(saved.get("generators") or {})

@@ -30,6 +30,7 @@ class RestoredJob:
     sinks: dict[str, Any]
     records_read: int
     dropped_uids: list[str] = field(default_factory=list)
+    watermarks: dict[str, Any] = field(default_factory=dict)  # see CheckpointMetadata.watermarks
 
 
 def unpack_position(value: Any) -> tuple[Any, Any]:
@@ -112,7 +113,7 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
     restored_chains = {k: CommittedChain(last_epoch=meta.epoch, restored=tuple(v)) for k, v in chains.items()}
     return RestoredJob(
         meta.checkpoint_id, meta.epoch, restored_chains, positions, dict(meta.sinks),
-        int(meta.stats.get("records_read", 0)), sorted(set(dropped)),
+        int(meta.stats.get("records_read", 0)), sorted(set(dropped)), dict(meta.watermarks),
     )
 
 

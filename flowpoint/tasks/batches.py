@@ -30,13 +30,15 @@ def num_records(data: Any) -> int:
     return len(data) if isinstance(data, list) else data.num_rows
 
 
-def encode(data: Any) -> tuple[str, bytes]:
+def encode(data: Any, ts: list | None = None) -> tuple[str, Any]:
+    """A batch (and its event timestamps, if the stream has them) as a picklable blob."""
     if isinstance(data, pa.RecordBatch):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, data.schema) as writer:
             writer.write_batch(data)
-        return ("arrow", sink.getvalue().to_pybytes())
-    return ("pickle", dumps(data))
+        payload = sink.getvalue().to_pybytes()
+        return ("arrow", payload) if ts is None else ("arrow+ts", (payload, dumps(ts)))
+    return ("pickle", dumps(data)) if ts is None else ("pickle+ts", dumps((data, ts)))
 
 
 def dumps(obj: Any) -> bytes:
@@ -50,10 +52,19 @@ def dumps(obj: Any) -> bytes:
         return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def decode(blob: tuple[str, bytes]) -> Any:
+def _arrow(payload: bytes) -> pa.RecordBatch:
+    batches = list(pa.ipc.open_stream(payload))
+    return batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+def decode(blob: tuple[str, Any]) -> tuple[Any, list | None]:
+    """``(data, timestamps or None)`` of a blob made by :func:`encode`."""
     fmt, payload = blob
     if fmt == "arrow":
-        reader = pa.ipc.open_stream(payload)
-        batches = list(reader)
-        return batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-    return pickle.loads(payload)
+        return _arrow(payload), None
+    if fmt == "arrow+ts":
+        return _arrow(payload[0]), pickle.loads(payload[1])
+    if fmt == "pickle+ts":
+        data, ts = pickle.loads(payload)
+        return data, ts
+    return pickle.loads(payload), None

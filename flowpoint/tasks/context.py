@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowpoint.api.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
+from flowpoint.api.functions import ProcessFunction, RuntimeContext, TimerService
 from flowpoint.errors import StateAccessError
 
 
@@ -52,21 +52,54 @@ class TaskRuntimeContext(RuntimeContext):
     get_aggregating_state = _keyed
 
 
+class OperatorClocks(TimerService):
+    """The clocks of an operator; timers need a keyed stream (Flink raises the same way)."""
+
+    __slots__ = ("_op",)
+
+    def __init__(self, op: Any):
+        self._op = op
+
+    def current_processing_time(self) -> int:
+        return self._op.processing_time
+
+    def current_watermark(self) -> int:
+        return self._op.watermark
+
+    def _no_timers(self, *_args: Any) -> None:
+        msg = (
+            f"operator {self._op.spec.name!r} registered a timer, but timers exist only on keyed streams: "
+            f"call key_by(...) and use a KeyedProcessFunction"
+        )
+        raise StateAccessError(msg)
+
+    register_event_time_timer = _no_timers
+    register_processing_time_timer = _no_timers
+    delete_event_time_timer = _no_timers
+    delete_processing_time_timer = _no_timers
+
+
 class ProcessContext(ProcessFunction.Context):
-    __slots__ = ()
+    """``ctx`` of a ProcessFunction: the record's timestamp, the clocks, side outputs."""
+
+    __slots__ = ("_op", "_clocks", "current_timestamp", "origin")
+
+    def __init__(self, op: Any):
+        self._op = op
+        self._clocks = OperatorClocks(op)
+        self.current_timestamp: int | None = None
+        self.origin: tuple = ()
 
     def timestamp(self) -> int | None:
-        return None
+        return self.current_timestamp
 
+    def timer_service(self) -> TimerService:
+        return self._clocks
 
-class KeyedProcessContext(KeyedProcessFunction.Context):
-    __slots__ = ("_backend",)
-
-    def __init__(self, backend: Any):
-        self._backend = backend
-
-    def timestamp(self) -> int | None:
-        return None
-
-    def get_current_key(self) -> Any:
-        return self._backend.current_key
+    def output(self, output_tag: Any, value: Any) -> None:
+        tag_id = getattr(output_tag, "tag_id", None)
+        if tag_id is None:
+            msg = f"ctx.output() needs an OutputTag as its first argument; got {output_tag!r:.80}"
+            raise StateAccessError(msg)
+        ts = None if self.current_timestamp is None else [self.current_timestamp]
+        self._op.emit_side(tag_id, self.origin, [value], ts)

@@ -7,8 +7,10 @@ serialization) is per batch.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+import mmh3
 import pyarrow as pa
 
 from flowpoint.api.row import Row, get_field
@@ -18,9 +20,7 @@ from flowpoint.errors import FlowpointError, InvalidKeyError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.state.keygroups import canonical_bytes
 from flowpoint.tasks.batches import as_rows, dumps, encode, num_records
-from flowpoint.tasks.context import KeyedProcessContext, ProcessContext
-
-import mmh3
+from flowpoint.tasks.context import ProcessContext
 
 Emit = Callable[[tuple, Any], None]
 
@@ -47,6 +47,8 @@ class Operator:
       stream has no timestamps) or a list of event timestamps (int ms) parallel to ``data``.
     * ``process_watermark(origin, wm)``: the operator's input watermark advanced to ``wm``
       (already the minimum over its input channels; ``MAX_WATERMARK`` at the end of input).
+    * ``process_watermark_status(origin, idle)``: every input channel went idle, or one came
+      back (idle inputs do not hold the watermark back; DESIGN section 8).
     * ``advance_processing_time(now)``: once per epoch, before any input, with the epoch's
       processing time (epoch ms, fixed by the coordinator, so a retried task sees the same).
 
@@ -84,6 +86,13 @@ class Operator:
             for out in targets:
                 out.process_watermark(origin, wm)
 
+    def emit_watermark_status(self, origin: tuple, idle: bool) -> None:
+        for out in self.outputs:
+            out.process_watermark_status(origin, idle)
+        for targets in self.side_outputs.values():
+            for out in targets:
+                out.process_watermark_status(origin, idle)
+
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         raise NotImplementedError
 
@@ -91,6 +100,10 @@ class Operator:
         if wm > self.watermark:
             self.watermark = wm
             self.emit_watermark(origin, wm)
+
+    def process_watermark_status(self, origin: tuple, idle: bool) -> None:
+        """All of the operator's inputs became idle (or one became active again)."""
+        self.emit_watermark_status(origin, idle)
 
     def advance_processing_time(self, now: int) -> None:
         if now > self.processing_time:
@@ -113,8 +126,15 @@ class Operator:
             fn.close()
 
 
+class SourceOp(Operator):
+    """A source's records enter the chain here (timestamps and watermarks: ``TimestampsOp``)."""
+
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
+        self.emit(origin, data, ts)
+
+
 class MapOp(Operator):
-    def process(self, origin: tuple, data: Any) -> None:
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         rows = as_rows(data, self.spec.input_type)
         self.records_in += len(rows)
         f = self.spec.function.map
@@ -122,29 +142,38 @@ class MapOp(Operator):
             out = [f(x) for x in rows]
         except Exception as e:
             raise _first_failure(self.spec, e, rows, f) from e
-        self.emit(origin, out)
+        self.emit(origin, out, ts)
 
 
 class FlatMapOp(Operator):
-    def process(self, origin: tuple, data: Any) -> None:
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         rows = as_rows(data, self.spec.input_type)
         self.records_in += len(rows)
         f = self.spec.function.flat_map
         out: list = []
         extend = out.extend
         x = None
+        out_ts: list | None = None if ts is None else []
         try:
-            for x in rows:
-                r = f(x)
-                if r is not None:
-                    extend(r)
+            if ts is None:
+                for x in rows:
+                    r = f(x)
+                    if r is not None:
+                        extend(r)
+            else:
+                for x, t in zip(rows, ts, strict=True):
+                    r = f(x)
+                    if r is not None:
+                        n = len(out)
+                        extend(r)
+                        out_ts.extend([t] * (len(out) - n))  # type: ignore[union-attr]
         except Exception as e:
             raise user_error(self.spec, e, x) from e
-        self.emit(origin, out)
+        self.emit(origin, out, out_ts)
 
 
 class FilterOp(Operator):
-    def process(self, origin: tuple, data: Any) -> None:
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         rows = as_rows(data, self.spec.input_type)
         self.records_in += len(rows)
         f = self.spec.function.filter
@@ -152,33 +181,44 @@ class FilterOp(Operator):
             mask = [bool(f(x)) for x in rows]
         except Exception as e:
             raise _first_failure(self.spec, e, rows, f) from e
+        kept_ts = None if ts is None else [t for t, keep in zip(ts, mask, strict=True) if keep]
         if isinstance(data, pa.RecordBatch):
-            self.emit(origin, data.filter(pa.array(mask, pa.bool_())))
+            self.emit(origin, data.filter(pa.array(mask, pa.bool_())), kept_ts)
         else:
-            self.emit(origin, [x for x, keep in zip(rows, mask) if keep])
+            self.emit(origin, [x for x, keep in zip(rows, mask, strict=True) if keep], kept_ts)
 
 
 class ProcessOp(Operator):
-    def __init__(self, spec: Any):
-        super().__init__(spec)
-        self.ctx = ProcessContext()
+    """``DataStream.process(ProcessFunction)``: per record, with the record's timestamp, the
+    clocks and side outputs (timers need a keyed stream)."""
 
-    def process(self, origin: tuple, data: Any) -> None:
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        self.ctx = ProcessContext(self)
+
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         rows = as_rows(data, self.spec.input_type)
         self.records_in += len(rows)
         f = self.spec.function.process_element
         ctx = self.ctx
+        ctx.origin = origin
         out: list = []
         extend = out.extend
+        out_ts: list | None = None if ts is None else []
         x = None
         try:
-            for x in rows:
+            for i, x in enumerate(rows):
+                t = None if ts is None else ts[i]
+                ctx.current_timestamp = t
                 r = f(x, ctx)
                 if r is not None:
+                    n = len(out)
                     extend(r)
+                    if out_ts is not None:
+                        out_ts.extend([t] * (len(out) - n))
         except Exception as e:
             raise user_error(self.spec, e, x) from e
-        self.emit(origin, out)
+        self.emit(origin, out, out_ts)
 
 
 def _first_failure(spec: Any, e: BaseException, rows: list, f: Any) -> FlowpointError:
@@ -199,7 +239,7 @@ class KeyedOp(Operator):
         super().__init__(spec)
         self.backend = backend
 
-    def process(self, origin: tuple, data: Any) -> None:
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         self.records_in += len(data)
         backend = self.backend
         out: list = []
@@ -209,7 +249,14 @@ class KeyedOp(Operator):
             raise user_error(self.spec, e, _failed_value(e, self._run), backend.current_key) from e
         finally:
             backend.current_key = None
-        self.emit(origin, out)
+        # map, filter, reduce and rolling aggregations keep one output per input record (a
+        # filter's are matched by identity below); flat_map repeats its input's timestamp
+        if ts is not None and len(out) != len(data):
+            ts = self._out_timestamps(data, ts, out)
+        self.emit(origin, out, ts)
+
+    def _out_timestamps(self, pairs: list, ts: list, out: list) -> list | None:
+        return None
 
     def _run(self, pairs: list, backend: Any, out: list) -> None:
         raise NotImplementedError
@@ -226,22 +273,6 @@ def _failed_value(e: BaseException, run: Any) -> Any:
     return None
 
 
-class KeyedProcessOp(KeyedOp):
-    def open(self, ctx: Any) -> None:
-        super().open(ctx)
-        self.ctx = KeyedProcessContext(self.backend)
-
-    def _run(self, pairs: list, backend: Any, out: list) -> None:
-        f = self.spec.function.process_element
-        ctx = self.ctx
-        extend = out.extend
-        for key, value in pairs:
-            backend.current_key = key
-            r = f(value, ctx)
-            if r is not None:
-                extend(r)
-
-
 class KeyedMapOp(KeyedOp):
     def _run(self, pairs: list, backend: Any, out: list) -> None:
         f = self.spec.function.map
@@ -255,21 +286,33 @@ class KeyedFlatMapOp(KeyedOp):
     def _run(self, pairs: list, backend: Any, out: list) -> None:
         f = self.spec.function.flat_map
         extend = out.extend
+        counts = self._counts = []
         for key, value in pairs:
             backend.current_key = key
             r = f(value)
+            n = len(out)
             if r is not None:
                 extend(r)
+            counts.append(len(out) - n)
+
+    def _out_timestamps(self, pairs: list, ts: list, out: list) -> list | None:
+        return [t for t, n in zip(ts, self._counts, strict=True) for _ in range(n)]
 
 
 class KeyedFilterOp(KeyedOp):
     def _run(self, pairs: list, backend: Any, out: list) -> None:
         f = self.spec.function.filter
         append = out.append
+        mask = self._mask = []
         for key, value in pairs:
             backend.current_key = key
-            if f(value):
+            keep = bool(f(value))
+            mask.append(keep)
+            if keep:
                 append(value)
+
+    def _out_timestamps(self, pairs: list, ts: list, out: list) -> list | None:
+        return [t for t, keep in zip(ts, self._mask, strict=True) if keep]
 
 
 class ReduceOp(KeyedOp):
@@ -357,7 +400,7 @@ class SinkOp(Operator):
     def open(self, ctx: Any) -> None:
         pass
 
-    def process(self, origin: tuple, data: Any) -> None:
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         rows = data if isinstance(data, list) or self.spec.accepts_arrow else as_rows(data, self.spec.input_type)
         self.records_in += num_records(rows)
         try:
@@ -373,7 +416,6 @@ class SinkOp(Operator):
 
 
 KEYED_OPERATORS = {
-    "keyed_process": KeyedProcessOp,
     "keyed_map": KeyedMapOp,
     "keyed_flat_map": KeyedFlatMapOp,
     "keyed_filter": KeyedFilterOp,
@@ -387,23 +429,74 @@ STATELESS_OPERATORS = {"map": MapOp, "flat_map": FlatMapOp, "filter": FilterOp, 
 
 
 class ExchangeWriter:
-    """Collects the blobs this task sends over one edge: ``(dest, (edge index, origin, blob))``."""
+    """Collects the blobs this task sends over one edge: ``(dest, (edge index, origin, blob))``.
+
+    Watermarks travel as ``("wm", (channel, watermark, idle))`` elements. A channel is a source
+    split (``s:<source uid>:<split index>``) in a source stage and the sending task
+    (``t:<stage head uid>:<partition>``) elsewhere. A receiver learns a channel's watermark
+    just before the next record it gets from that channel, and every receiver gets each
+    channel's final value when the task finishes (:meth:`flush`): a punctuated watermark thus
+    decides lateness record by record even across a shuffle, and idle watermarks cost nothing.
+    """
 
     def __init__(self, edge: Any, partition: int):
         self.edge = edge
         self.partition = partition
         self.out: list[tuple[int, tuple]] = []
         self.batches = 0
+        self.channel_of: Any = None  # origin -> channel name (set by the chain)
+        self.marks: dict[str, tuple[int, bool]] = {}  # channel -> current (watermark, idle)
+        self.sent: dict[tuple[str, int], tuple[int, bool]] = {}  # (channel, dest) -> last sent
+        self.last_origin: dict[str, tuple] = {}
 
-    def _send(self, dest: int, origin: tuple, data: Any) -> None:
+    def reset(self) -> None:
+        self.out = []
+        self.batches = 0
+        self.sent = {}
+        self.last_origin = {}
+
+    def _mark_before(self, dest: int, origin: tuple) -> None:
+        channel = self.channel_of(origin)
+        mark = self.marks.get(channel)
+        if mark is not None and self.sent.get((channel, dest)) != mark:
+            self.sent[(channel, dest)] = mark
+            self.out.append((dest, (self.edge.index, (*origin, self.partition), ("wm", (channel, *mark)))))
+        self.last_origin[channel] = origin
+
+    def _send(self, dest: int, origin: tuple, data: Any, ts: list | None = None) -> None:
         # the sending partition breaks ties: pieces of one source batch reach a task from
         # several upstream tasks after a keyed exchange, and must not be ordered by fetch order
-        self.out.append((dest, (self.edge.index, (*origin, self.partition), encode(data))))
+        if self.channel_of is not None:
+            self._mark_before(dest, origin)
+        self.out.append((dest, (self.edge.index, (*origin, self.partition), encode(data, ts))))
+
+    def process_watermark(self, origin: tuple, wm: int) -> None:
+        channel = self.channel_of(origin)
+        _, idle = self.marks.get(channel, (wm, False))
+        self.marks[channel] = (wm, idle)
+        self.last_origin.setdefault(channel, origin)
+
+    def process_watermark_status(self, origin: tuple, idle: bool) -> None:
+        channel = self.channel_of(origin)
+        wm, _ = self.marks.get(channel, (MIN_WATERMARK, idle))
+        self.marks[channel] = (wm, idle)
+        self.last_origin.setdefault(channel, origin)
+
+    def flush(self) -> None:
+        """Send every channel's final watermark to every receiver that has not seen it."""
+        for channel, mark in self.marks.items():
+            origin = self.last_origin.get(channel)
+            if origin is None:
+                continue
+            for dest in range(self.edge.parallelism):
+                if self.sent.get((channel, dest)) != mark:
+                    self.sent[(channel, dest)] = mark
+                    self.out.append((dest, (self.edge.index, (*origin, self.partition), ("wm", (channel, *mark)))))
 
 
 class ForwardWriter(ExchangeWriter):
-    def __call__(self, origin: tuple, data: Any) -> None:
-        self._send(self.partition, origin, data)
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
+        self._send(self.partition, origin, data, ts)
 
 
 class RebalanceWriter(ExchangeWriter):
@@ -412,21 +505,21 @@ class RebalanceWriter(ExchangeWriter):
     to the next receiver in turn. A task often emits one batch per epoch, so sending whole
     batches round robin would feed only some receivers."""
 
-    def __call__(self, origin: tuple, data: Any) -> None:
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         p = self.edge.parallelism
         first = (self.partition + self.batches) % p
         self.batches += 1
         n = num_records(data)
         parts = min(p, n)
         if parts <= 1:
-            self._send(first, origin, data)
+            self._send(first, origin, data, ts)
             return
         for j in range(parts):
             a, b = n * j // parts, n * (j + 1) // parts
             chunk = data[a:b] if isinstance(data, list) else data.slice(a, b - a)
             # the slice number extends the origin: where slices meet again (after a key_by),
             # they are ordered as in the batch, not by the order Spark fetched them
-            self._send((first + j) % p, (*origin, j), chunk)
+            self._send((first + j) % p, (*origin, j), chunk, None if ts is None else ts[a:b])
 
 
 class KeyedWriter(ExchangeWriter):
@@ -437,7 +530,7 @@ class KeyedWriter(ExchangeWriter):
         self.selector = edge.key_selector
         self.field = getattr(self.selector, "field", None) if type(self.selector).__name__ == "FieldKeySelector" else None
 
-    def __call__(self, origin: tuple, data: Any) -> None:
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         p = self.edge.parallelism
         maxp = self.edge.max_parallelism
         rows = as_rows(data, self.edge.input_type)
@@ -449,9 +542,10 @@ class KeyedWriter(ExchangeWriter):
                 keys = [get_key(x) for x in rows]
             except Exception as e:
                 raise _key_error(self.edge, e, rows, get_key) from e
-        buckets: list[list] = [[] for _ in range(p)]
+        dests: list[int] = []
+        append = dests.append
         hash_ = mmh3.hash
-        for key, value in zip(keys, rows):
+        for key, value in zip(keys, rows, strict=True):
             if type(key) is str:
                 h = hash_(b"s" + key.encode(), 0, False)
             else:
@@ -461,10 +555,24 @@ class KeyedWriter(ExchangeWriter):
                     raise _invalid_key(self.edge, str(e), value) from None
                 if h is None:
                     raise _invalid_key(self.edge, "a key must not be None", value)
-            buckets[((h & 0x7FFFFFFF) % maxp) * p // maxp].append((key, value))
+            append(((h & 0x7FFFFFFF) % maxp) * p // maxp)
+        buckets: list[list] = [[] for _ in range(p)]
+        for dest, key, value in zip(dests, keys, rows, strict=True):
+            buckets[dest].append((key, value))
+        bucket_ts: list[list] | None = None
+        if ts is not None:
+            bucket_ts = [[] for _ in range(p)]
+            for dest, t in zip(dests, ts, strict=True):
+                bucket_ts[dest].append(t)
+        with_marks = self.channel_of is not None
         for dest, bucket in enumerate(buckets):
             if bucket:
-                blob = ("pickle", dumps(bucket))
+                if with_marks:
+                    self._mark_before(dest, origin)
+                if bucket_ts is None:
+                    blob = ("pickle", dumps(bucket))
+                else:
+                    blob = ("pickle+ts", dumps((bucket, bucket_ts[dest])))
                 self.out.append((dest, (self.edge.index, (*origin, self.partition), blob)))
 
 

@@ -18,6 +18,10 @@ class EdgeSpec:
     max_parallelism: int
     input_type: Any
     target_name: str
+    # where the edge's watermarks come from: a source stage's splits, or the upstream tasks
+    upstream_source_uid: str | None = None
+    upstream_head_uid: str = ""
+    upstream_parallelism: int = 1
 
 
 @dataclass
@@ -52,6 +56,7 @@ class StagePlan:
     input_edges: list[EdgeSpec] = field(default_factory=list)
     source_reader: Any = None
     job_parameters: dict = field(default_factory=dict)
+    head_uid: str = ""
 
     @property
     def keyed(self) -> bool:
@@ -66,9 +71,13 @@ def _input_type(graph: JobGraph, node: Node) -> Any:
 def _edge_spec(graph: JobGraph, e: Any) -> EdgeSpec:
     target = graph.nodes[e.target]
     upstream = graph.nodes[e.upstream]
+    up_stage = graph.stages[upstream.stage_id]
+    up_head = graph.nodes[up_stage.head]
     return EdgeSpec(
         e.edge_id, e.index, e.partitioning, e.key_selector, target.parallelism, target.max_parallelism,
         upstream.t.output_type, target.name,
+        upstream_source_uid=up_head.uid if up_stage.is_source else None,
+        upstream_head_uid=up_head.uid, upstream_parallelism=up_stage.parallelism,
     )
 
 
@@ -83,8 +92,11 @@ def _stage_plan(graph: JobGraph, stage: Stage, job_id: str, job_parameters: dict
     ops = {}
     for nid in stage.nodes:
         n = graph.nodes[nid]
+        options = dict(n.t.options)
+        if n.kind in ("timestamps", "source"):
+            options["in_source_stage"] = stage.is_source
         ops[nid] = OpSpec(
-            id=nid, kind=n.kind, name=n.name, uid=n.uid, function=n.t.function, options=dict(n.t.options),
+            id=nid, kind=n.kind, name=n.name, uid=n.uid, function=n.t.function, options=options,
             input_type=_input_type(graph, n), output_type=n.t.output_type, sink=n.t.sink,
             parallelism=n.parallelism, max_parallelism=n.max_parallelism, chained=list(n.chained),
             out_edges=[_edge_spec(graph, e) for e in n.out_edges], keyed=n.keyed,
@@ -98,4 +110,5 @@ def _stage_plan(graph: JobGraph, stage: Stage, job_id: str, job_parameters: dict
         input_edges=[_edge_spec(graph, e) for e in stage.inputs],
         source_reader=head.t.source.create_reader() if head.kind == "source" else None,
         job_parameters=job_parameters,
+        head_uid=head.uid,
     )

@@ -12,7 +12,9 @@ from typing import Any
 import cloudpickle
 
 from flowpoint.api.functions import unwrap
+from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK
 from flowpoint.errors import FlowpointError, UserFunctionError
+from flowpoint.state.rocksdb_working import db_path, remove_applied_deltas
 from flowpoint.state.working import (
     CACHE,
     CommittedChain,
@@ -22,18 +24,12 @@ from flowpoint.state.working import (
     remove_files_before,
     write_state_file,
 )
-from flowpoint.state.rocksdb_working import db_path, remove_applied_deltas
-from flowpoint.tasks.batches import decode
+from flowpoint.tasks.batches import decode, num_records
 from flowpoint.tasks.context import TaskRuntimeContext
-from flowpoint.tasks.operators import (
-    EXCHANGE_WRITERS,
-    KEYED_OPERATORS,
-    STATELESS_OPERATORS,
-    ExchangeWriter,
-    Operator,
-    SinkOp,
-)
+from flowpoint.tasks.event_time import InputWatermarks, TimestampsOp
+from flowpoint.tasks.operators import EXCHANGE_WRITERS, ExchangeWriter, Operator, SinkOp, SourceOp
 from flowpoint.tasks.plan import StagePlan
+from flowpoint.tasks.registry import operator_class
 
 
 @dataclass
@@ -51,6 +47,10 @@ class EpochSpec:
     checkpoints_aborted: tuple[int, ...] = ()
     backend: str = "hashmap"  # the state backend: "hashmap" or "rocksdb"
     checkpoint: int | None = None  # RocksDB: snapshot the state this epoch starts from as this checkpoint
+    processing_time: int = 0  # epoch ms: the processing time every task of the epoch sees
+    watermarks: dict[str, tuple[int, bool]] = field(default_factory=dict)  # channel -> (watermark, idle) at the start
+    splits: dict[str, int] = field(default_factory=dict)  # source uid -> number of splits (watermark channels)
+    generators: dict[str, bytes] = field(default_factory=dict)  # watermark generator states (event_time.py)
 
 
 @dataclass
@@ -67,6 +67,9 @@ class TaskAck:
     seconds: float = 0.0
     fresh_state: bool = False
     snapshot: dict[str, tuple[str, list, int, float]] | None = None  # RocksDB checkpoint, see _snapshot_rocksdb
+    watermarks: dict[str, tuple[int, bool]] = field(default_factory=dict)  # channels this task sent: final marks
+    generators: dict[str, bytes] = field(default_factory=dict)
+    metrics: dict[str, int] = field(default_factory=dict)  # "<operator name>.<metric>" -> count
 
 
 class ChainRuntime:
@@ -74,6 +77,7 @@ class ChainRuntime:
 
     def __init__(self, plan: StagePlan, partition: int, ts: TaskState):
         self.plan = plan
+        self.partition = partition
         self.ops: dict[int, Operator] = {}
         self.writers: list[tuple[int, ExchangeWriter]] = []
         self.contexts: list[TaskRuntimeContext] = []
@@ -81,26 +85,36 @@ class ChainRuntime:
             spec = plan.ops[nid]
             backend = ts.backend(spec.uid, spec.name) if spec.keyed else None
             if spec.kind == "source":
-                op: Operator = Operator(spec)
+                strategy = spec.options.get("watermark_strategy")
+                event_time = strategy is not None and (strategy.generates_watermarks or strategy.timestamp_assigner is not None)
+                op: Operator = TimestampsOp(spec) if event_time else SourceOp(spec)
             elif spec.kind == "sink":
                 ctx = self._context(spec, partition, None)
                 op = SinkOp(spec, spec.sink.create_writer(partition, spec.parallelism, ctx))
             elif spec.keyed:
-                op = KEYED_OPERATORS[spec.kind](spec, backend)
+                op = operator_class(spec.kind, True)(spec, backend)
             else:
-                op = STATELESS_OPERATORS[spec.kind](spec)
+                op = operator_class(spec.kind, False)(spec)
             self.ops[nid] = op
+        source_uid = plan.head_uid if plan.source_reader is not None else None
         for nid in plan.order:
             spec = plan.ops[nid]
             op = self.ops[nid]
-            op.outputs = [self.ops[c].process for c in spec.chained]
+            for c in spec.chained:
+                child = self.ops[c]
+                if child.spec.kind == "side_output":
+                    op.side_outputs.setdefault(child.spec.options["tag_id"], []).append(child)
+                else:
+                    op.outputs.append(child)
             for e in spec.out_edges:
                 w = EXCHANGE_WRITERS[e.partitioning](e, partition)
+                w.channel_of = _channel_namer(source_uid, plan.head_uid, partition)
                 self.writers.append((e.edge_id, w))
                 op.outputs.append(w)
+        self.timestamp_ops = [op for op in self.ops.values() if isinstance(op, TimestampsOp)]
         for nid in plan.order:  # open after wiring, in order, as Flink does
             spec = plan.ops[nid]
-            if spec.kind in ("source", "sink"):
+            if spec.kind == "sink" or (spec.kind == "source" and spec.function is None):
                 continue
             self.ops[nid].open(self._context(spec, partition, ts.backends.get(spec.uid) if spec.keyed else None))
 
@@ -126,9 +140,61 @@ class ChainRuntime:
                 if hasattr(fn, "notify_checkpoint_aborted"):
                     fn.notify_checkpoint_aborted(cid)
 
+    def begin_epoch(self, spec: EpochSpec) -> InputWatermarks | None:
+        """Set the epoch's clocks; returns the head's input watermarks (None in a source stage)."""
+        for _, w in self.writers:
+            w.reset()
+        for op in self.timestamp_ops:
+            op.begin_epoch(self.partition, spec.generators)
+        inputs = None
+        if self.plan.source_reader is None:
+            inputs = InputWatermarks(input_channels(self.plan, spec))
+            for op in self.ops.values():
+                if inputs.watermark > op.watermark and not isinstance(op, TimestampsOp):
+                    op.watermark = inputs.watermark  # fired in the epoch that reached it
+        for op in self.ops.values():
+            op.advance_processing_time(spec.processing_time)
+        return inputs
+
+    def end_epoch(self, ack: TaskAck) -> None:
+        if self.plan.source_reader is None:
+            for op in self.timestamp_ops:
+                op.end_split(())
+        for _, w in self.writers:
+            w.flush()
+            ack.watermarks.update(w.marks)
+        for op in self.timestamp_ops:
+            ack.generators.update(op.snapshot_generators())
+        for op in self.ops.values():
+            if op.metrics:
+                for name, n in op.metrics.items():
+                    key = f"{op.spec.name}.{name}"
+                    ack.metrics[key] = ack.metrics.get(key, 0) + n
+                op.metrics = {}
+
     def close(self) -> None:
         for op in self.ops.values():
             op.close()
+
+
+def _channel_namer(source_uid: str | None, head_uid: str, partition: int) -> Any:
+    """The watermark channel a record's origin belongs to (see ExchangeWriter)."""
+    if source_uid is not None:
+        prefix = f"s:{source_uid}:"
+        return lambda origin: prefix + str(origin[1]) if len(origin) > 1 else f"t:{head_uid}:{partition}"
+    name = f"t:{head_uid}:{partition}"
+    return lambda origin: name
+
+
+def input_channels(plan: StagePlan, spec: EpochSpec) -> dict[str, tuple[int, bool]]:
+    """The head's input channels with their marks at the start of the epoch."""
+    names: list[str] = []
+    for e in plan.input_edges:
+        if e.upstream_source_uid is not None:
+            names += [f"s:{e.upstream_source_uid}:{i}" for i in range(spec.splits.get(e.upstream_source_uid, 0))]
+        else:
+            names += [f"t:{e.upstream_head_uid}:{p}" for p in range(e.upstream_parallelism)]
+    return {c: spec.watermarks.get(c, (MIN_WATERMARK, False)) for c in names}
 
 
 def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: int, token: str, inputs: Any) -> tuple[list, TaskAck]:
@@ -157,21 +223,26 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
         rt.notify_checkpoints(spec.checkpoints_completed, spec.checkpoints_aborted)
         if rocksdb and spec.checkpoint is not None and ts.backends:
             ack.snapshot = _snapshot_rocksdb(ts, directory, spec.checkpoint)
-        for _, w in rt.writers:
-            w.out = []
-            w.batches = 0
+        watermarks = rt.begin_epoch(spec)
         head = rt.ops[plan.head]
         if plan.source_reader is not None:
             reader = plan.source_reader
-            for split_index, split, read_spec in inputs:
-                for seq, data in enumerate(reader.read(split, read_spec)):
-                    n = len(data) if isinstance(data, list) else data.num_rows
-                    ack.records_in += n
-                    head.emit((plan.head, split_index, seq), data)
+            for split_index, split, read_spec, finished in inputs:
+                seq = 0
+                if read_spec is not None:
+                    for seq, data in enumerate(reader.read(split, read_spec), 1):  # noqa: B007
+                        ack.records_in += num_records(data)
+                        head.process((plan.head, split_index, seq), data)
+                end = (plan.head, split_index, seq)
+                for op in rt.timestamp_ops:
+                    op.end_split(end)
+                if finished:  # a bounded split's end: its watermark goes to +infinity
+                    head.emit_watermark(end, MAX_WATERMARK)
         else:
-            _feed(plan, head, inputs)
+            _feed(plan, head, inputs, watermarks)
             ack.records_in = head.records_in
             head.records_in = 0
+        rt.end_epoch(ack)
         for nid, op in rt.ops.items():
             payload = op.finish(spec.epoch)
             if payload is not None:
@@ -217,15 +288,23 @@ def _snapshot_rocksdb(ts: TaskState, directory: str, checkpoint_id: int) -> dict
     return out
 
 
-def _feed(plan: StagePlan, head: Operator, inputs: Any) -> None:
-    """Deliver exchange input to the head in (edge, origin) order."""
+def _feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWatermarks) -> None:
+    """Deliver exchange input to the head in (edge, origin) order, watermarks in between."""
     received = sorted(inputs, key=lambda item: (item[0], item[1]))
     strip = {e.index for e in plan.input_edges if e.partitioning == "keyed"} if not plan.ops[plan.head].keyed else set()
     for edge_index, origin, blob in received:
-        data = decode(blob)
+        if blob[0] == "wm":
+            channel, wm, idle = blob[1]
+            moved, status = watermarks.update(channel, wm, idle)
+            if status is not None:
+                head.process_watermark_status(origin, status)
+            if moved is not None:
+                head.process_watermark(origin, moved)
+            continue
+        data, ts = decode(blob)
         if edge_index in strip:
             data = [v for _, v in data]
-        head.process(origin, data)
+        head.process(origin, data, ts)
 
 
 def _write_state(plan: StagePlan, spec: EpochSpec, partition: int, directory: str, token: str, ts: TaskState, chain: CommittedChain) -> TaskStateAck:
