@@ -9,6 +9,7 @@ does not (a failed or superseded task attempt), the undo log restores the commit
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 from flowpoint.api.row import Row
@@ -139,6 +140,12 @@ class HeapKeyedStateBackend:
 
     def num_keys(self) -> int:
         return sum(len(t) for t in self.tables.values())
+
+    def iter_entries(self, state_name: str) -> Iterator[tuple[Any, Any]]:
+        """Every ``(key, value)`` of one state, this epoch's changes included (MapState: the value
+        is the key's dict). For rebuilding an in-memory index, such as a timer queue, when an
+        operator opens; the values are the table's own objects: read them, do not change them."""
+        return iter(list(self.tables.get(state_name, {}).items()))
 
 
 class _HeapState:

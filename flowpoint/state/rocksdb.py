@@ -41,6 +41,7 @@ import shutil
 import struct
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 from flowpoint.api.row import Row
@@ -774,29 +775,50 @@ class RocksDBKeyedStateBackend:
         O(state)."""
         out = self._committed_tables()
         for table in self._tables.values():
-            if not table.cache and not table.maps:
-                continue
-            target = out.setdefault(table.name, {})
-            if table.kind != "map":
-                absent = None if table.kind == "value" else _ABSENT
-                for key, value in table.cache.items():
-                    if value is absent:
-                        target.pop(key, None)
-                    else:
-                        target[key] = value
-                continue
-            for key, mo in table.maps.items():
-                current = {} if mo.cleared else target.get(key, {})
-                for uk, value in mo.entries.items():
-                    if value is _ABSENT:
-                        current.pop(uk, None)
-                    else:
-                        current[uk] = _loads(value.raw) if type(value) is _Raw else value
-                if current:
-                    target[key] = current
-                else:
-                    target.pop(key, None)
+            if table.cache or table.maps:
+                _overlay_onto(table, out.setdefault(table.name, {}))
         return {name: table for name, table in out.items() if table}
+
+    def iter_entries(self, state_name: str) -> Iterator[tuple[Any, Any]]:
+        """Every ``(key, value)`` of one state, the committed DB content with the overlay on top
+        (MapState: the value is the key's dict; keys as stored, so a ``Row`` key comes back as a
+        tuple). For rebuilding an in-memory index, such as a timer queue, when an operator opens.
+        Costs one seek per key group holding the state plus one read per entry."""
+        known = self._names.get(state_name)
+        if known is None:
+            return iter(())
+        sid, kind = known
+        entries = self._committed_entries(sid, kind)
+        table = self._tables.get(state_name)
+        if table is not None and (table.cache or table.maps):
+            _overlay_onto(table, entries)
+        return iter(list(entries.items()))
+
+    def _committed_entries(self, sid: int, kind: str) -> dict[Any, Any]:
+        """``{key: value}`` of one state id in the DB: one iterator that seeks from key group to
+        key group, skipping the other states' ranges."""
+        from rocksdict import ReadOptions
+
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(DATA_END)
+        it = self._require_db().iter(ro)
+        sidb = bytes([sid])
+        out: dict[Any, Any] = {}
+        it.seek(key_group_prefix(0) + sidb)
+        while it.valid():
+            kb = it.key()
+            if kb[2] != sid:
+                group = int.from_bytes(kb[0:2], "big") + (kb[2] > sid)
+                it.seek(key_group_prefix(group) + sidb)
+                continue
+            _kg, _sid, kbytes, _ns, ukb = parse_db_key(kb)
+            if kind == "map":
+                out.setdefault(_loads(kbytes), {})[_loads(ukb)] = _loads(it.value())
+            else:
+                out[_loads(kbytes)] = _loads(it.value())
+            it.next()
+        del it
+        return out
 
     def restore(self, tables: dict[str, dict[Any, Any]], kinds: dict[str, str] | None = None) -> None:
         """Replace the DB content with ``tables`` (heap snapshot format) and drop the overlay.
@@ -906,6 +928,29 @@ class RocksDBKeyedStateBackend:
         if os.path.isdir(db_path):
             os.rmdir(db_path)
         os.replace(tmp, db_path)
+
+
+def _overlay_onto(table: _Table, target: dict[Any, Any]) -> None:
+    """Apply one state's overlay to ``target`` (``{key: value}`` read from the DB)."""
+    if table.kind != "map":
+        absent = None if table.kind == "value" else _ABSENT
+        for key, value in table.cache.items():
+            if value is absent:
+                target.pop(key, None)
+            else:
+                target[key] = value
+        return
+    for key, mo in table.maps.items():
+        current = {} if mo.cleared else target.get(key, {})
+        for uk, value in mo.entries.items():
+            if value is _ABSENT:
+                current.pop(uk, None)
+            else:
+                current[uk] = _loads(value.raw) if type(value) is _Raw else value
+        if current:
+            target[key] = current
+        else:
+            target.pop(key, None)
 
 
 # -- state objects -------------------------------------------------------------------------------
