@@ -129,11 +129,11 @@ class KeyedOperatorHarness:
 
     def _create_backend(self, snapshot: HarnessSnapshot | None) -> Any:
         tables = None
-        if snapshot is not None:
-            tables = {
+        if snapshot is not None:  # a copy: the snapshot may be restored again
+            tables = pickle.loads(cloudpickle.dumps({
                 name: {k: v for k, v in table.items() if self._owns(k)}
                 for name, table in snapshot.tables.items()
-            }
+            }))
         if self.backend_kind == "rocksdb":
             from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 

@@ -9,8 +9,8 @@ in-memory index over that state, rebuilt by :meth:`InternalTimerService.open` wh
 operator is (re)created; every change goes through this class, so index and state stay equal.
 
 Timers are deduplicated (registering one twice is one timer) and fire in timestamp order; ties
-are broken by the key's canonical bytes, then the namespace, so the order does not depend on the
-order of registration (a restored operator fires exactly as the original would have). A timer
+are broken by the canonical bytes of the key, then of the namespace, so the order does not depend
+on the order of registration (a restored operator fires exactly as the original would have). A timer
 registered while timers fire that is already due fires in the same advance, as in Flink.
 """
 
@@ -42,7 +42,9 @@ class TimerQueue:
         self.state_name = state_name
         self.state = backend.get_partitioned_state(MapStateDescriptor(state_name))
         self.live: set[tuple[Any, Any, int]] = set()  # (key, namespace, timestamp)
-        self.heap: list[tuple[int, bytes, Any, Any]] = []  # (timestamp, key bytes, namespace, key)
+        # (timestamp, key bytes, namespace bytes, namespace, key): distinct timers differ before
+        # the objects, which are never compared
+        self.heap: list[tuple[int, bytes, bytes, Any, Any]] = []
         self.stale = 0
 
     def rebuild(self) -> None:
@@ -54,7 +56,7 @@ class TimerQueue:
             kb = canonical_bytes(key)
             for ts, ns in entries:
                 self.live.add((key, ns, ts))
-                self.heap.append((ts, kb, ns, key))
+                self.heap.append((ts, kb, canonical_bytes(ns), ns, key))
         heapq.heapify(self.heap)
 
     def add(self, key: Any, namespace: Any, timestamp: int) -> None:
@@ -64,7 +66,7 @@ class TimerQueue:
             return
         self.live.add(timer)
         self.state.put((timestamp, namespace), True)
-        heapq.heappush(self.heap, (timestamp, canonical_bytes(key), namespace, key))
+        heapq.heappush(self.heap, (timestamp, canonical_bytes(key), canonical_bytes(namespace), namespace, key))
 
     def remove(self, key: Any, namespace: Any, timestamp: int) -> None:
         """Delete a timer of ``key`` (the backend's current key); unknown timers are ignored."""
@@ -78,7 +80,7 @@ class TimerQueue:
             self._compact()
 
     def _compact(self) -> None:
-        self.heap = [e for e in self.heap if (e[3], e[2], e[0]) in self.live]
+        self.heap = [e for e in self.heap if (e[4], e[3], e[0]) in self.live]
         heapq.heapify(self.heap)
         self.stale = len(self.heap) - len(self.live)
 
@@ -87,7 +89,7 @@ class TimerQueue:
         key is then the timer's key), or None."""
         heap = self.heap
         while heap and heap[0][0] <= time:
-            ts, _kb, ns, key = heapq.heappop(heap)
+            ts, _kb, _nb, ns, key = heapq.heappop(heap)
             timer = (key, ns, ts)
             if timer not in self.live:
                 self.stale -= 1
@@ -101,7 +103,7 @@ class TimerQueue:
     def next_timestamp(self) -> int | None:
         """The earliest live timer's timestamp (None if there is none)."""
         heap = self.heap
-        while heap and (heap[0][3], heap[0][2], heap[0][0]) not in self.live:
+        while heap and (heap[0][4], heap[0][3], heap[0][0]) not in self.live:
             heapq.heappop(heap)
             self.stale -= 1
         return heap[0][0] if heap else None
