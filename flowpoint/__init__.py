@@ -14,13 +14,19 @@ from flowpoint.api.functions import (
     CheckpointListener,
     FilterFunction,
     FlatMapFunction,
+    AllWindowFunction,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
+    OutputTag,
+    ProcessAllWindowFunction,
     ProcessFunction,
+    ProcessWindowFunction,
     ReduceFunction,
     RuntimeContext,
     SinkFunction,
+    TimerService,
+    WindowFunction,
 )
 from flowpoint.api.restart import RestartStrategies, RestartStrategyConfiguration
 from flowpoint.api.row import Row
@@ -44,7 +50,14 @@ from flowpoint.api.state_backends import (
     JobManagerCheckpointStorage,
     StateBackend,
 )
-from flowpoint.api.time import Duration, WatermarkStrategy
+from flowpoint.api.time import Duration, Time, TimeDomain
+from flowpoint.api.watermarks import (
+    TimestampAssigner,
+    Watermark,
+    WatermarkGenerator,
+    WatermarkOutput,
+    WatermarkStrategy,
+)
 from flowpoint.api.types import Types
 from flowpoint.connectors.clicks import ClickEventGenerator
 from flowpoint.connectors.collection import CollectionSource
@@ -70,4 +83,6 @@ __all__ = [
     "NumberSequenceSource", "PrintSink", "ProcessFunction", "RateLimiterStrategy", "ReduceFunction",
     "ReducingState", "ReducingStateDescriptor", "Row", "RuntimeContext", "Sink", "SinkFunction",
     "StreamExecutionEnvironment", "Types", "ValueState", "ValueStateDescriptor", "WatermarkStrategy",
+    "AllWindowFunction", "OutputTag", "ProcessAllWindowFunction", "ProcessWindowFunction", "Time", "TimeDomain",
+    "TimerService", "TimestampAssigner", "Watermark", "WatermarkGenerator", "WatermarkOutput", "WindowFunction",
 ]

@@ -40,12 +40,82 @@ class SplitPlan:
 Batch = list | pa.RecordBatch
 
 
+@dataclass(frozen=True)
+class TimestampedBatch:
+    """Records with their event timestamps, as a source that assigns them yields them."""
+
+    records: list
+    timestamps: list
+
+
 class SourceReader(ABC):
     """Executor side: reads one split between two positions."""
 
     @abstractmethod
-    def read(self, split: SourceSplit, spec: Any) -> Iterator[Batch]:
-        """Yield the records of ``spec`` (from :meth:`Source.read_spec`) in order, in batches."""
+    def read(self, split: SourceSplit, spec: Any) -> Iterator[Batch | TimestampedBatch | Any]:
+        """Yield the records of ``spec`` (from :meth:`Source.read_spec`) in order, in batches.
+
+        A source that knows event time may also yield :class:`TimestampedBatch` and
+        ``Watermark`` objects (or use :class:`EmittingSourceReader`); a watermark applies to
+        the records after it, for this split only."""
+
+
+class SourceContext:
+    """Flink's ``SourceContext`` for :class:`EmittingSourceReader`: ``collect``,
+    ``collect_with_timestamp`` and ``emit_watermark`` (seed 000's source with timestamps and
+    watermarks)."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self._records: list = []
+        self._timestamps: list | None = None
+
+    def collect(self, element: Any) -> None:
+        if self._timestamps is not None and self._records:
+            self._flush()
+        self._records.append(element)
+
+    def collect_with_timestamp(self, element: Any, timestamp: int) -> None:
+        if self._timestamps is None:
+            if self._records:
+                self._flush()
+            self._timestamps = []
+        self._records.append(element)
+        self._timestamps.append(int(timestamp))
+
+    def emit_watermark(self, watermark: Any) -> None:
+        from flowpoint.api.watermarks import Watermark
+
+        if not isinstance(watermark, Watermark):
+            watermark = Watermark(int(watermark))
+        self._flush()
+        self.items.append(watermark)
+
+    def _flush(self) -> None:
+        if self._records:
+            ts = self._timestamps
+            self.items.append(TimestampedBatch(self._records, ts) if ts is not None else self._records)
+        self._records = []
+        self._timestamps = None
+
+    def drain(self) -> list[Any]:
+        self._flush()
+        items, self.items = self.items, []
+        return items
+
+
+class EmittingSourceReader(SourceReader):
+    """A reader written as Flink's ``SourceFunction.run(ctx)``: ``run(split, spec, ctx)`` calls
+    ``ctx.collect_with_timestamp(value, ts)`` and ``ctx.emit_watermark(Watermark(ts))`` for the
+    records of ``spec``. Reading the same spec must emit the same things (replay)."""
+
+    @abstractmethod
+    def run(self, split: SourceSplit, spec: Any, ctx: SourceContext) -> None: ...
+
+    def read(self, split: SourceSplit, spec: Any) -> Iterator[Any]:
+        ctx = SourceContext()
+        self.run(split, spec, ctx)
+        yield from ctx.drain()
 
 
 class Source(ABC):

@@ -92,6 +92,8 @@ class TimestampsOp(Operator):
         self.states: dict[str, GeneratorState] = {}
         self.saved: dict[str, bytes] = {}  # generator states from the driver, by key
         self.touched: set[str] = set()
+        self.channel_of: Any = None  # origin -> watermark channel (set by the chain)
+        self.channels: dict[str, str] = {}  # generator key -> its watermark channel
 
     # -- generator state -----------------------------------------------------------------------
 
@@ -105,7 +107,9 @@ class TimestampsOp(Operator):
         part = f"s{origin[1]}" if self.in_source_stage and len(origin) > 1 else f"p{self.partition}"
         return f"{self.spec.uid}:{part}"
 
-    def _state(self, key: str) -> GeneratorState:
+    def _state(self, key: str, origin: tuple = ()) -> GeneratorState:
+        if self.channel_of is not None and key not in self.channels:
+            self.channels[key] = self.channel_of(origin)
         st = self.states.get(key)
         if st is None:
             blob = self.saved.get(key)
@@ -121,6 +125,10 @@ class TimestampsOp(Operator):
 
     def snapshot_generators(self) -> dict[str, bytes]:
         return {k: dumps(self.states[k]) for k in self.touched}
+
+    def marks(self) -> dict[str, tuple[int, bool]]:
+        """The watermark channels this operator drives, with their current marks."""
+        return {self.channels[k]: (self.states[k].watermark, self.states[k].idle) for k in self.touched if k in self.channels}
 
     # -- records -------------------------------------------------------------------------------
 
@@ -170,7 +178,7 @@ class TimestampsOp(Operator):
         if n == 0:
             return
         key = self._key(origin)
-        st = self._state(key)
+        st = self._state(key, origin)
         rows, stamps = self._timestamps(data, ts)
         st.last_active_ms = self.processing_time
         out = _Output(st.watermark, st.idle)
@@ -186,16 +194,20 @@ class TimestampsOp(Operator):
                 gen.max_timestamp = top
             self.emit(origin, rows, stamps)
         else:
+            # punctuated: a watermark from on_event applies from the next record on, so the batch
+            # is cut there; the piece number extends the origin, which orders the pieces (and
+            # the watermarks between them) wherever they meet again after an exchange
             on_event = gen.on_event
-            start = 0
+            start = piece = 0
             for i, t in enumerate(stamps):
                 on_event(rows[i], t, out)
-                if out.moved:  # punctuated: records after this one see the new watermark
-                    self.emit(origin, _slice(rows, start, i + 1), stamps[start : i + 1])
+                if out.moved:
+                    self.emit((*origin, piece), _slice(rows, start, i + 1), stamps[start : i + 1])
                     start = i + 1
-                    self._publish(origin, st, out)
+                    piece += 1
+                    self._publish((*origin, piece), st, out)
             if start < n:
-                self.emit(origin, _slice(rows, start, n), stamps[start:n])
+                self.emit((*origin, piece), _slice(rows, start, n), stamps[start:n])
         gen.on_periodic_emit(out)
         self._publish(origin, st, out)
 
@@ -214,7 +226,7 @@ class TimestampsOp(Operator):
     def end_split(self, origin: tuple) -> None:
         """The split (source stage) or the instance's input had its last records of the epoch:
         periodic emit and idleness, also when it had no records."""
-        st = self._state(self._key(origin))
+        st = self._state(self._key(origin), origin)
         out = _Output(st.watermark, st.idle)
         st.generator.on_periodic_emit(out)
         idleness = self.strategy.idleness_ms
@@ -230,7 +242,7 @@ class TimestampsOp(Operator):
     def process_watermark(self, origin: tuple, wm: int) -> None:
         """Upstream watermarks are replaced by this operator's own, except the end of input."""
         if wm >= MAX_WATERMARK:
-            st = self._state(self._key(origin))
+            st = self._state(self._key(origin), origin)
             st.watermark = MAX_WATERMARK
             st.idle = False
             self.watermark = MAX_WATERMARK

@@ -127,10 +127,22 @@ class Operator:
 
 
 class SourceOp(Operator):
-    """A source's records enter the chain here (timestamps and watermarks: ``TimestampsOp``)."""
+    """A source's records enter the chain here, with the timestamps and watermarks the source
+    itself gives (a ``WatermarkStrategy`` on the source runs a ``TimestampsOp`` instead).
+    Watermarks are per split (the origin's split index), each never decreasing."""
+
+    def __init__(self, spec: Any):
+        super().__init__(spec)
+        self.split_watermarks: dict[int, int] = {}
 
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         self.emit(origin, data, ts)
+
+    def process_watermark(self, origin: tuple, wm: int) -> None:
+        split = origin[1]
+        if wm > self.split_watermarks.get(split, MIN_WATERMARK):
+            self.split_watermarks[split] = wm
+            self.emit_watermark(origin, wm)
 
 
 class MapOp(Operator):

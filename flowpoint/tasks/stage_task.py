@@ -13,6 +13,8 @@ import cloudpickle
 
 from flowpoint.api.functions import unwrap
 from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK
+from flowpoint.api.watermarks import Watermark
+from flowpoint.connectors.source import TimestampedBatch
 from flowpoint.errors import FlowpointError, UserFunctionError
 from flowpoint.state.rocksdb_working import db_path, remove_applied_deltas
 from flowpoint.state.working import (
@@ -112,6 +114,9 @@ class ChainRuntime:
                 self.writers.append((e.edge_id, w))
                 op.outputs.append(w)
         self.timestamp_ops = [op for op in self.ops.values() if isinstance(op, TimestampsOp)]
+        namer = _channel_namer(source_uid, plan.head_uid, partition)
+        for op in self.timestamp_ops:
+            op.channel_of = namer
         for nid in plan.order:  # open after wiring, in order, as Flink does
             spec = plan.ops[nid]
             if spec.kind == "sink" or (spec.kind == "source" and spec.function is None):
@@ -140,8 +145,9 @@ class ChainRuntime:
                 if hasattr(fn, "notify_checkpoint_aborted"):
                     fn.notify_checkpoint_aborted(cid)
 
-    def begin_epoch(self, spec: EpochSpec) -> InputWatermarks | None:
-        """Set the epoch's clocks; returns the head's input watermarks (None in a source stage)."""
+    def begin_epoch(self, spec: EpochSpec, splits: list[int]) -> InputWatermarks | None:
+        """Set the epoch's clocks; returns the head's input watermarks (None in a source stage,
+        whose ``splits`` are the indexes this task reads)."""
         for _, w in self.writers:
             w.reset()
         for op in self.timestamp_ops:
@@ -149,9 +155,13 @@ class ChainRuntime:
         inputs = None
         if self.plan.source_reader is None:
             inputs = InputWatermarks(input_channels(self.plan, spec))
-            for op in self.ops.values():
-                if inputs.watermark > op.watermark and not isinstance(op, TimestampsOp):
-                    op.watermark = inputs.watermark  # fired in the epoch that reached it
+            start = inputs.watermark
+        else:
+            prefix = f"s:{self.plan.head_uid}:"
+            start = min((spec.watermarks.get(prefix + str(i), (MIN_WATERMARK, False))[0] for i in splits), default=MIN_WATERMARK)
+        for op in self.ops.values():
+            if start > op.watermark and not isinstance(op, (TimestampsOp, SourceOp)):
+                op.watermark = start  # the epoch that reached it fired what it had to
         for op in self.ops.values():
             op.advance_processing_time(spec.processing_time)
         return inputs
@@ -160,11 +170,16 @@ class ChainRuntime:
         if self.plan.source_reader is None:
             for op in self.timestamp_ops:
                 op.end_split(())
+        for op in self.timestamp_ops:
+            ack.generators.update(op.snapshot_generators())
+            ack.watermarks.update(op.marks())
+        head = self.ops[self.plan.head]
+        if isinstance(head, SourceOp):
+            prefix = f"s:{self.plan.head_uid}:"
+            ack.watermarks.update({prefix + str(i): (wm, False) for i, wm in head.split_watermarks.items()})
         for _, w in self.writers:
             w.flush()
             ack.watermarks.update(w.marks)
-        for op in self.timestamp_ops:
-            ack.generators.update(op.snapshot_generators())
         for op in self.ops.values():
             if op.metrics:
                 for name, n in op.metrics.items():
@@ -223,7 +238,7 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
         rt.notify_checkpoints(spec.checkpoints_completed, spec.checkpoints_aborted)
         if rocksdb and spec.checkpoint is not None and ts.backends:
             ack.snapshot = _snapshot_rocksdb(ts, directory, spec.checkpoint)
-        watermarks = rt.begin_epoch(spec)
+        watermarks = rt.begin_epoch(spec, [item[0] for item in inputs] if plan.source_reader is not None else [])
         head = rt.ops[plan.head]
         if plan.source_reader is not None:
             reader = plan.source_reader
@@ -231,13 +246,20 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
                 seq = 0
                 if read_spec is not None:
                     for seq, data in enumerate(reader.read(split, read_spec), 1):  # noqa: B007
-                        ack.records_in += num_records(data)
-                        head.process((plan.head, split_index, seq), data)
+                        origin = (plan.head, split_index, seq)
+                        if isinstance(data, TimestampedBatch):
+                            ack.records_in += len(data.records)
+                            head.process(origin, data.records, data.timestamps)
+                        elif isinstance(data, Watermark):
+                            head.process_watermark(origin, data.timestamp)
+                        else:
+                            ack.records_in += num_records(data)
+                            head.process(origin, data)
                 end = (plan.head, split_index, seq)
                 for op in rt.timestamp_ops:
                     op.end_split(end)
                 if finished:  # a bounded split's end: its watermark goes to +infinity
-                    head.emit_watermark(end, MAX_WATERMARK)
+                    head.process_watermark(end, MAX_WATERMARK)
         else:
             _feed(plan, head, inputs, watermarks)
             ack.records_in = head.records_in
