@@ -34,7 +34,7 @@ from flowpoint.api.state import (
 )
 from flowpoint.api.time import MAX_WATERMARK
 from flowpoint.api.windowed_stream import call_collecting, takes_collector
-from flowpoint.api.windows import TimestampedValue
+from flowpoint.api.windows import TimestampedValue, TriggerResult
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.tasks.keyed_process import OutputBuffer
@@ -47,6 +47,7 @@ MERGING_SET_STATE = "_window-merging-set"
 TRIGGER_STATE_PREFIX = "_trigger:"
 WINDOW_STATE_PREFIX = "_window-state:"
 LATE_DROPPED = "numLateRecordsDropped"
+CONTINUE = TriggerResult.CONTINUE
 
 
 class MergingWindowSet:
@@ -330,30 +331,35 @@ class WindowOperator(KeyedOp):
                     mws.retire_window(actual)
                     continue
                 skipped = False
-                self._add(key, actual, mws.state_window(actual), value, t)
+                self._add(key, actual, mws.state_window(actual).to_namespace(), value, t)
             mws.persist()
         else:
+            late_before = self.watermark if self.event_time else None
             for w in windows:
-                if self._is_window_late(w):
+                if late_before is not None and self._cleanup_time(w) <= late_before:
                     continue
                 skipped = False
-                self._add(key, w, w, value, t)
+                self._add(key, w, None, value, t)
         if skipped and self.event_time and t + self.lateness <= self.watermark:  # type: ignore[operator]
             if self.late_tag_id is not None:
                 self.buffer.add_side_id(self.late_tag_id, value, t)
             else:
                 self.count(LATE_DROPPED)
 
-    def _add(self, key: Any, window: Any, state_window: Any, value: Any, t: int | None) -> None:
+    def _add(self, key: Any, window: Any, state_ns: Any, value: Any, t: int | None) -> None:
+        """Add an element to a window (its contents live in namespace ``state_ns``, the
+        window's own unless merged) and ask the trigger."""
+        tctx = self.tctx.at(key, window)
         contents = self.contents
-        contents.namespace = state_window.to_namespace()
+        contents.namespace = tctx.ns if state_ns is None else state_ns
         contents.add(value if self.evictor is None else (value, t))
-        result = self.trigger.on_element(value, t, window, self.tctx.at(key, window))
-        if result.is_fire():
-            self._fire(key, window)
-        if result.is_purge():
-            contents.clear()
-        self._register_cleanup_timer(window)
+        result = self.trigger.on_element(value, t, window, tctx)
+        if result is not CONTINUE:
+            if result.is_fire():
+                self._fire(key, window)
+            if result.is_purge():
+                contents.clear()
+        self._register_cleanup_timer(window, tctx.ns)
 
     def _merge(self, key: Any, result: Any, merged: list[Any], state_window: Any, merged_state_windows: list[Any]) -> None:
         if self.event_time and result.max_timestamp() + self.lateness <= self.watermark:
@@ -421,14 +427,14 @@ class WindowOperator(KeyedOp):
     def _is_window_late(self, window: Any) -> bool:
         return self.event_time and self._cleanup_time(window) <= self.watermark
 
-    def _register_cleanup_timer(self, window: Any) -> None:
+    def _register_cleanup_timer(self, window: Any, namespace: Any) -> None:
         t = self._cleanup_time(window)
         if t == MAX_WATERMARK:
             return
         if self.event_time:
-            self.timers.register_event_time_timer(window.to_namespace(), t)
+            self.timers.register_event_time_timer(namespace, t)
         else:
-            self.timers.register_processing_time_timer(window.to_namespace(), t)
+            self.timers.register_processing_time_timer(namespace, t)
 
     def _delete_cleanup_timer(self, window: Any) -> None:
         t = self._cleanup_time(window)
