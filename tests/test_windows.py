@@ -373,6 +373,28 @@ def test_dynamic_gap_sessions_and_merging_trigger_state(harness):
     assert h.extract_output_values() == [(0, 52, 3)]
 
 
+def test_sessions_merge_reduced_values_and_evicting_contents(harness):
+    h = harness(lambda s: by_key(EventTimeSessionWindows.with_gap(10))(s).reduce(add))
+    feed(h, (("a", 1), 0), (("a", 2), 30), (("a", 4), 15))  # [15, 25) merges nothing yet
+    h.process_element(("a", 8), timestamp=8)  # [8, 18) bridges [0, 10) and [15, 25)
+    assert h.state_entries()[CONTENTS_STATE] == {"a": {(0, 10): ("a", 13), (30, 40): ("a", 2)}}
+    h.process_watermark(MAX_WATERMARK)
+    assert h.get_output()[:2] == [Record(("a", 13), 24), Record(("a", 2), 39)]
+
+    h = harness(lambda s: by_key(EventTimeSessionWindows.with_gap(10))(s).evictor(CountEvictor.of(2)).process(Describe()))
+    feed(h, (("a", 1), 0), (("a", 2), 15), (("a", 3), 5), (("a", 4), 14))
+    h.process_watermark(MAX_WATERMARK)
+    assert h.extract_output_values() == [("a", 0, 25, [3, 4], MAX_WATERMARK)]
+
+
+def test_processing_time_windows_are_cleaned_at_their_end_whatever_the_lateness(harness):
+    h = harness(lambda s: by_key(TumblingProcessingTimeWindows.of(100))(s).allowed_lateness(10_000).reduce(add))
+    h.process_element(("a", 1))
+    h.set_processing_time(99)
+    assert h.extract_output_values() == [("a", 1)]
+    assert h.num_state_entries() == 0
+
+
 def test_merging_windows_refuse_per_window_state(harness):
     h = harness(lambda s: by_key(EventTimeSessionWindows.with_gap(5))(s).process(PerWindowCount()))
     h.process_element(("a", 1), timestamp=1)
