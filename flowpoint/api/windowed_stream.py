@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.api.aggregates import Aggregates
+from flowpoint.api.aggregates import Aggregates, BuiltinAggregate
 from flowpoint.api.functions import (
     AggregateFunction,
     AllWindowFunction,
@@ -303,13 +303,11 @@ class WindowedStream:
         from flowpoint.api.datastream import DataStream
 
         wf_kind, wf = (None, None) if window_function is None else self._window_function(window_function)
-        kinds = [k for k in (incremental_kind, wf_kind) if k]
-        function_kind = "+".join(kinds)
-        if incremental_kind is not None and wf is None and output_type is None and incremental_kind == "reduce":
-            output_type = self._input_type()
+        function_kind = "+".join(k for k in (incremental_kind, wf_kind) if k)
+        if incremental_kind == "reduce" and wf is None and output_type is None:
+            output_type = self._input_type()  # a reduction keeps the element type
         main = window_function if window_function is not None else incremental
-        label = repr(incremental) if isinstance(incremental, AggregateFunction) and hasattr(incremental, "builtin") else function_kind
-        name = self._describe(label)
+        name = self._describe(repr(incremental) if isinstance(incremental, BuiltinAggregate) else function_kind)
         t = self._keyed_stream._add("window", name, main, output_type)
         t.options.update(
             assigner=self._assigner,

@@ -40,8 +40,8 @@ import pickle
 import shutil
 import struct
 import time
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from flowpoint.api.row import Row
