@@ -342,3 +342,17 @@ def test_errors_name_the_operator_function_and_key(harnesses):
     h.process_element("ok", timestamp=1)
     with pytest.raises(UserFunctionError, match=r"uid 'failing-op'.* raised KeyError: 'timer broke' in on_timer for the event-time timer 5 of key 'OK'"):
         h.process_watermark(10)
+
+
+def test_a_timer_removed_from_state_behind_the_index_does_not_fire(backend):
+    """A delta from an epoch the operator did not run (it fired the timer there) reached the
+    state without the operator being reopened: the timer must not fire a second time."""
+    fired: list = []
+    s = service(backend, fired)
+    register(backend, s, "k", None, 10)
+    register(backend, s, "j", None, 10)
+    backend.current_key = "k"
+    s.event.state.remove((10, None))  # what applying the other epoch's delta does
+    backend.current_key = None
+    s.advance_watermark(10)
+    assert fired == [("event", "j", None, 10)]

@@ -96,6 +96,10 @@ class TimerQueue:
                 continue
             self.live.discard(timer)
             self.backend.current_key = key
+            if not self.state.contains((ts, ns)):
+                # state changed behind the index (a delta applied without reopening the
+                # operator): never fire a timer twice; open() brings the index up to date
+                continue
             self.state.remove((ts, ns))
             return timer
         return None
