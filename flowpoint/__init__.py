@@ -51,6 +51,33 @@ from flowpoint.api.state_backends import (
     StateBackend,
 )
 from flowpoint.api.time import Duration, Time, TimeDomain
+from flowpoint.api.aggregates import Aggregates
+from flowpoint.api.windowed_stream import AllWindowedStream, WindowedStream
+from flowpoint.api.windows import (
+    ContinuousEventTimeTrigger,
+    ContinuousProcessingTimeTrigger,
+    CountEvictor,
+    CountTrigger,
+    DeltaEvictor,
+    EventTimeSessionWindows,
+    EventTimeTrigger,
+    Evictor,
+    GlobalWindow,
+    GlobalWindows,
+    ProcessingTimeSessionWindows,
+    ProcessingTimeTrigger,
+    PurgingTrigger,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    TimeEvictor,
+    TimestampedValue,
+    TimeWindow,
+    Trigger,
+    TriggerResult,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    WindowAssigner,
+)
 from flowpoint.api.watermarks import (
     TimestampAssigner,
     Watermark,
@@ -85,4 +112,10 @@ __all__ = [
     "StreamExecutionEnvironment", "Types", "ValueState", "ValueStateDescriptor", "WatermarkStrategy",
     "AllWindowFunction", "OutputTag", "ProcessAllWindowFunction", "ProcessWindowFunction", "Time", "TimeDomain",
     "TimerService", "TimestampAssigner", "Watermark", "WatermarkGenerator", "WatermarkOutput", "WindowFunction",
+    "Aggregates", "AllWindowedStream", "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger",
+    "CountEvictor", "CountTrigger", "DeltaEvictor", "EventTimeSessionWindows", "EventTimeTrigger", "Evictor",
+    "GlobalWindow", "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger",
+    "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor", "TimeWindow", "TimestampedValue",
+    "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "WindowAssigner",
+    "WindowedStream",
 ]

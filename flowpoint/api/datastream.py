@@ -161,7 +161,9 @@ class DataStream:
         return windowed_stream.count_window_all(self, size, slide)
 
     def key_by(self, key_selector: KeySelector | Any, key_type: TypeInformation | None = None) -> KeyedStream:
-        if isinstance(key_selector, (int, str)):
+        if isinstance(key_selector, (int, str)) or (
+            isinstance(key_selector, (list, tuple)) and key_selector and all(isinstance(f, (int, str)) for f in key_selector)
+        ):
             selector: KeySelector = FieldKeySelector(key_selector)
         else:
             selector = wrap(key_selector, KeySelector, KeySelectorWrapper, "key_by")

@@ -327,16 +327,23 @@ class SinkFunctionWrapper(_Wrapped, SinkFunction):
 
 class FieldKeySelector(KeySelector):
     """``key_by(0)`` / ``key_by("channel")``: the key is one field of the record (see
-    :func:`flowpoint.api.row.get_field`)."""
+    :func:`flowpoint.api.row.get_field`); ``key_by(["channel", "behavior"])``: the tuple of
+    several fields. Columnar batches are keyed by field without converting records to rows."""
 
-    def __init__(self, field: int | str):
-        self.field = field
+    def __init__(self, field: int | str | tuple):
+        self.field = tuple(field) if isinstance(field, list) else field
+
+    @property
+    def fields(self) -> tuple:
+        return self.field if isinstance(self.field, tuple) else (self.field,)
 
     def get_key(self, value: Any) -> Any:
+        if isinstance(self.field, tuple):
+            return tuple(get_field(value, f) for f in self.field)
         return get_field(value, self.field)
 
     def __repr__(self) -> str:
-        return f"field {self.field!r}"
+        return f"field {self.field!r}" if not isinstance(self.field, tuple) else f"fields {list(self.field)!r}"
 
 
 def unwrap(function: Any) -> Any:

@@ -58,6 +58,14 @@ class JobExecutionResult:
         """The last 1,000 epochs: ``(epoch, records read, seconds)``."""
         return list(self._coordinator.epoch_history)
 
+    def get_metrics(self) -> dict[str, int]:
+        """Counters of the job's operators, e.g. ``{"Window(...).numLateRecordsDropped": 3}``."""
+        return dict(self._coordinator.metrics)
+
+    def get_current_watermark(self) -> int | None:
+        """The job's watermark when it ended (the minimum over its active channels)."""
+        return self._coordinator.current_watermark()
+
     def get_keyed_state(self, uid: str, state_name: str | None = None) -> dict:
         """Committed keyed state of operator ``uid`` after the job: ``{key: value}`` for one
         state name, or ``{state name: {key: value}}`` for all."""
@@ -82,6 +90,14 @@ class JobClient:
 
     def cancel(self) -> None:
         self._coordinator.cancel()
+
+    def get_metrics(self) -> dict[str, int]:
+        """Counters of the job's operators so far (committed epochs only)."""
+        return dict(self._coordinator.metrics)
+
+    def get_current_watermark(self) -> int | None:
+        """The job's watermark now (the minimum over its active channels), None before any."""
+        return self._coordinator.current_watermark()
 
     def get_checkpoint_stats(self) -> list:
         """Checkpoints triggered so far (:class:`~flowpoint.runtime.checkpointing.CheckpointStats`)."""

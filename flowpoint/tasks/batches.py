@@ -20,23 +20,53 @@ from flowpoint.api.types import arrow_to_rows
 Origin = tuple
 
 
+class KeyedBatch:
+    """Records of a keyed exchange that stayed columnar: a batch whose key is the tuple of the
+    ``fields`` columns (one field: the value itself). Operators that cannot use columns get
+    ``(key, value)`` pairs from :meth:`pairs`."""
+
+    __slots__ = ("batch", "fields")
+
+    def __init__(self, batch: pa.RecordBatch, fields: tuple[str, ...]):
+        self.batch = batch
+        self.fields = fields
+
+    def __len__(self) -> int:
+        return self.batch.num_rows
+
+    def keys(self) -> list:
+        cols = [self.batch.column(f).to_pylist() for f in self.fields]
+        return cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
+
+    def pairs(self, type_info: Any = None) -> list:
+        return list(zip(self.keys(), arrow_to_rows(self.batch, type_info), strict=True))
+
+
 def as_rows(data: Any, type_info: Any = None) -> list:
     if isinstance(data, list):
         return data
+    if isinstance(data, KeyedBatch):
+        return arrow_to_rows(data.batch, type_info)
     return arrow_to_rows(data, type_info)
 
 
 def num_records(data: Any) -> int:
-    return len(data) if isinstance(data, list) else data.num_rows
+    return len(data) if isinstance(data, (list, KeyedBatch)) else data.num_rows
+
+
+def _arrow_bytes(data: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write_batch(data)
+    return sink.getvalue().to_pybytes()
 
 
 def encode(data: Any, ts: list | None = None) -> tuple[str, Any]:
     """A batch (and its event timestamps, if the stream has them) as a picklable blob."""
+    if isinstance(data, KeyedBatch):
+        return ("arrow+keys", (_arrow_bytes(data.batch), None if ts is None else dumps(ts), data.fields))
     if isinstance(data, pa.RecordBatch):
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, data.schema) as writer:
-            writer.write_batch(data)
-        payload = sink.getvalue().to_pybytes()
+        payload = _arrow_bytes(data)
         return ("arrow", payload) if ts is None else ("arrow+ts", (payload, dumps(ts)))
     return ("pickle", dumps(data)) if ts is None else ("pickle+ts", dumps((data, ts)))
 
@@ -64,6 +94,9 @@ def decode(blob: tuple[str, Any]) -> tuple[Any, list | None]:
         return _arrow(payload), None
     if fmt == "arrow+ts":
         return _arrow(payload[0]), pickle.loads(payload[1])
+    if fmt == "arrow+keys":
+        batch, ts, fields = payload
+        return KeyedBatch(_arrow(batch), fields), None if ts is None else pickle.loads(ts)
     if fmt == "pickle+ts":
         data, ts = pickle.loads(payload)
         return data, ts

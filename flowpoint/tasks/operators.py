@@ -11,7 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import mmh3
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from flowpoint.api.row import Row, get_field
 from flowpoint.api.state import ValueStateDescriptor
@@ -19,7 +21,7 @@ from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.errors import FlowpointError, InvalidKeyError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.state.keygroups import canonical_bytes
-from flowpoint.tasks.batches import as_rows, dumps, encode, num_records
+from flowpoint.tasks.batches import KeyedBatch, as_rows, dumps, encode, num_records
 from flowpoint.tasks.context import ProcessContext
 
 Emit = Callable[[tuple, Any], None]
@@ -535,39 +537,51 @@ class RebalanceWriter(ExchangeWriter):
 
 
 class KeyedWriter(ExchangeWriter):
-    """Routes each record to the task owning its key group; ships ``(key, value)`` pairs."""
+    """Routes each record to the task owning its key group; ships ``(key, value)`` pairs, or,
+    for a columnar batch keyed by field names, columnar slices (:class:`KeyedBatch`) with the
+    key group computed once per distinct key."""
 
     def __init__(self, edge: Any, partition: int):
         super().__init__(edge, partition)
         self.selector = edge.key_selector
-        self.field = getattr(self.selector, "field", None) if type(self.selector).__name__ == "FieldKeySelector" else None
+        fields = getattr(self.selector, "fields", None) if type(self.selector).__name__ == "FieldKeySelector" else None
+        self.columns = fields if fields and all(isinstance(f, str) for f in fields) else None
+        self.dest_cache: dict[Any, int] = {}
+
+    def _dest(self, key: Any, value: Any) -> int:
+        if type(key) is str:
+            h = mmh3.hash(b"s" + key.encode(), 0, False)
+        else:
+            if key is None:
+                raise _invalid_key(self.edge, "a key must not be None", value)
+            try:
+                h = mmh3.hash(canonical_bytes(key), 0, False)
+            except InvalidKeyError as e:
+                raise _invalid_key(self.edge, str(e), value) from None
+        maxp = self.edge.max_parallelism
+        return ((h & 0x7FFFFFFF) % maxp) * self.edge.parallelism // maxp
 
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
+        if self.columns is not None and isinstance(data, pa.RecordBatch) and all(f in data.schema.names for f in self.columns):
+            self._process_columnar(origin, data, ts)
+            return
         p = self.edge.parallelism
-        maxp = self.edge.max_parallelism
         rows = as_rows(data, self.edge.input_type)
-        if self.field is not None and isinstance(data, pa.RecordBatch) and isinstance(self.field, str):
-            keys = data.column(self.field).to_pylist()
-        else:
-            get_key = self.selector.get_key
-            try:
-                keys = [get_key(x) for x in rows]
-            except Exception as e:
-                raise _key_error(self.edge, e, rows, get_key) from e
+        get_key = self.selector.get_key
+        try:
+            keys = [get_key(x) for x in rows]
+        except Exception as e:
+            raise _key_error(self.edge, e, rows, get_key) from e
         dests: list[int] = []
         append = dests.append
         hash_ = mmh3.hash
+        maxp = self.edge.max_parallelism
+        dest_of = self._dest
         for key, value in zip(keys, rows, strict=True):
             if type(key) is str:
-                h = hash_(b"s" + key.encode(), 0, False)
+                append(((hash_(b"s" + key.encode(), 0, False) & 0x7FFFFFFF) % maxp) * p // maxp)
             else:
-                try:
-                    h = hash_(canonical_bytes(key), 0, False) if key is not None else None
-                except InvalidKeyError as e:
-                    raise _invalid_key(self.edge, str(e), value) from None
-                if h is None:
-                    raise _invalid_key(self.edge, "a key must not be None", value)
-            append(((h & 0x7FFFFFFF) % maxp) * p // maxp)
+                append(dest_of(key, value))
         buckets: list[list] = [[] for _ in range(p)]
         for dest, key, value in zip(dests, keys, rows, strict=True):
             buckets[dest].append((key, value))
@@ -576,16 +590,73 @@ class KeyedWriter(ExchangeWriter):
             bucket_ts = [[] for _ in range(p)]
             for dest, t in zip(dests, ts, strict=True):
                 bucket_ts[dest].append(t)
-        with_marks = self.channel_of is not None
         for dest, bucket in enumerate(buckets):
             if bucket:
-                if with_marks:
-                    self._mark_before(dest, origin)
-                if bucket_ts is None:
-                    blob = ("pickle", dumps(bucket))
-                else:
-                    blob = ("pickle+ts", dumps((bucket, bucket_ts[dest])))
-                self.out.append((dest, (self.edge.index, (*origin, self.partition), blob)))
+                self._send_bucket(dest, origin, bucket, None if bucket_ts is None else bucket_ts[dest])
+
+    def _send_bucket(self, dest: int, origin: tuple, bucket: Any, ts: list | None) -> None:
+        if self.channel_of is not None:
+            self._mark_before(dest, origin)
+        if isinstance(bucket, KeyedBatch):
+            blob = encode(bucket, ts)
+        elif ts is None:
+            blob = ("pickle", dumps(bucket))
+        else:
+            blob = ("pickle+ts", dumps((bucket, ts)))
+        self.out.append((dest, (self.edge.index, (*origin, self.partition), blob)))
+
+    def _process_columnar(self, origin: tuple, data: pa.RecordBatch, ts: list | None) -> None:
+        """Key groups per distinct key (dictionary encoding), then one ``take`` per receiver."""
+        fields = self.columns
+        assert fields is not None
+        codes = None
+        uniques: list[list] = []
+        for f in fields:
+            col = data.column(f)
+            if col.null_count:
+                row = data.slice(col.to_pylist().index(None), 1).to_pylist()[0]
+                raise _invalid_key(self.edge, f"a key must not be None (field {f!r} is null)", row)
+            enc = pc.dictionary_encode(col)
+            idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            uniques.append(enc.dictionary.to_pylist())
+            codes = idx if codes is None else codes * len(uniques[-1]) + idx
+        assert codes is not None
+        if len(fields) == 1:
+            keys_u = uniques[0]
+            inverse = codes
+        else:
+            present, inverse = np.unique(codes, return_inverse=True)
+            keys_u = []
+            for code in present.tolist():
+                parts = []
+                for values in reversed(uniques):
+                    code, i = divmod(code, len(values))
+                    parts.append(values[i])
+                keys_u.append(tuple(reversed(parts)))
+        cache = self.dest_cache
+        if len(cache) > 100_000:
+            cache.clear()
+        dest_u = []
+        for key in keys_u:
+            d = cache.get(key)
+            if d is None:
+                d = cache[key] = self._dest(key, key)
+            dest_u.append(d)
+        dests = np.asarray(dest_u, dtype=np.int64)[inverse]
+        p = self.edge.parallelism
+        ts_np = None if ts is None else np.asarray(ts, dtype=np.int64)
+        if p == 1:
+            self._send_bucket(0, origin, KeyedBatch(data, fields), ts)
+            return
+        order = np.argsort(dests, kind="stable")
+        bounds = np.searchsorted(dests[order], np.arange(p + 1))
+        for dest in range(p):
+            a, b = int(bounds[dest]), int(bounds[dest + 1])
+            if a == b:
+                continue
+            take = order[a:b]
+            piece = data.take(pa.array(take))
+            self._send_bucket(dest, origin, KeyedBatch(piece, fields), None if ts_np is None else ts_np[take].tolist())
 
 
 def _key_error(edge: Any, e: BaseException, rows: list, get_key: Any) -> FlowpointError:

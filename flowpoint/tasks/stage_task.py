@@ -26,7 +26,7 @@ from flowpoint.state.working import (
     remove_files_before,
     write_state_file,
 )
-from flowpoint.tasks.batches import decode, num_records
+from flowpoint.tasks.batches import KeyedBatch, decode, num_records
 from flowpoint.tasks.context import TaskRuntimeContext
 from flowpoint.tasks.event_time import InputWatermarks, TimestampsOp
 from flowpoint.tasks.operators import EXCHANGE_WRITERS, ExchangeWriter, Operator, SinkOp, SourceOp
@@ -325,7 +325,9 @@ def _feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWaterma
             continue
         data, ts = decode(blob)
         if edge_index in strip:
-            data = [v for _, v in data]
+            data = data.batch if isinstance(data, KeyedBatch) else [v for _, v in data]
+        elif isinstance(data, KeyedBatch) and not getattr(head, "columnar_input", False):
+            data = data.pairs(plan.ops[plan.head].input_type)
         head.process(origin, data, ts)
 
 
