@@ -226,6 +226,10 @@ class TaskStateCache:
                 ts.apply_restored(chain.restored)
             ts.version = base_epoch
             entries[(stage_id, partition)] = ts
+        if chain.version > ts.version:
+            # another worker ran the epochs since: the opened operators (their timer queues,
+            # their functions' fields) no longer match the state they are about to see
+            ts.operators = None
         for f in chain.deltas:
             if f.epoch > ts.version:
                 if f.path:
@@ -244,6 +248,11 @@ class TaskStateCache:
             ts = entries[(stage_id, partition)] = TaskState("rocksdb", directory, max_parallelism)
         elif ts.pending is not None and not chain.is_committed(*ts.pending):
             ts.operators = None  # the functions may hold the failed attempt's fields
+        elif ts.pending is not None:
+            ts.version = ts.pending[0]
+        if chain.version > ts.version:
+            ts.operators = None  # another worker ran the epochs since (see acquire)
+        ts.version = chain.version
         ts.pending = None
         ts.open_rocksdb(chain)
         return ts, fresh
