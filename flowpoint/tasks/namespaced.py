@@ -157,6 +157,12 @@ class NamespacedAggregatingState(NamespacedState, AggregatingState):
             acc = fn.create_accumulator()
         m.put(ns, fn.add(value, acc))
 
+    def merge_accumulator(self, partial: Any) -> None:
+        """Merge a partial accumulator (of records aggregated elsewhere) into this one."""
+        m, ns = self._map, self.namespace
+        acc = m.get(ns)
+        m.put(ns, partial if acc is None else self._descriptor.agg_function.merge(acc, partial))  # type: ignore[attr-defined]
+
     def _merge(self, a: Any, b: Any) -> Any:
         return self._descriptor.agg_function.merge(a, b)  # type: ignore[attr-defined]
 

@@ -37,6 +37,8 @@ from flowpoint.api.windowed_stream import call_collecting, takes_collector
 from flowpoint.api.windows import TimestampedValue, TriggerResult
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
+from flowpoint.tasks.batches import KeyedBatch
+from flowpoint.tasks.columnar_window import process_columnar, supports_columnar
 from flowpoint.tasks.keyed_process import OutputBuffer
 from flowpoint.tasks.namespaced import NamespacedStateStore, namespaced_state
 from flowpoint.tasks.operators import KeyedOp
@@ -242,6 +244,7 @@ class WindowOperator(KeyedOp):
         self.event_time = self.assigner.is_event_time()
         self.merging = self.assigner.is_merging()
         self.run_window_function = WindowFunctionRunner(o.get("window_function"), o.get("window_function_kind"))
+        self.columnar_input = supports_columnar(self)  # built-in aggregations take whole batches
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -282,6 +285,17 @@ class WindowOperator(KeyedOp):
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         self.records_in += len(data)
         backend = self.backend
+        if isinstance(data, KeyedBatch):
+            try:
+                process_columnar(self, data, ts)
+            except FlowpointError:
+                raise
+            except Exception as e:
+                raise self._error(e, f"aggregating a batch of {len(data)} records", backend.current_key) from e
+            finally:
+                backend.current_key = None
+            self.buffer.flush(self, origin)
+            return
         element = self._element
         key = value = None
         try:
@@ -354,6 +368,21 @@ class WindowOperator(KeyedOp):
         contents.namespace = tctx.ns if state_ns is None else state_ns
         contents.add(value if self.evictor is None else (value, t))
         result = self.trigger.on_element(value, t, window, tctx)
+        if result is not CONTINUE:
+            if result.is_fire():
+                self._fire(key, window)
+            if result.is_purge():
+                contents.clear()
+        self._register_cleanup_timer(window, tctx.ns)
+
+    def _add_accumulator(self, key: Any, window: Any, partial: Any, t: int) -> None:
+        """The columnar path's ``_add``: merge a group's partial accumulator into the window's
+        (``t``: the group's latest timestamp, for the trigger)."""
+        tctx = self.tctx.at(key, window)
+        contents = self.contents
+        contents.namespace = tctx.ns
+        contents.merge_accumulator(partial)
+        result = self.trigger.on_element(None, t, window, tctx)
         if result is not CONTINUE:
             if result.is_fire():
                 self._fire(key, window)
