@@ -61,7 +61,7 @@ class FormatLateEvent(ProcessFunction):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
-    parser.add_argument("--source-lateness-millis", type=int, default=60_000, help="events lag by up to this much")
+    parser.add_argument("--source-lateness-millis", type=int, default=120_000, help="events lag by up to this much")
     parser.add_argument("--window-lagged-millis", type=int, default=50_000, help="bounded out-of-orderness")
     parser.add_argument("--window-size-millis", type=int, default=60_000)
     parser.add_argument("--output", default=os.path.join(os.getcwd(), "out", "event_time_windows"))
