@@ -152,10 +152,15 @@ BIG = 10**9
 
 
 def run_flowpoint(make_env, splits, spec, *, watermarks=("bounded", 0), lateness=0, window_parallelism=2,
-                  source_parallelism=2, epoch_max_records=BIG, batch_size=8192, summary=count):
+                  source_parallelism=2, epoch_max_records=BIG, batch_size=8192, summary=count, assign=False):
+    """``assign``: the strategy goes to ``assign_timestamps_and_watermarks`` chained after the
+    source instead of ``from_source`` (the same per-split generators)."""
     env = make_env(parallelism=source_parallelism, max_records=epoch_max_records)
     strategy, _ = strategies(*watermarks)
-    stream = env.from_source(SplitsSource(splits, batch_size), strategy, "splits")
+    if assign:
+        stream = env.from_source(SplitsSource(splits, batch_size), source_name="splits").assign_timestamps_and_watermarks(strategy)
+    else:
+        stream = env.from_source(SplitsSource(splits, batch_size), strategy, "splits")
     late = OutputTag("late")
     fired = (
         stream.key_by(key_of)
@@ -224,35 +229,35 @@ ASSIGNERS = [ref.Tumbling(100), ref.Sliding(120, 40, offset=7), ref.Session(35)]
 
 
 @pytest.mark.parametrize(
-    ("seed", "spec", "window_parallelism", "epoch_max_records"),
+    ("seed", "spec", "window_parallelism", "epoch_max_records", "assign"),
     [
-        (1, ASSIGNERS[0], 1, BIG),
-        (2, ASSIGNERS[0], 4, 23),
-        (3, ASSIGNERS[1], 2, 40),
-        (4, ASSIGNERS[2], 4, BIG),
-        (5, ASSIGNERS[2], 1, 31),
+        (1, ASSIGNERS[0], 1, BIG, False),
+        (2, ASSIGNERS[0], 4, 23, True),
+        (3, ASSIGNERS[1], 2, 40, False),
+        (4, ASSIGNERS[2], 4, BIG, True),
+        (5, ASSIGNERS[2], 1, 31, False),
     ],
 )
-def test_one_split_punctuated(make_env, seed, spec, window_parallelism, epoch_max_records):
+def test_one_split_punctuated(make_env, seed, spec, window_parallelism, epoch_max_records, assign):
     """One split, watermark = timestamp - 20 after every record: lateness is decided record by
     record, across epochs; allowed lateness gives late firings."""
     rng = random.Random(seed)
     splits = random_splits(rng, 1, 120)
     windows, late = check(make_env, splits, spec, watermarks=("punctuated", 20), lateness=rng.choice([0, 30, 150]),
                           window_parallelism=window_parallelism, epoch_max_records=epoch_max_records,
-                          summary=values)
+                          summary=values, assign=assign)
     assert interesting(windows, late)
 
 
-@pytest.mark.parametrize("window_parallelism", [1, 2, 4])
-def test_several_splits_one_epoch(make_env, window_parallelism):
+@pytest.mark.parametrize(("window_parallelism", "assign"), [(1, False), (2, True), (4, False)])
+def test_several_splits_one_epoch(make_env, window_parallelism, assign):
     """Four splits in one epoch, source batches of 5, bounded out-of-orderness 30: records of
     split k see the final watermarks of splits < k (+inf: they are done), split k's own
     watermark after its earlier batches, and the start watermarks (MIN) of splits > k."""
     rng = random.Random(10)
     splits = random_splits(rng, 4, 60)
     windows, late = check(make_env, splits, ASSIGNERS[0], watermarks=("bounded", 30), lateness=50,
-                          window_parallelism=window_parallelism, batch_size=5, summary=values)
+                          window_parallelism=window_parallelism, batch_size=5, summary=values, assign=assign)
     assert interesting(windows, late)
 
 
