@@ -12,6 +12,7 @@ with small source batches, several splits over many epochs.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import time
 from collections import Counter
@@ -469,3 +470,64 @@ def test_random_jobs(make_env, seed):
     check(make_env, splits, spec, watermarks=(rng.choice(["bounded", "punctuated"]), rng.randint(0, 60)),
           lateness=rng.choice([0, 10, 100]), window_parallelism=rng.choice([1, 2, 4]),
           epoch_max_records=rng.choice([15, 40, BIG]), batch_size=rng.choice([1, 3, 8192]), summary=values)
+
+
+# -- a failure in the window function, restart from the last checkpoint -----------------------
+
+
+class FailOnce(ProcessWindowFunction):
+    """Like :class:`Emit`, but fails every attempt at window ``(key, start)`` until it has failed
+    ``times`` times (more than Spark's task attempts: the job restarts from a checkpoint)."""
+
+    def __init__(self, summary, key, start, marker: str, times: int = 4):
+        self.summary, self.key, self.start, self.marker, self.times = summary, key, start, marker, times
+
+    def process(self, key, context, elements):
+        w = context.window()
+        if (key, w.start) == (self.key, self.start) and not os.path.exists(self.marker + ".done"):
+            with open(self.marker, "a") as f:
+                f.write("x")
+            if os.path.getsize(self.marker) >= self.times:
+                open(self.marker + ".done", "w").close()
+            msg = f"injected failure in window {key} {w}"
+            raise RuntimeError(msg)
+        yield key, w.start, w.end, self.summary(list(elements))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_failure_restores_windows_timers_and_watermarks(make_env, tmp_path, backend):
+    """Checkpoints at every epoch; the window function fails (all task attempts) on one window in
+    the middle of the job, which restarts from the last checkpoint: window contents, timers,
+    split positions, watermark generators and channels come back, and the exactly-once output
+    equals the reference's, late firings and late records included."""
+    from flowpoint import RestartStrategies
+
+    rng = random.Random(70)
+    splits = random_splits(rng, 3, 50)
+    kw = dict(watermarks=("bounded", 20), lateness=60, epoch_max_records=15, batch_size=4, summary=values)
+    want_windows, want_late = run_reference(splits, ASSIGNERS[0], **kw)
+    middle = sorted(want_windows)[len(want_windows) // 2]
+    env = make_env(parallelism=2, max_records=15, state_checkpoints_dir=str(tmp_path / "ck"))
+    env.get_configuration().set("state.backend.type", backend)
+    env.enable_checkpointing(1)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    strategy, _ = strategies("bounded", 20)
+    late = OutputTag("late")
+    marker = str(tmp_path / "failures")
+    fired = (
+        env.from_source(SplitsSource(splits, 4), strategy, "splits")
+        .key_by(key_of)
+        .window(assigner_of(ASSIGNERS[0]))
+        .allowed_lateness(Duration.of_millis(60))
+        .side_output_late_data(late)
+        .process(FailOnce(values, middle[0], middle[1], marker))
+        .set_parallelism(2)
+    )
+    fired.sink_to(out := CollectSink())
+    fired.get_side_output(late).sink_to(late_out := CollectSink())
+    env.execute("restore")
+    assert os.path.exists(marker + ".done"), "the injected failure never happened"
+    got_windows, got_late = Counter(out.results), Counter(late_out.results)
+    assert got_windows == want_windows, diff(got_windows, want_windows)
+    assert got_late == want_late, diff(got_late, want_late)
