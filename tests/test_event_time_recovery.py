@@ -46,7 +46,8 @@ class FailOnce(MapFunction):
                 f.write("x")
             if os.path.getsize(self.flag + ".n") >= 4:
                 open(self.flag, "w").close()
-            raise RuntimeError(f"injected failure at {value}")
+            msg = f"injected failure at {value}"
+            raise RuntimeError(msg)
         return value
 
 

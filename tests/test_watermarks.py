@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from flowpoint import CollectSink, Duration, OutputTag, ProcessFunction, Watermark, WatermarkGenerator, WatermarkStrategy
+from flowpoint import (
+    CollectSink,
+    Duration,
+    OutputTag,
+    ProcessFunction,
+    Watermark,
+    WatermarkGenerator,
+    WatermarkStrategy,
+)
 from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK
 from flowpoint.connectors.source import EmittingSourceReader, Source, SourceSplit, SplitPlan
 from flowpoint.errors import ConfigurationError, JobExecutionError
@@ -29,9 +37,9 @@ class EveryRecord(WatermarkGenerator):
         pass
 
 
-def _run(env, stream, fn=SeeWatermark(), parallelism=None):
+def _run(env, stream, fn=None, parallelism=None):
     sink = CollectSink()
-    out = stream.process(fn)
+    out = stream.process(fn or SeeWatermark())
     if parallelism:
         out.set_parallelism(parallelism)
     out.sink_to(sink)
@@ -242,7 +250,12 @@ def test_columnar_batches_keyed_by_fields_reach_the_owner_of_each_key(make_env):
     same key groups as the per-record path."""
     from collections import Counter
 
-    from flowpoint import ClickEventGenerator, DataGeneratorSource, KeyedProcessFunction, ValueStateDescriptor
+    from flowpoint import (
+        ClickEventGenerator,
+        DataGeneratorSource,
+        KeyedProcessFunction,
+        ValueStateDescriptor,
+    )
 
     class Count(KeyedProcessFunction):
         def open(self, ctx):
