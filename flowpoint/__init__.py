@@ -1,5 +1,6 @@
 """flowpoint: Flink's stateful stream processing model in Python, executing on Apache Spark."""
 
+from flowpoint.api.aggregates import Aggregates
 from flowpoint.api.checkpointing import (
     CheckpointConfig,
     CheckpointingMode,
@@ -11,10 +12,10 @@ from flowpoint.api.datastream import DataStream, DataStreamSink, KeyedStream
 from flowpoint.api.environment import StreamExecutionEnvironment
 from flowpoint.api.functions import (
     AggregateFunction,
+    AllWindowFunction,
     CheckpointListener,
     FilterFunction,
     FlatMapFunction,
-    AllWindowFunction,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
@@ -51,7 +52,14 @@ from flowpoint.api.state_backends import (
     StateBackend,
 )
 from flowpoint.api.time import Duration, Time, TimeDomain
-from flowpoint.api.aggregates import Aggregates
+from flowpoint.api.types import Types
+from flowpoint.api.watermarks import (
+    TimestampAssigner,
+    Watermark,
+    WatermarkGenerator,
+    WatermarkOutput,
+    WatermarkStrategy,
+)
 from flowpoint.api.windowed_stream import AllWindowedStream, WindowedStream
 from flowpoint.api.windows import (
     ContinuousEventTimeTrigger,
@@ -78,18 +86,21 @@ from flowpoint.api.windows import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
-from flowpoint.api.watermarks import (
-    TimestampAssigner,
-    Watermark,
-    WatermarkGenerator,
-    WatermarkOutput,
-    WatermarkStrategy,
-)
-from flowpoint.api.types import Types
 from flowpoint.connectors.clicks import ClickEventGenerator
 from flowpoint.connectors.collection import CollectionSource
-from flowpoint.connectors.datagen import DataGeneratorSource, NumberSequenceSource, RateLimiterStrategy
-from flowpoint.connectors.files import BulkFormat, Encoder, FileFormat, FileSink, FileSource, StreamFormat
+from flowpoint.connectors.datagen import (
+    DataGeneratorSource,
+    NumberSequenceSource,
+    RateLimiterStrategy,
+)
+from flowpoint.connectors.files import (
+    BulkFormat,
+    Encoder,
+    FileFormat,
+    FileSink,
+    FileSource,
+    StreamFormat,
+)
 from flowpoint.connectors.sinks import CollectSink, PrintSink, Sink
 from flowpoint.errors import ConfigurationError, FlowpointError
 from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus

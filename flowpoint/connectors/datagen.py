@@ -15,8 +15,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from flowpoint.api.types import Types, TypeInformation
-from flowpoint.connectors.source import Batch, Source, SourceReader, SourceSplit, SplitPlan, split_range
+from flowpoint.api.types import TypeInformation, Types
+from flowpoint.connectors.source import (
+    Batch,
+    Source,
+    SourceReader,
+    SourceSplit,
+    SplitPlan,
+    split_range,
+)
 from flowpoint.errors import ConfigurationError
 
 BATCH_SIZE = 16384

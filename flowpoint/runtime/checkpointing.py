@@ -14,11 +14,11 @@ hear ``notify_checkpoint_complete(c)``.
 from __future__ import annotations
 
 import logging
-import re
 import os
+import re
 import shutil
-import uuid
 import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any

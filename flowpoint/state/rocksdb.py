@@ -60,9 +60,7 @@ from flowpoint.api.state import (
 )
 from flowpoint.errors import StateAccessError
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
-
 from flowpoint.tasks.batches import dumps
-
 
 _loads = pickle.loads
 _pickle_dumps = pickle.dumps
