@@ -5,6 +5,12 @@
 options as defaults for every ``StreamExecutionEnvironment`` the script creates.
 
 ``flowpoint checkpoints DIR/JOB-ID`` lists a job's checkpoints (exit 1 if there is none complete).
+
+Running jobs, through the job registry and each job's loopback control endpoint
+(``docs/control.md``): ``flowpoint list [--all]``, ``flowpoint savepoint JOB-ID [DIR]``,
+``flowpoint savepoint --dispose PATH``, ``flowpoint stop [--savepoint-path DIR] [--drain] JOB-ID``,
+``flowpoint cancel JOB-ID``; ``flowpoint inspect PATH`` summarizes a savepoint or checkpoint.
+Job ids may be given as a unique prefix.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import argparse
 import os
 import runpy
 import sys
+from typing import Any
 
 from flowpoint import __version__
 from flowpoint.errors import FlowpointError
@@ -47,7 +54,42 @@ def _parser() -> argparse.ArgumentParser:
         "id, completion time, size, whether complete, path to restore from.",
     )
     checkpoints.add_argument("job_dir", metavar="DIR/JOB-ID", help="the job's checkpoint directory (a path or URI: file://, s3://, hdfs://)")
+    _control_commands(sub)
     return parser
+
+
+def _control_commands(sub: Any) -> None:
+    job_help = "the job's id (32 hex characters) or a unique prefix of it, as `flowpoint list` shows"
+    listing = sub.add_parser(
+        "list", help="list running jobs",
+        description="List the jobs of this machine's job registry: id, name, status, start time, last checkpoint.",
+    )
+    listing.add_argument("-a", "--all", action="store_true", help="also list jobs that have ended")
+    savepoint = sub.add_parser(
+        "savepoint", help="take a savepoint of a running job, or dispose of one",
+        description="`flowpoint savepoint JOB-ID [DIR]` takes a savepoint (default DIR: state.savepoints.dir) and prints its path; "
+        "`flowpoint savepoint --dispose PATH` deletes a savepoint.",
+    )
+    savepoint.add_argument("job_id", nargs="?", metavar="JOB-ID", help=job_help)
+    savepoint.add_argument("target", nargs="?", metavar="DIR", help="directory to write savepoint-<id[:6]>-<hex> into")
+    savepoint.add_argument("-d", "--dispose", metavar="PATH", help="delete the savepoint at PATH (its directory or _metadata)")
+    stop = sub.add_parser(
+        "stop", help="take a savepoint of a running job and stop it",
+        description="Take a savepoint of a running job, then end it (FINISHED); prints the savepoint's path.",
+    )
+    stop.add_argument(
+        "-p", "--savepoint-path", "--savepointPath", dest="target", metavar="DIR",
+        help="directory to write the savepoint into (default state.savepoints.dir)",
+    )
+    stop.add_argument("-d", "--drain", action="store_true", help="first send a final watermark so that every window and event-time timer fires")
+    stop.add_argument("job_id", metavar="JOB-ID", help=job_help)
+    cancel = sub.add_parser("cancel", help="cancel a running job", description="Cancel a running job (no savepoint).")
+    cancel.add_argument("job_id", metavar="JOB-ID", help=job_help)
+    inspect = sub.add_parser(
+        "inspect", help="summarize a savepoint or checkpoint",
+        description="Print a savepoint's or retained checkpoint's operators, state names, key counts and sizes.",
+    )
+    inspect.add_argument("path", metavar="PATH", help="savepoint or chk-<n> directory, or its _metadata file (path or URI)")
 
 
 def _settings(args: argparse.Namespace) -> dict:
@@ -138,6 +180,31 @@ def list_checkpoints_command(job_dir: str) -> int:
     return 0
 
 
+def _control(args: argparse.Namespace) -> int:
+    from flowpoint.control import commands
+
+    if args.command == "list":
+        return commands.list_command(args.all)
+    if args.command == "savepoint":
+        if args.dispose:
+            if args.job_id:
+                msg = "flowpoint savepoint takes a JOB-ID [DIR] to take a savepoint, or --dispose PATH to delete one: not both"
+                raise FlowpointError(msg)
+            return commands.dispose_command(args.dispose)
+        if not args.job_id:
+            msg = "flowpoint savepoint needs a JOB-ID (see `flowpoint list`), or --dispose PATH"
+            raise FlowpointError(msg)
+        return commands.savepoint_command(args.job_id, args.target)
+    if args.command == "stop":
+        return commands.stop_command(args.job_id, args.target, args.drain)
+    if args.command == "cancel":
+        return commands.cancel_command(args.job_id)
+    if args.command == "inspect":
+        return commands.inspect_command(args.path)
+    msg = f"unknown command {args.command!r}"  # pragma: no cover - argparse rejects it first
+    raise FlowpointError(msg)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -149,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             run_script(args.script, args.args, _settings(args))
         elif args.command == "checkpoints":
             return list_checkpoints_command(args.job_dir)
+        else:
+            return _control(args)
     except FlowpointError as e:
         print(f"flowpoint: error: {e}", file=sys.stderr)
         return 1

@@ -222,6 +222,9 @@ OPTIONS = {
         Option("restart-strategy.exponential-delay.reset-backoff-threshold", 3_600_000, int, "a job that ran this long since its last restart starts again from the initial backoff", _duration(1)),
         Option("restart-strategy.exponential-delay.jitter-factor", 0.1, float, "random spread of each delay, +- this fraction (0..1)", _float(0.0, 1.0, low_open=False)),
         Option("restart-strategy.exponential-delay.attempts-before-reset-backoff", None, int, "restarts before the job fails, counted since the last reset; unset: unlimited", _int(1)),
+        # -- control plane --
+        Option("control.registry.dir", None, str, "directory of the local job registry the CLI reads (flowpoint list); default $FLOWPOINT_HOME/jobs, else ~/.flowpoint/jobs"),
+        Option("control.port", "0", str, "port of a job process's control endpoint on 127.0.0.1: 0 (any free port), a port, or a range such as 50100-50200"),
     ]
 }
 

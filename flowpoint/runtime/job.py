@@ -138,5 +138,10 @@ def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
     coordinator = Coordinator(graph, env, spark)
     thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
     coordinator.thread = thread
+    client = JobClient(coordinator)
+    from flowpoint.control.endpoint import attach_job
+
+    # the CLI reaches the job through its process's loopback endpoint, found in the job registry
+    attach_job(client, coordinator.config)
     thread.start()
-    return JobClient(coordinator)
+    return client

@@ -1,0 +1,104 @@
+"""What the CLI uses to reach a running job: find it in the registry, call its endpoint."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from typing import Any
+
+from flowpoint.control.registry import JobEntry, JobNotFoundError, JobRegistry
+from flowpoint.errors import FlowpointError
+
+GET_TIMEOUT_S = 30.0
+ACTION_TIMEOUT_S = 3600.0  # a savepoint of a large state takes as long as it takes
+
+
+class ControlClient:
+    """Calls the control endpoint of one job (``entry``) found in ``registry``."""
+
+    def __init__(self, entry: JobEntry, registry: JobRegistry):
+        self.entry = entry
+        self.registry = registry
+
+    @classmethod
+    def for_job(cls, job_id: str, registry: JobRegistry | None = None) -> ControlClient:
+        registry = registry or JobRegistry()
+        entry = registry.resolve(job_id)
+        if not entry.endpoint:
+            msg = f"job {entry.job_id} ({entry.job_name!r}) has no control endpoint in {registry.path(entry.job_id)}; run `flowpoint list`"
+            raise JobNotFoundError(msg)
+        return cls(entry, registry)
+
+    @property
+    def job_id(self) -> str:
+        return self.entry.job_id
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float = GET_TIMEOUT_S) -> tuple[int, Any]:
+        host, _, port = self.entry.endpoint.rpartition(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        e = self.entry
+        try:
+            data = json.dumps(body).encode("utf-8") if body is not None else None
+            headers = {"Content-Type": "application/json"} if data is not None else {}
+            conn.request(method, path, body=data, headers=headers)
+            response = conn.getresponse()
+            raw = response.read()
+        except ConnectionRefusedError:
+            if e.is_stale():
+                self.registry.mark_lost(e)
+                msg = f"job {e.job_id} ({e.job_name!r}) is no longer running: its process {e.pid} is gone; run `flowpoint list`"
+            else:
+                msg = (
+                    f"job {e.job_id} ({e.job_name!r}) does not answer at {e.endpoint} (process {e.pid}): "
+                    "it has probably just ended; run `flowpoint list --all`"
+                )
+            raise JobNotFoundError(msg) from None
+        except TimeoutError:
+            msg = f"job {e.job_id} ({e.job_name!r}) did not answer {method} {path} at {e.endpoint} within {timeout:.0f} s"
+            raise FlowpointError(msg) from None
+        except OSError as err:
+            msg = f"cannot reach job {e.job_id} ({e.job_name!r}) at {e.endpoint}: {err}; run `flowpoint list`"
+            raise FlowpointError(msg) from None
+        finally:
+            conn.close()
+        try:
+            payload = json.loads(raw.decode("utf-8")) if raw else {}
+        except ValueError:
+            payload = {"errors": [raw.decode("utf-8", "replace")[:500]]}
+        if response.status >= 400:
+            errors = payload.get("errors") if isinstance(payload, dict) else None
+            message = "; ".join(errors) if errors else f"HTTP {response.status}"
+            raise FlowpointError(message)
+        return response.status, payload
+
+    # -- the operations ------------------------------------------------------------------------
+
+    def details(self) -> dict:
+        return self.request("GET", f"/jobs/{self.job_id}")[1]
+
+    def trigger_savepoint(self, target_directory: str | None) -> str:
+        body = {"target-directory": target_directory} if target_directory else {}
+        return self.request("POST", f"/jobs/{self.job_id}/savepoints", body, ACTION_TIMEOUT_S)[1]["location"]
+
+    def stop_with_savepoint(self, target_directory: str | None, drain: bool) -> str:
+        body: dict = {"drain": drain}
+        if target_directory:
+            body["target-directory"] = target_directory
+        return self.request("POST", f"/jobs/{self.job_id}/stop", body, ACTION_TIMEOUT_S)[1]["location"]
+
+    def cancel(self, wait_s: float = 60.0) -> str:
+        """Cancel the job and wait up to ``wait_s`` for it to end; returns its last status."""
+        status = self.request("PATCH", f"/jobs/{self.job_id}")[1].get("status", "CANCELLING")
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                status = self.details()["state"]
+            except FlowpointError:
+                # the process has let go of the job (or exited): its registry entry has the end
+                entry = self.registry.read(self.job_id)
+                return entry.status if entry is not None and entry.ended else "CANCELED"
+            if status in ("CANCELED", "FINISHED", "FAILED"):
+                return status
+            time.sleep(0.2)
+        return status

@@ -1,0 +1,211 @@
+"""The local job registry: one JSON file per job under ``<registry dir>/<job-id>.json``.
+
+A job's process writes its entry when the job starts and rewrites it when the job's status
+changes or a checkpoint completes; when the job ends the entry is marked terminal (status and
+end time) and kept for ``flowpoint list --all`` until it is pruned. Every write goes to a
+temporary file in the same directory first and is renamed over the entry (``os.replace``), so
+a reader sees the old or the new entry, never half of one.
+
+An entry that says RUNNING but whose process is gone (killed, crashed, the machine rebooted)
+is *stale*: readers see it as ``LOST`` and :meth:`JobRegistry.mark_lost` records that.
+
+Which directory (the first that applies): the configuration key ``control.registry.dir``,
+``$FLOWPOINT_HOME/jobs``, ``~/.flowpoint/jobs``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from flowpoint.errors import FlowpointError
+
+HOME_VARIABLE = "FLOWPOINT_HOME"
+LOST = "LOST"  # the job's process is gone without ending the job
+TERMINAL = frozenset(("FINISHED", "FAILED", "CANCELED", LOST))
+KEEP_ENDED_MS = 7 * 24 * 3600 * 1000  # ended entries older than a week are pruned
+KEEP_ENDED_COUNT = 200  # and never more than this many
+
+
+class JobNotFoundError(FlowpointError):
+    """A job id (or prefix) names no job, several jobs, or a job that can no longer be reached."""
+
+
+def registry_dir(config: Any = None) -> Path:
+    """The registry directory: ``control.registry.dir``, else ``$FLOWPOINT_HOME/jobs``, else
+    ``~/.flowpoint/jobs``. ``config`` is a :class:`~flowpoint.api.config.Configuration` or None."""
+    configured = config.get("control.registry.dir") if config is not None else None
+    if configured:
+        return Path(os.path.expanduser(str(configured))).absolute()
+    home = os.environ.get(HOME_VARIABLE)
+    base = Path(os.path.expanduser(home)) if home else Path.home() / ".flowpoint"
+    return (base / "jobs").absolute()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process with that pid
+        return True
+    return True
+
+
+@dataclass
+class JobEntry:
+    job_id: str
+    job_name: str
+    status: str
+    start_time_ms: int
+    pid: int
+    host: str
+    endpoint: str | None  # "127.0.0.1:<port>"
+    last_checkpoint_id: int | None = None
+    last_checkpoint_time_ms: int | None = None
+    last_checkpoint_path: str | None = None
+    end_time_ms: int | None = None
+    updated_ms: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict) -> JobEntry:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in TERMINAL
+
+    def is_stale(self) -> bool:
+        """Not ended, yet its process (on this host) is gone."""
+        return not self.ended and self.host == socket.gethostname() and not pid_alive(self.pid)
+
+    def shown_status(self) -> str:
+        return LOST if self.is_stale() else self.status
+
+
+class JobRegistry:
+    def __init__(self, directory: str | os.PathLike | None = None):
+        self.dir = Path(directory) if directory is not None else registry_dir()
+
+    def path(self, job_id: str) -> Path:
+        return self.dir / f"{job_id}.json"
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def write(self, entry: JobEntry) -> None:
+        """Write ``entry`` atomically (a temporary file renamed over the old entry)."""
+        entry.updated_ms = now_ms()
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{entry.job_id}.", suffix=".tmp", dir=self.dir)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(entry.to_dict(), f, indent=1)
+                    f.write("\n")
+                os.replace(tmp, self.path(entry.job_id))
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as e:
+            msg = (
+                f"cannot write job registry entry {self.path(entry.job_id)}: {e}; "
+                f"set ${HOME_VARIABLE} or control.registry.dir to a writable directory"
+            )
+            raise FlowpointError(msg) from e
+
+    def remove(self, job_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path(job_id).unlink()
+
+    def mark_ended(self, entry: JobEntry, status: str) -> None:
+        entry.status = status
+        entry.end_time_ms = entry.end_time_ms or now_ms()
+        self.write(entry)
+
+    def mark_lost(self, entry: JobEntry) -> None:
+        """Record that a stale entry's process is gone (it then shows under ``--all`` only)."""
+        self.mark_ended(entry, LOST)
+
+    def prune(self, now: int | None = None) -> None:
+        """Delete ended entries older than a week, keeping at most the newest 200."""
+        now = now if now is not None else now_ms()
+        ended = sorted((e for e in self.entries() if e.ended), key=lambda e: e.end_time_ms or 0, reverse=True)
+        for i, e in enumerate(ended):
+            if i >= KEEP_ENDED_COUNT or now - (e.end_time_ms or 0) > KEEP_ENDED_MS:
+                self.remove(e.job_id)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, job_id: str) -> JobEntry | None:
+        try:
+            text = self.path(job_id).read_text(encoding="utf-8")
+            return JobEntry.from_dict(json.loads(text))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+
+    def entries(self) -> list[JobEntry]:
+        """Every readable entry, oldest start first (unreadable files are skipped)."""
+        if not self.dir.is_dir():
+            return []
+        out = []
+        for p in self.dir.glob("*.json"):
+            entry = self.read(p.stem)
+            if entry is not None:
+                out.append(entry)
+        return sorted(out, key=lambda e: (e.start_time_ms, e.job_id))
+
+    def clean_stale(self) -> list[JobEntry]:
+        """Mark entries of dead processes LOST; returns them."""
+        stale = [e for e in self.entries() if e.is_stale()]
+        for e in stale:
+            self.mark_lost(e)
+        return stale
+
+    def resolve(self, job_id: str) -> JobEntry:
+        """The running job whose id is ``job_id`` or starts with it.
+
+        Raises :class:`JobNotFoundError` saying what to do when no job matches, several running
+        jobs match, the job has ended, or its process is gone.
+        """
+        prefix = job_id.strip().lower()
+        hint = "run `flowpoint list` to see running jobs and their ids"
+        if not prefix:
+            msg = f"no job id given; {hint}"
+            raise JobNotFoundError(msg)
+        matches = [e for e in self.entries() if e.job_id.startswith(prefix)]
+        if not matches:
+            msg = f"no job with id {job_id!r} in the job registry {self.dir}; {hint}"
+            raise JobNotFoundError(msg)
+        running = [e for e in matches if not e.ended and not e.is_stale()]
+        if len(running) == 1:
+            return running[0]
+        if len(running) > 1:
+            listed = ", ".join(f"{e.job_id} ({e.job_name})" for e in running)
+            msg = f"job id {job_id!r} is ambiguous: it starts {len(running)} running jobs ({listed}); give more characters of the id"
+            raise JobNotFoundError(msg)
+        e = max(matches, key=lambda m: m.start_time_ms)
+        if e.is_stale():
+            self.mark_lost(e)
+            msg = (
+                f"job {e.job_id} ({e.job_name!r}) is no longer running: its process {e.pid} on {e.host} is gone "
+                f"(it was {e.status}); {hint}"
+            )
+            raise JobNotFoundError(msg)
+        msg = f"job {e.job_id} ({e.job_name!r}) has ended ({e.status}); {hint}"
+        raise JobNotFoundError(msg)
