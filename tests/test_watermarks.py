@@ -278,3 +278,28 @@ def test_columnar_batches_keyed_by_fields_reach_the_owner_of_each_key(make_env):
     expected = Counter((gen(i).channel, gen(i).behavior) for i in range(12_000))
     assert result.get_keyed_state("count", "n") == dict(expected)
     assert sorted(t for _, t in sink.results) == sorted(gen(i).ts for i in range(12_000))
+
+
+class LaggingMax(WatermarkGenerator):
+    """A custom periodic generator: remembers the largest timestamp, emits it - 100 when asked."""
+
+    def __init__(self):
+        self.top = None
+
+    def on_event(self, event, event_timestamp, output):
+        self.top = event_timestamp if self.top is None else max(self.top, event_timestamp)
+
+    def on_periodic_emit(self, output):
+        if self.top is not None:
+            output.emit_watermark(Watermark(self.top - 100))
+
+
+def test_a_custom_periodic_generator_keeps_its_fields_between_epochs(make_env):
+    env = make_env(parallelism=1, max_records=3)  # one batch of 3 records per epoch
+    ts = [1000, 3000, 2000, 2500, 1500, 1200, 9000]
+    stream = env.from_collection(ts).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_generator(lambda ctx: LaggingMax()).with_timestamp_assigner(lambda v, _: v)
+    )
+    seen = [wm for _, _, wm in _run(env, stream)]
+    # the generator object lives on between epochs (pickled on the driver): its maximum is kept
+    assert seen == [MIN_WATERMARK] * 3 + [2900] * 3 + [2900]
