@@ -104,6 +104,7 @@ from flowpoint.connectors.files import (
 from flowpoint.connectors.sinks import CollectSink, PrintSink, Sink
 from flowpoint.errors import ConfigurationError, FlowpointError
 from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus
+from flowpoint.state_io import StateReader, StateWriter, state_reader, state_writer
 
 __version__ = "0.1.0"
 
@@ -128,5 +129,5 @@ __all__ = [
     "GlobalWindow", "GlobalWindows", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger",
     "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor", "TimeWindow", "TimestampedValue",
     "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "WindowAssigner",
-    "WindowedStream",
+    "WindowedStream", "StateReader", "StateWriter", "state_reader", "state_writer",
 ]

@@ -30,7 +30,7 @@ FORMAT_VERSION = 1
 METADATA_FILE = "_metadata"
 PICKLE_KEY = "__pickle__"
 KINDS = ("checkpoint", "savepoint")
-FILE_KINDS = ("full", "sst", "private")
+FILE_KINDS = ("full", "sst", "private", "canonical")
 
 
 # -- values: JSON when exact, pickled otherwise ------------------------------------------------
@@ -92,18 +92,25 @@ class StateFile:
 
     path: str  # relative: "chk-7/op-count-part-0.pkl" or "shared/<uuid>.sst"
     size: int
-    kind: str  # "full" (a whole snapshot), "sst" (shared RocksDB file), "private" (MANIFEST, CURRENT, OPTIONS, ...)
+    kind: str  # "full" (a whole snapshot), "sst" (shared RocksDB file), "private" (MANIFEST, CURRENT, OPTIONS, ...), "canonical" (savepoint Parquet rows)
     local_name: str | None = None  # the file's name inside the task's local DB directory (RocksDB restore)
+    rows: int | None = None  # canonical files: the Parquet row count (checked against the footer on restore)
+    sha256: str | None = None  # canonical files: checksum of the whole file (checked on restore)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"path": self.path, "size": self.size, "kind": self.kind}
         if self.local_name is not None:
             d["local_name"] = self.local_name
+        if self.rows is not None:
+            d["rows"] = self.rows
+        if self.sha256 is not None:
+            d["sha256"] = self.sha256
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StateFile:
-        return cls(str(d["path"]), int(d["size"]), str(d["kind"]), d.get("local_name"))
+        rows = d.get("rows")
+        return cls(str(d["path"]), int(d["size"]), str(d["kind"]), d.get("local_name"), None if rows is None else int(rows), d.get("sha256"))
 
 
 @dataclass
@@ -146,11 +153,13 @@ class OperatorState:
     name: str
     parallelism: int
     max_parallelism: int
-    backend: str  # "hashmap" | "rocksdb"
+    backend: str  # "hashmap" | "rocksdb" | "canonical" (savepoint: Parquet rows, any backend)
     subtasks: list[SubtaskState]
+    # canonical: per state name {"kind": value|list|map|reducing|aggregating, "declared": bool, "keys": n, "rows": n}
+    states: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "uid": self.uid,
             "name": self.name,
             "parallelism": self.parallelism,
@@ -158,12 +167,17 @@ class OperatorState:
             "backend": self.backend,
             "subtasks": [s.to_dict() for s in self.subtasks],
         }
+        if self.states is not None:
+            d["states"] = self.states
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OperatorState:
+        states = d.get("states")
         return cls(
             str(d["uid"]), str(d["name"]), int(d["parallelism"]), int(d["max_parallelism"]), str(d["backend"]),
             [SubtaskState.from_dict(s) for s in d["subtasks"]],
+            None if states is None else {str(k): dict(v) for k, v in states.items()},
         )
 
 

@@ -406,4 +406,8 @@ def resolve_restore_path(path: str, options: Mapping[str, Any] | None = None) ->
     else:
         access = directory
     verify_files(access, meta, where=f"{meta.kind} {meta.checkpoint_id} at {directory.uri()}")
+    if meta.kind == "savepoint":
+        from flowpoint.checkpoint.savepoint import verify_savepoint
+
+        verify_savepoint(access, meta)  # checksums, Parquet footers, row counts: before any task starts
     return access, meta

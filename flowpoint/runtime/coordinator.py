@@ -12,11 +12,18 @@ import logging
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.metadata import SplitPosition
-from flowpoint.errors import ConfigurationError, FlowpointError, JobExecutionError, JobGraphError
+from flowpoint.errors import (
+    CheckpointError,
+    ConfigurationError,
+    FlowpointError,
+    JobExecutionError,
+    JobGraphError,
+)
 from flowpoint.runtime.checkpointing import CheckpointCoordinator, now_ms
 from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
 from flowpoint.runtime.restore import RestoredJob, find_restore_point, pack_position, plan_restore
@@ -36,6 +43,16 @@ if TYPE_CHECKING:
     from flowpoint.graph.jobgraph import JobGraph, Node
 
 log = logging.getLogger("flowpoint")
+
+
+@dataclass
+class SavepointRequest:
+    """A savepoint asked for from another thread, taken by the coordinator between two epochs."""
+
+    target: str
+    stop: bool
+    drain: bool
+    future: Future
 
 
 @dataclass
@@ -83,6 +100,12 @@ class Coordinator:
         self.generators: dict[str, bytes] = {}
         self.metrics: dict[str, int] = {}
         self._time_driven = any(_time_driven(n) for n in graph.nodes.values())
+        # savepoints: requests from other threads, ids shared with checkpoints
+        self._savepoint_requests: list[SavepointRequest] = []
+        self._savepoint_lock = threading.Lock()
+        self._next_savepoint_id = 1
+        self._stopped = False
+        _warn_missing_uids(graph)
 
     # -- control -------------------------------------------------------------------------------
 
@@ -97,6 +120,112 @@ class Coordinator:
                 executor.sc.cancelJobGroup(self.job_id)
             except Exception:  # noqa: BLE001 - the job may already be between epochs
                 pass
+
+    def savepoint(self, target_directory: str | None, stop: bool = False, drain: bool = False) -> str:
+        """Ask for a savepoint at the next epoch boundary and wait for it; returns its directory."""
+        from flowpoint.checkpoint.savepoint import resolve_target
+
+        target = resolve_target(target_directory, self.config)
+        request = SavepointRequest(target, stop, drain, Future())
+        with self._savepoint_lock:
+            if self.done.is_set() or self.status.is_globally_terminal_state():
+                msg = f"cannot take a savepoint of job {self.job_name!r} ({self.job_id}): it is {self.status.value}"
+                raise CheckpointError(msg)
+            self._savepoint_requests.append(request)
+        return request.future.result()
+
+    def _fail_savepoint_requests(self, reason: str) -> None:
+        with self._savepoint_lock:
+            requests, self._savepoint_requests = self._savepoint_requests, []
+        for r in requests:
+            if not r.future.done():
+                r.future.set_exception(CheckpointError(f"savepoint of job {self.job_name!r} ({self.job_id}) not taken: {reason}"))
+
+    def _take_savepoints(self) -> bool:
+        """Between epochs: take the requested savepoints; True if one of them stops the job."""
+        with self._savepoint_lock:
+            requests, self._savepoint_requests = self._savepoint_requests, []
+        stop = False
+        for r in requests:
+            try:
+                if r.stop and r.drain and not stop:
+                    self._drain()
+                path = self._write_savepoint(r.target)
+            except BaseException as e:  # noqa: BLE001 - reported to the caller
+                r.future.set_exception(e)
+                continue
+            stop = stop or r.stop
+            r.future.set_result(path)
+        return stop
+
+    def _drain(self) -> None:
+        """stop --drain: one more epoch in which every source split sends a final +infinity
+        watermark (no records), so every window and event-time timer fires."""
+        reads: dict[int, list[list]] = {}
+        for states in self.splits.values():
+            for st in states:
+                p = st.node.parallelism
+                parts = reads.setdefault(st.node.stage_id, [[] for _ in range(p)])
+                parts[st.index % p].append((st.index, st.split, None, True))
+        self._run_epoch(reads, {}, last=True)
+
+    def _savepoint_id(self) -> int:
+        if self.checkpoints is not None:
+            cid = self.checkpoints.next_id
+            self.checkpoints.next_id += 1
+            self.checkpoints.store.continue_after(cid)
+            return cid
+        cid = self._next_savepoint_id
+        self._next_savepoint_id += 1
+        return cid
+
+    def _write_savepoint(self, target: str) -> str:
+        from flowpoint.checkpoint.savepoint import OperatorSnapshot, PartState, write_savepoint
+        from flowpoint.state.keygroups import key_group_range_for_operator
+
+        t0 = time.perf_counter()
+        rocksdb = self.settings.backend == "rocksdb"
+        operators: dict[str, OperatorSnapshot] = {}
+        for stage in self.graph.stages:
+            uids = [self.graph.nodes[n].uid for n in stage.nodes if self.graph.nodes[n].keyed]
+            if not uids:
+                continue
+            for uid in uids:
+                node = self.graph.node_by_uid(uid)
+                operators[uid] = OperatorSnapshot(uid, node.name, stage.parallelism, stage.max_parallelism, [])
+            for p in range(stage.parallelism):
+                kgr = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
+                chain = self.chains.get((stage.id, p))
+                kinds: dict[str, dict[str, str]] = {}
+                if chain is None:
+                    tables: dict = {}
+                elif rocksdb:
+                    directory = partition_dir(self.working_dir, self.run_key, stage.id, p)
+                    tables = read_committed_tables_rocksdb(directory, uids, chain, stage.max_parallelism, kinds_out=kinds)
+                else:
+                    tables = read_committed_tables(chain)
+                for uid in uids:
+                    operators[uid].parts.append(
+                        PartState(p, kgr.start, kgr.end, tables.get(uid, {}), kinds.get(uid, {}), declared=uid in kinds)
+                    )
+        sources = [
+            SplitPosition(st.node.uid, st.index, st.split.split_id, pack_position(st.split, st.position), st.finished)
+            for states in self.splits.values()
+            for st in states
+        ]
+        watermarks = {
+            "channels": {c: [wm, idle] for c, (wm, idle) in self.watermarks.items()},
+            "generators": dict(self.generators),
+        }
+        cid = self._savepoint_id()
+        path = write_savepoint(
+            target, job_id=self.job_id, job_name=self.job_name, checkpoint_id=cid, epoch=self.epoch,
+            backend=self.settings.backend, operators=list(operators.values()), sources=sources,
+            sinks={n.uid: n.t.sink.snapshot_driver_state() for n in self.graph.sinks()}, watermarks=watermarks,
+            stats={"records_read": self.records_read, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)},
+        )
+        self._progress(f"savepoint {cid} (epoch {self.epoch}) of job {self.job_id} written to {path}")
+        return path
 
     def result(self) -> JobExecutionResult:
         return JobExecutionResult(
@@ -122,6 +251,7 @@ class Coordinator:
             self._executor = SparkEpochExecutor(spark, self.graph, plans, self.job_id)
             spark.sparkContext.setJobGroup(self.job_id, f"flowpoint job {self.job_name}", interruptOnCancel=True)
             atexit.register(remove_job_dir, self.working_dir, self.job_id)
+            self._next_savepoint_id = restore.checkpoint_id + 1 if restore else 1
             if self.settings.enabled:
                 first = restore.checkpoint_id + 1 if restore else 1
                 self.checkpoints = CheckpointCoordinator(self.settings, self.graph, self.job_id, self.job_name, first)
@@ -158,7 +288,9 @@ class Coordinator:
             if self._executor is not None:
                 self._executor.close()
             self._final_progress()
-            self.done.set()
+            with self._savepoint_lock:
+                self.done.set()
+            self._fail_savepoint_requests(f"the job is {self.status.value}")
 
     # -- restore and restart -------------------------------------------------------------------
 
@@ -295,6 +427,9 @@ class Coordinator:
         last_epoch_at = time.monotonic()
         while not self._cancel.is_set():
             self._checkpoint_if_due()
+            if self._savepoint_requests and self._take_savepoints():
+                self._stopped = True
+                return
             self._discover()
             reads, new_positions, planned = self._plan(time.monotonic() - read_started)
             last = self._all_finished(new_positions)
@@ -304,28 +439,34 @@ class Coordinator:
                 continue
             if planned == 0 and last and self.epoch > 0:
                 break
-            self.epoch += 1
-            # a restored partition writes a local base at once: its chain then no longer reads the
-            # checkpoint's files, which retention may delete once a newer checkpoint completes
-            hashmap = self.settings.backend == "hashmap"
-            compact = {k for k, c in self.chains.items() if hashmap and (c.restored or c.wants_base(compaction_bytes))}
-            cp = self.checkpoints
-            done, aborted = cp.take_notifications() if cp else ((), ())
-            pinned = cp.pinned() if cp else frozenset()
-            snapshot = cp.sync_request() if cp else None
-            spec = EpochSpec(
-                self.run_key, self.epoch, self.working_dir, dict(self.chains), compact, last, pinned, done, aborted,
-                self.settings.backend, snapshot, now_ms(), dict(self.watermarks),
-                {n.uid: len(self.splits[n.id]) for n in self.graph.sources()}, dict(self.generators),
-            )
-            t0 = last_epoch_at = time.monotonic()
-            acks = self._executor.run_epoch(spec, reads)
-            self._commit(acks, new_positions)
-            if snapshot is not None:
-                cp.attach_snapshots(snapshot, acks, self.run_key)
-            self._report(planned, time.monotonic() - t0)
+            last_epoch_at = time.monotonic()
+            self._run_epoch(reads, new_positions, last, planned, compaction_bytes)
             if last:
                 break
+
+    def _run_epoch(self, reads: dict, new_positions: dict, last: bool, planned: int = 0, compaction_bytes: int | None = None) -> None:
+        if compaction_bytes is None:
+            compaction_bytes = int(self.config.get("state.working.compaction-bytes"))
+        self.epoch += 1
+        # a restored partition writes a local base at once: its chain then no longer reads the
+        # checkpoint's files, which retention may delete once a newer checkpoint completes
+        hashmap = self.settings.backend == "hashmap"
+        compact = {k for k, c in self.chains.items() if hashmap and (c.restored or c.wants_base(compaction_bytes))}
+        cp = self.checkpoints
+        done, aborted = cp.take_notifications() if cp else ((), ())
+        pinned = cp.pinned() if cp else frozenset()
+        snapshot = cp.sync_request() if cp else None
+        spec = EpochSpec(
+            self.run_key, self.epoch, self.working_dir, dict(self.chains), compact, last, pinned, done, aborted,
+            self.settings.backend, snapshot, now_ms(), dict(self.watermarks),
+            {n.uid: len(self.splits[n.id]) for n in self.graph.sources()}, dict(self.generators),
+        )
+        t0 = time.monotonic()
+        acks = self._executor.run_epoch(spec, reads)
+        self._commit(acks, new_positions)
+        if snapshot is not None:
+            cp.attach_snapshots(snapshot, acks, self.run_key)
+        self._report(planned, time.monotonic() - t0)
 
     def _checkpoint_if_due(self) -> None:
         cp = self.checkpoints
@@ -438,6 +579,17 @@ class Coordinator:
         if state_name is None:
             return merged
         return merged.get(state_name, {})
+
+
+def _warn_missing_uids(graph: JobGraph) -> None:
+    """Stateful operators should have an explicit uid: a generated one changes with the graph."""
+    for n in graph.nodes.values():
+        if (n.keyed or n.kind == "source") and not n.t.uid:
+            log.warning(
+                "operator %s has no uid; its state is saved under the generated uid %r, which changes when the job "
+                "graph changes. Set .uid(...) on stateful operators so savepoints and checkpoints restore after changes",
+                n.describe(), n.uid,
+            )
 
 
 def _time_driven(node: Node) -> bool:

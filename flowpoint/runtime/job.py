@@ -73,7 +73,8 @@ class JobExecutionResult:
 
 
 class JobClient:
-    """Handle on a running job: ``get_job_id()``, ``get_job_status()``, ``cancel()``, ``wait()``."""
+    """Handle on a running job: ``get_job_id()``, ``get_job_status()``, ``cancel()``, ``wait()``,
+    ``trigger_savepoint()``, ``stop_with_savepoint()``."""
 
     def __init__(self, coordinator: Coordinator):
         self._coordinator = coordinator
@@ -105,6 +106,18 @@ class JobClient:
 
     def is_done(self) -> bool:
         return self._coordinator.done.is_set()
+
+    def trigger_savepoint(self, target_directory: str | None = None) -> str:
+        """Take a savepoint at the next epoch boundary and return its directory
+        (``<target>/savepoint-<job-id[:6]>-<12 hex>``) once its ``_metadata`` is written.
+        ``target_directory`` None: ``state.savepoints.dir`` (``env.set_default_savepoint_directory``)."""
+        return self._coordinator.savepoint(target_directory, stop=False, drain=False)
+
+    def stop_with_savepoint(self, target_directory: str | None = None, drain: bool = False) -> str:
+        """Take a savepoint at the next epoch boundary, then end the job (status FINISHED).
+        ``drain=True`` first sends a final +infinity watermark so every window and event-time
+        timer fires before the savepoint. Returns the savepoint directory."""
+        return self._coordinator.savepoint(target_directory, stop=True, drain=drain)
 
     def wait(self, timeout: float | None = None) -> JobExecutionResult:
         """Block until the job ends; returns its result or raises why it failed."""

@@ -44,7 +44,8 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
     by_uid = {n.uid: n for n in graph.nodes.values()}
     chains: dict[tuple[int, int], list[RestoredFile]] = {}
     dropped: list[str] = []
-    if meta.operators and meta.backend != backend and not (meta.backend == "hashmap" and backend == "rocksdb"):
+    native = [op for op in meta.operators if op.backend != "canonical"]
+    if native and meta.backend != backend and not (meta.backend == "hashmap" and backend == "rocksdb"):
         msg = (
             f"{where} was written by the {meta.backend} state backend and cannot be restored into {backend}: "
             f"its files are in {meta.backend}'s native format. Restore with state.backend.type: {meta.backend}, "
@@ -72,6 +73,9 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
             raise CheckpointError(msg)
         stage = graph.stages[node.stage_id]
         base = job_dir_uri.rstrip("/")
+        if op.backend == "canonical":
+            _plan_canonical(op, base, stage, meta.epoch, chains)
+            continue
         if op.backend == "rocksdb":
             if op.parallelism != stage.parallelism:
                 msg = (
@@ -115,6 +119,26 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
         meta.checkpoint_id, meta.epoch, restored_chains, positions, dict(meta.sinks),
         int(meta.stats.get("records_read", 0)), sorted(set(dropped)), dict(meta.watermarks),
     )
+
+
+def _plan_canonical(op: Any, base: str, stage: Any, epoch: int, chains: dict[tuple[int, int], list[RestoredFile]]) -> None:
+    """Savepoint rows: every new partition reads the files overlapping its key-group range and
+    keeps its own key groups (any parallelism up to the max parallelism, either backend)."""
+    kinds = tuple(sorted((n, s["kind"]) for n, s in (op.states or {}).items() if s.get("kind")))
+    declared = tuple(sorted(n for n, s in (op.states or {}).items() if s.get("declared")))
+    for p in range(stage.parallelism):
+        mine = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
+        for sub in op.subtasks:
+            if sub.key_group_end < mine.start or sub.key_group_start > mine.end:
+                continue
+            whole = mine.start <= sub.key_group_start and sub.key_group_end <= mine.end
+            for f in sub.files:
+                uri = f"{base}/{f.path}"
+                kg = None if whole else (mine.start, mine.end, stage.max_parallelism)
+                data = read_uri_bytes(uri) if uri.startswith("memory://") else None
+                chains.setdefault((stage.id, p), []).append(
+                    RestoredFile(op.uid, uri, f.size, kg, data, epoch=epoch, format="canonical", kinds=kinds, declared=declared)
+                )
 
 
 def pack_position(split: Any, position: Any) -> Any:

@@ -26,6 +26,9 @@ def db_path(directory: str, uid: str) -> str:
     return os.path.join(directory, "db-" + re.sub(r"[^A-Za-z0-9._-]", "_", uid))
 
 
+_KINDS = ("value", "list", "map", "reducing", "aggregating")
+
+
 def load_deltas(path: str) -> dict[str, Any]:
     with open(path, "rb") as f:
         kind, per_uid = pickle.load(f)
@@ -78,9 +81,13 @@ def restore_native(path: str, files: list[RestoredFile]) -> None:
 
 
 def restore_tables(backend: Any, files: list[RestoredFile]) -> None:
-    """Load full snapshots (HashMap checkpoints) into an empty DB."""
+    """Load full snapshots (HashMap checkpoints) or savepoint rows into an empty DB; a savepoint's
+    declared state kinds go with them."""
+    kinds: dict[str, str] = {}
+    for f in files:
+        kinds.update({name: kind for name, kind in f.kinds if name in f.declared})
     for tables in load_restored(files).values():
-        backend.restore(tables)
+        backend.restore(tables, kinds or None)
     backend.set_version(max(f.epoch for f in files))
 
 
@@ -103,8 +110,11 @@ def remove_applied_deltas(directory: str, applied: int, pinned: frozenset[str]) 
                 pass
 
 
-def read_committed_tables_rocksdb(directory: str, uids: list[str], chain: CommittedChain, max_parallelism: int) -> dict[str, dict[str, dict[Any, Any]]]:
-    """Committed state of one partition, read on the driver after the job (no task holds the DBs)."""
+def read_committed_tables_rocksdb(
+    directory: str, uids: list[str], chain: CommittedChain, max_parallelism: int, kinds_out: dict[str, dict[str, str]] | None = None
+) -> dict[str, dict[str, dict[Any, Any]]]:
+    """Committed state of one partition, read on the driver between epochs or after the job (no
+    task holds the DBs). ``kinds_out`` receives ``{uid: {state name: kind}}`` of the known kinds."""
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
     out: dict[str, dict[str, dict[Any, Any]]] = {}
@@ -117,6 +127,8 @@ def read_committed_tables_rocksdb(directory: str, uids: list[str], chain: Commit
         try:
             catch_up(b, uid, chain, cache)
             out[uid] = b.snapshot()
+            if kinds_out is not None:
+                kinds_out[uid] = {name: kind for name, (_sid, kind) in b._names.items() if kind in _KINDS}
         finally:
             b.close()
     return out

@@ -51,6 +51,9 @@ class RestoredFile:
     data: bytes | None = None  # the file itself, when executors cannot read the URI (driver-memory storage)
     files: tuple[tuple[str, str], ...] = ()  # RocksDB: (uri, name in the DB directory) of a native snapshot
     epoch: int = 0  # the checkpoint's epoch
+    format: str = "pickle"  # "pickle" (a HashMap checkpoint's snapshot) | "canonical" (savepoint Parquet rows)
+    kinds: tuple[tuple[str, str], ...] = ()  # canonical: (state name, kind) of every state
+    declared: tuple[str, ...] = ()  # canonical: the state names whose kind is declared, not inferred
 
 
 @dataclass(frozen=True)
@@ -300,6 +303,15 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile]) -> dict[
     groups: ``{uid: {state name: {key: value}}}``."""
     merged: dict[str, dict[str, dict[Any, Any]]] = {}
     for f in files:
+        if f.format == "canonical":
+            from flowpoint.checkpoint.savepoint import decode_rows, read_parquet
+
+            data = f.data if f.data is not None else read_uri(f.uri)
+            kgs = None if f.key_groups is None else f.key_groups[:2]
+            into = merged.setdefault(f.uid, {})
+            for name, table in decode_rows(read_parquet(data, f.uri), dict(f.kinds), kgs).items():
+                into.setdefault(name, {}).update(table)
+            continue
         tables = pickle.loads(f.data if f.data is not None else read_uri(f.uri))
         into = merged.setdefault(f.uid, {})
         for name, table in tables.items():

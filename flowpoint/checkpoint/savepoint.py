@@ -1,0 +1,493 @@
+"""Savepoints: the canonical, backend-independent, relocatable snapshot of a job (DESIGN 7).
+
+Layout::
+
+    <target dir>/savepoint-<job-id[:6]>-<12 hex>/_metadata                  CheckpointMetadata, kind "savepoint"
+    <target dir>/savepoint-<job-id[:6]>-<12 hex>/<uid>-<hash>-<p>.parquet   one per operator uid and parallel instance
+
+Every path in ``_metadata`` is relative to the savepoint directory, so the directory can be
+moved anywhere and restored from. Each Parquet file holds rows::
+
+    key_group int32, key binary, state_name string, namespace binary, user_key binary, value binary
+
+``key``, ``user_key`` and ``value`` are pickled (:func:`flowpoint.tasks.batches.dumps`). MapState
+has one row per user key; every other kind one row per key with a null ``user_key``. The
+namespace is null (window contents are MapState whose user key is the window). The kind of each
+state is recorded in the operator's ``states`` entry of ``_metadata``; ``declared`` says whether
+the kind is known from the state's descriptor (RocksDB, the state writer) or inferred from the
+values (the HashMap backend keeps no kinds: a dict is taken for MapState, a list for ListState).
+
+Every file's size, row count and SHA-256 are recorded, and checked before a restore starts: a
+truncated or corrupt file is refused with its name, never half-restored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import pickle
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from flowpoint.checkpoint.metadata import (
+    METADATA_FILE,
+    CheckpointMetadata,
+    OperatorState,
+    SplitPosition,
+    StateFile,
+    SubtaskState,
+    read_metadata,
+    write_metadata,
+)
+from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
+from flowpoint.errors import CheckpointError, ConfigurationError
+from flowpoint.state.keygroups import assign_to_key_group
+from flowpoint.tasks.batches import dumps
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+log = logging.getLogger("flowpoint")
+
+SCHEMA = pa.schema([
+    ("key_group", pa.int32()),
+    ("key", pa.binary()),
+    ("state_name", pa.string()),
+    ("namespace", pa.binary()),
+    ("user_key", pa.binary()),
+    ("value", pa.binary()),
+])
+CANONICAL = "canonical"
+STATE_KINDS = ("value", "list", "map", "reducing", "aggregating")
+
+
+def savepoint_dir_name(job_id: str) -> str:
+    """``savepoint-<job-id[:6]>-<12 hex>`` (as Flink names them)."""
+    return f"savepoint-{job_id[:6]}-{uuid.uuid4().hex[:12]}"
+
+
+def resolve_target(target_directory: str | None, config: Any) -> str:
+    """The directory savepoints go to: the argument, else ``state.savepoints.dir``."""
+    target = target_directory or (config.get("state.savepoints.dir") if config is not None else None)
+    if not target:
+        msg = (
+            "no savepoint directory: pass a target directory (trigger_savepoint('file:///data/savepoints'), "
+            "`flowpoint savepoint <job-id> <dir>`) or set state.savepoints.dir (env.set_default_savepoint_directory)"
+        )
+        raise ConfigurationError(msg)
+    return str(target)
+
+
+def file_name(uid: str, partition: int) -> str:
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", uid)[:60]
+    return f"{safe}-{hashlib.sha1(uid.encode()).hexdigest()[:8]}-{partition}.parquet"
+
+
+def infer_kind(table: Mapping[Any, Any]) -> str:
+    """HashMap state keeps no kinds: a dict is taken for MapState, a list for ListState."""
+    for v in table.values():
+        if isinstance(v, dict):
+            return "map"
+        if isinstance(v, list):
+            return "list"
+        return "value"
+    return "value"
+
+
+# -- encoding ----------------------------------------------------------------------------------
+
+
+@dataclass
+class EncodedPart:
+    """One operator's state of one key-group range as Parquet rows."""
+
+    table: pa.Table
+    num_keys: int
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {kind, declared, keys, rows}
+
+
+def encode_tables(tables: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, str], max_parallelism: int, declared: bool = False) -> EncodedPart:
+    """``{state name: {key: value}}`` (the backends' snapshot form) as canonical rows."""
+    kg_col: list[int] = []
+    key_col: list[bytes] = []
+    name_col: list[str] = []
+    uk_col: list[bytes | None] = []
+    val_col: list[bytes] = []
+    keys: set[Any] = set()
+    states: dict[str, dict[str, Any]] = {}
+    for name in sorted(tables):
+        table = tables[name]
+        if not table:
+            continue
+        kind = kinds.get(name) or infer_kind(table)
+        known = declared and kind in STATE_KINDS
+        if kind not in STATE_KINDS:
+            kind = infer_kind(table)
+        rows = 0
+        for key, value in table.items():
+            kb = dumps(key)
+            kg = assign_to_key_group(key, max_parallelism)
+            keys.add(kb)
+            if kind == "map" and isinstance(value, dict) and value:
+                for uk, v in value.items():
+                    kg_col.append(kg)
+                    key_col.append(kb)
+                    name_col.append(name)
+                    uk_col.append(dumps(uk))
+                    val_col.append(dumps(v))
+                    rows += 1
+            else:  # a whole value (an empty map is kept as one row with a null user key)
+                kg_col.append(kg)
+                key_col.append(kb)
+                name_col.append(name)
+                uk_col.append(None)
+                val_col.append(dumps(value))
+                rows += 1
+        states[name] = {"kind": kind, "declared": known, "keys": len(table), "rows": rows}
+    arrays = [
+        pa.array(kg_col, pa.int32()),
+        pa.array(key_col, pa.binary()),
+        pa.array(name_col, pa.string()),
+        pa.nulls(len(kg_col), pa.binary()),
+        pa.array(uk_col, pa.binary()),
+        pa.array(val_col, pa.binary()),
+    ]
+    return EncodedPart(pa.Table.from_arrays(arrays, schema=SCHEMA), len(keys), states)
+
+
+def decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[int, int] | None = None) -> dict[str, dict[Any, Any]]:
+    """Canonical rows back to ``{state name: {key: value}}``; only key groups ``first..last``
+    if given (rescaling)."""
+    if key_groups is not None:
+        first, last = key_groups
+        kg = table.column("key_group")
+        table = table.filter(pc.and_(pc.greater_equal(kg, first), pc.less_equal(kg, last)))
+    out: dict[str, dict[Any, Any]] = {}
+    loads = pickle.loads
+    names = table.column("state_name").to_pylist()
+    key_col = table.column("key").to_pylist()
+    uk_col = table.column("user_key").to_pylist()
+    val_col = table.column("value").to_pylist()
+    key_cache: dict[bytes, Any] = {}
+    for name, kb, ukb, vb in zip(names, key_col, uk_col, val_col, strict=True):
+        key = key_cache.get(kb)
+        if key is None:
+            key = key_cache[kb] = loads(kb)
+        into = out.setdefault(name, {})
+        kind = kinds.get(name, "value")
+        if kind == "map" and ukb is not None:
+            m = into.get(key)
+            if m is None:
+                m = into[key] = {}
+            m[loads(ukb)] = loads(vb)
+        else:
+            into[key] = loads(vb)
+    return out
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def read_parquet(data: bytes, where: str) -> pa.Table:
+    try:
+        return pq.read_table(pa.BufferReader(data))
+    except Exception as e:
+        msg = f"savepoint file {where} is not a readable Parquet file ({type(e).__name__}: {e}); it is corrupt or truncated. Restore from another savepoint or checkpoint"
+        raise CheckpointError(msg) from e
+
+
+# -- writing a savepoint -----------------------------------------------------------------------
+
+
+@dataclass
+class PartState:
+    """What a savepoint holds for one operator and parallel instance."""
+
+    index: int
+    key_group_start: int
+    key_group_end: int
+    tables: dict[str, dict[Any, Any]]
+    kinds: dict[str, str] = field(default_factory=dict)
+    declared: bool = False
+
+
+@dataclass
+class OperatorSnapshot:
+    uid: str
+    name: str
+    parallelism: int
+    max_parallelism: int
+    parts: list[PartState]
+
+
+def write_savepoint(
+    target: str,
+    *,
+    job_id: str,
+    job_name: str,
+    checkpoint_id: int,
+    epoch: int,
+    backend: str,
+    operators: list[OperatorSnapshot],
+    sources: list[SplitPosition] | None = None,
+    sinks: dict[str, Any] | None = None,
+    watermarks: dict[str, Any] | None = None,
+    stats: dict[str, Any] | None = None,
+    directory_name: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> str:
+    """Write a savepoint below ``target`` (any storage URI); returns the savepoint directory's
+    URI. Data files first, ``_metadata`` last (atomically); on a failure the directory goes."""
+    t0 = now_ms()
+    root = CheckpointStorageAccess(target, options)
+    name = directory_name or savepoint_dir_name(job_id)
+    if root.exists(name):
+        msg = f"savepoint directory {root.uri(name)} already exists; choose another target directory"
+        raise CheckpointError(msg)
+    access = root.child(name)
+    try:
+        access.make_dirs()
+        ops: list[OperatorState] = []
+        total = 0
+        for snap in operators:
+            states: dict[str, dict[str, Any]] = {}
+            subtasks = []
+            for part in snap.parts:
+                enc = encode_tables(part.tables, part.kinds, snap.max_parallelism, part.declared)
+                data = parquet_bytes(enc.table)
+                rel = file_name(snap.uid, part.index)
+                access.write_bytes(rel, data)
+                f = StateFile(rel, len(data), CANONICAL, rows=enc.table.num_rows, sha256=hashlib.sha256(data).hexdigest())
+                subtasks.append(SubtaskState(part.index, part.key_group_start, part.key_group_end, [f], enc.num_keys, len(data), len(data)))
+                total += len(data)
+                for sname, info in enc.states.items():
+                    into = states.setdefault(sname, {"kind": info["kind"], "declared": info["declared"], "keys": 0, "rows": 0})
+                    into["keys"] += info["keys"]
+                    into["rows"] += info["rows"]
+                    if info["declared"] and not into["declared"]:
+                        into["kind"], into["declared"] = info["kind"], True
+            ops.append(OperatorState(snap.uid, snap.name, snap.parallelism, snap.max_parallelism, CANONICAL, subtasks, states))
+        meta = CheckpointMetadata(
+            checkpoint_id=int(checkpoint_id),
+            job_id=job_id,
+            job_name=job_name,
+            kind="savepoint",
+            epoch=int(epoch),
+            trigger_time_ms=t0,
+            completed_time_ms=now_ms(),
+            max_parallelism=max((o.max_parallelism for o in operators), default=128),
+            backend=backend,
+            incremental=False,
+            operators=ops,
+            sources=list(sources or []),
+            sinks=dict(sinks or {}),
+            watermarks=dict(watermarks or {}),
+            stats={"state_size": total, **(stats or {})},
+        )
+        write_metadata(access, "", meta)
+    except BaseException:
+        try:
+            access.delete("")
+        except Exception:  # noqa: BLE001 - the original error matters
+            log.warning("could not remove the incomplete savepoint %s", access.uri(), exc_info=True)
+        raise
+    return access.uri()
+
+
+def now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+# -- reading, checking, disposing --------------------------------------------------------------
+
+
+def open_savepoint(path: str, options: Mapping[str, Any] | None = None) -> tuple[CheckpointStorageAccess, CheckpointMetadata]:
+    """``(access of the directory, metadata)`` of a savepoint or checkpoint directory or its
+    ``_metadata`` file; for a checkpoint the access is its job directory (what paths are relative to)."""
+    text = str(path).rstrip("/")
+    parent, name = split_uri(text)
+    if name == METADATA_FILE:
+        text = parent
+    directory = CheckpointStorageAccess(text, options)
+    if not directory.exists():
+        msg = f"{directory.uri()} does not exist"
+        raise CheckpointError(msg)
+    meta = read_metadata(directory, "")
+    if meta.kind == "checkpoint":
+        return CheckpointStorageAccess(split_uri(directory.uri())[0], options), meta
+    return directory, meta
+
+
+def verify_savepoint(access: CheckpointStorageAccess, meta: CheckpointMetadata) -> None:
+    """Check every canonical file before anything is restored: size, checksum, Parquet footer,
+    schema and row count. CheckpointError naming the file otherwise."""
+    for op in meta.operators:
+        if op.backend != CANONICAL:
+            continue
+        for sub in op.subtasks:
+            for f in sub.files:
+                read_canonical(access, f, op.uid)
+
+
+def read_canonical(access: CheckpointStorageAccess, f: StateFile, uid: str, data: bytes | None = None) -> pa.Table:
+    """One canonical file, checked against its recorded size, checksum and row count."""
+    where = access.uri(f.path)
+    if data is None:
+        data = access.read_bytes(f.path)
+    hint = "the savepoint is corrupt or truncated; restore from another savepoint or checkpoint"
+    if len(data) != f.size:
+        msg = f"savepoint file {where} (operator uid {uid!r}) has {len(data)} bytes, _metadata records {f.size}: {hint}"
+        raise CheckpointError(msg)
+    if f.sha256 is not None and hashlib.sha256(data).hexdigest() != f.sha256:
+        msg = f"savepoint file {where} (operator uid {uid!r}) does not match the checksum in _metadata: {hint}"
+        raise CheckpointError(msg)
+    table = read_parquet(data, where)
+    if not table.schema.equals(SCHEMA):
+        msg = f"savepoint file {where} (operator uid {uid!r}) has columns {table.schema.names}, not the savepoint format's {SCHEMA.names}: {hint}"
+        raise CheckpointError(msg)
+    if f.rows is not None and table.num_rows != f.rows:
+        msg = f"savepoint file {where} (operator uid {uid!r}) has {table.num_rows} rows, _metadata records {f.rows}: {hint}"
+        raise CheckpointError(msg)
+    return table
+
+
+def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> None:
+    """Delete a savepoint directory, after checking that it is one (``_metadata`` of kind
+    savepoint); anything else is refused with an error naming the path."""
+    text = str(path).rstrip("/")
+    parent, name = split_uri(text)
+    if name == METADATA_FILE:
+        text = parent
+    directory = CheckpointStorageAccess(text, options)
+    if not directory.exists():
+        msg = f"cannot dispose {directory.uri()}: it does not exist"
+        raise CheckpointError(msg)
+    if not directory.is_dir() or not directory.exists(METADATA_FILE):
+        msg = f"refusing to dispose {directory.uri()}: it is not a savepoint directory (no {METADATA_FILE} in it)"
+        raise CheckpointError(msg)
+    try:
+        meta = read_metadata(directory, "")
+    except CheckpointError as e:
+        msg = f"refusing to dispose {directory.uri()}: its {METADATA_FILE} cannot be read ({e}); delete it by hand if it is a broken savepoint"
+        raise CheckpointError(msg) from e
+    if meta.kind != "savepoint":
+        msg = f"refusing to dispose {directory.uri()}: it is a {meta.kind} (id {meta.checkpoint_id}), not a savepoint; checkpoints are removed by retention"
+        raise CheckpointError(msg)
+    directory.delete(METADATA_FILE)  # first: a crash midway leaves no savepoint with missing files
+    directory.delete("")
+
+
+def describe(path: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A summary of a savepoint or retained checkpoint (what ``flowpoint inspect`` prints):
+    operators by uid with name, parallelism, max parallelism, states (kind, keys), bytes; sources."""
+    access, meta = open_savepoint(path, options)
+    operators = []
+    for op in meta.operators:
+        states: dict[str, dict[str, Any]] = {}
+        if op.states is not None:
+            states = {n: {"kind": s.get("kind"), "keys": s.get("keys")} for n, s in sorted(op.states.items())}
+        else:  # a native checkpoint: read its state to count keys per state
+            for n, table in sorted(load_operator_state(access, meta, op.uid).items()):
+                states[n] = {"kind": infer_kind(table), "keys": len(table)}
+        operators.append({
+            "uid": op.uid,
+            "name": op.name,
+            "parallelism": op.parallelism,
+            "max_parallelism": op.max_parallelism,
+            "backend": op.backend,
+            "states": states,
+            "state_names": sorted(states),
+            "keys": sum(s.num_keys for s in op.subtasks),
+            "bytes": sum(s.state_size for s in op.subtasks),
+        })
+    sources: dict[str, dict[str, Any]] = {}
+    for sp in meta.sources:
+        s = sources.setdefault(sp.source_uid, {"uid": sp.source_uid, "splits": 0, "finished": 0})
+        s["splits"] += 1
+        s["finished"] += int(sp.finished)
+    return {
+        "path": access.uri() if meta.kind == "savepoint" else access.uri(f"chk-{meta.checkpoint_id}"),
+        "kind": meta.kind,
+        "checkpoint_id": meta.checkpoint_id,
+        "job_id": meta.job_id,
+        "job_name": meta.job_name,
+        "epoch": meta.epoch,
+        "completed_time_ms": meta.completed_time_ms,
+        "max_parallelism": meta.max_parallelism,
+        "backend": meta.backend,
+        "bytes": meta.state_size(),
+        "operators": operators,
+        "sources": list(sources.values()),
+        "sinks": sorted(meta.sinks),
+    }
+
+
+def operator_kinds(op: OperatorState, declared_only: bool = False) -> dict[str, str]:
+    return {n: s["kind"] for n, s in (op.states or {}).items() if s.get("kind") and (s.get("declared") or not declared_only)}
+
+
+def load_operator_state(access: CheckpointStorageAccess, meta: CheckpointMetadata, uid: str) -> dict[str, dict[Any, Any]]:
+    """All keyed state of operator ``uid``: ``{state name: {key: value}}``, from a savepoint or a
+    retained checkpoint (HashMap snapshots or RocksDB files)."""
+    op = meta.operator(uid)
+    if op is None:
+        msg = f"{meta.kind} {meta.checkpoint_id} at {access.uri()} has no state of operator uid {uid!r}; it has {sorted(o.uid for o in meta.operators)}"
+        raise CheckpointError(msg)
+    merged: dict[str, dict[Any, Any]] = {}
+    if op.backend == CANONICAL:
+        kinds = operator_kinds(op)
+        for sub in op.subtasks:
+            for f in sub.files:
+                for name, table in decode_rows(read_canonical(access, f, uid), kinds).items():
+                    merged.setdefault(name, {}).update(table)
+        return merged
+    if op.backend == "rocksdb":
+        for name, table in _read_rocksdb(access, op).items():
+            merged.setdefault(name, {}).update(table)
+        return merged
+    for sub in op.subtasks:
+        for f in sub.files:
+            for name, table in pickle.loads(access.read_bytes(f.path)).items():  # noqa: S301 - our own checkpoint files
+                merged.setdefault(name, {}).update(table)
+    return merged
+
+
+def _read_rocksdb(access: CheckpointStorageAccess, op: OperatorState) -> dict[str, dict[Any, Any]]:
+    import os
+    import shutil
+    import tempfile
+
+    from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
+    from flowpoint.state.rocksdb_working import restore_native
+    from flowpoint.state.working import RestoredFile
+
+    out: dict[str, dict[Any, Any]] = {}
+    tmp = tempfile.mkdtemp(prefix="flowpoint-inspect-")
+    try:
+        for sub in op.subtasks:
+            files = tuple((access.uri(f.path), f.local_name or f.path.rsplit("/", 1)[-1]) for f in sub.files)
+            path = os.path.join(tmp, f"db-{sub.index}")
+            restore_native(path, [RestoredFile(op.uid, access.uri(), sub.state_size, files=files)])
+            b = RocksDBKeyedStateBackend(op.uid, path, op.max_parallelism)
+            b.open()
+            try:
+                for name, table in b.snapshot().items():
+                    out.setdefault(name, {}).update(table)
+            finally:
+                b.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

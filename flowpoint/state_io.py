@@ -1,0 +1,192 @@
+"""Keyed state as data (Flink's State Processor API, in Python).
+
+- :func:`state_reader` opens a savepoint or a retained checkpoint: ``operators()`` lists its
+  operators (uid, name, parallelism, state names and kinds), ``keyed_state(uid, state_name=None)``
+  returns a Spark DataFrame with the columns ``key``, ``namespace``, ``user_key``, ``value``
+  (plus ``state_name`` when all states are read), decoded to Python values; ``keyed_state_dict``
+  returns the same as ``{key: value}`` (the form of ``result.get_keyed_state``).
+- :func:`state_writer` builds a savepoint from data (a Spark or pandas DataFrame, or rows):
+  ``state_writer(128).with_keyed_state("counting", "count", df).write("file:///sp")``; a job
+  restored from it with ``-s`` sees that state in operator ``uid`` "counting".
+
+Spark is imported only inside :mod:`flowpoint.spark.state_frames`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowpoint.checkpoint.savepoint import (
+    STATE_KINDS,
+    OperatorSnapshot,
+    PartState,
+    load_operator_state,
+    open_savepoint,
+    savepoint_dir_name,
+    write_savepoint,
+)
+from flowpoint.errors import ConfigurationError
+from flowpoint.runtime.job import new_job_id
+from flowpoint.state.keygroups import (
+    assign_to_key_group,
+    check_parallelism,
+    key_group_range_for_operator,
+)
+
+
+class StateReader:
+    """A savepoint or retained checkpoint opened for reading (see :func:`state_reader`)."""
+
+    def __init__(self, spark: Any, path: str):
+        self.spark = spark
+        self.path = path
+        self.access, self.metadata = open_savepoint(path)
+
+    def operators(self) -> list[dict[str, Any]]:
+        """``[{"uid", "name", "parallelism", "max_parallelism", "state_names", "states"}]``."""
+        out = []
+        for op in self.metadata.operators:
+            if op.states is not None:
+                states = {n: s.get("kind") for n, s in sorted(op.states.items())}
+            else:
+                from flowpoint.checkpoint.savepoint import infer_kind
+
+                states = {n: infer_kind(t) for n, t in sorted(load_operator_state(self.access, self.metadata, op.uid).items())}
+            out.append({
+                "uid": op.uid, "name": op.name, "parallelism": op.parallelism, "max_parallelism": op.max_parallelism,
+                "state_names": sorted(states), "states": states,
+            })
+        return out
+
+    def keyed_state_dict(self, uid: str, state_name: str | None = None) -> dict:
+        """``{key: value}`` of one state, or ``{state name: {key: value}}`` of all."""
+        tables = load_operator_state(self.access, self.metadata, uid)
+        return tables if state_name is None else tables.get(state_name, {})
+
+    def keyed_state(self, uid: str, state_name: str | None = None) -> Any:
+        """The keyed state of operator ``uid`` as a Spark DataFrame: one row per key (MapState:
+        per key and user key) with columns key, namespace, user_key, value (and state_name
+        when ``state_name`` is None)."""
+        from flowpoint.spark.state_frames import rows_to_dataframe
+
+        op = self.metadata.operator(uid)
+        kinds = {n: s.get("kind") for n, s in (op.states or {}).items()} if op is not None else {}
+        tables = load_operator_state(self.access, self.metadata, uid)
+        names = sorted(tables) if state_name is None else [state_name]
+        rows = []
+        for name in names:
+            table = tables.get(name, {})
+            kind = kinds.get(name)
+            for key, value in table.items():
+                if kind == "map" or (kind is None and isinstance(value, dict)):
+                    for uk, v in value.items():
+                        rows.append((name, key, None, uk, v))
+                else:
+                    rows.append((name, key, None, None, value))
+        return rows_to_dataframe(self.spark, rows, with_state_name=state_name is None)
+
+
+def state_reader(spark: Any, path: str) -> StateReader:
+    """Open a savepoint or retained checkpoint (directory or ``_metadata``) to read its state."""
+    return StateReader(spark, path)
+
+
+@dataclass
+class _Operator:
+    uid: str
+    name: str
+    tables: dict[str, dict[Any, Any]] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+
+
+class StateWriter:
+    """Builds a savepoint from data (see :func:`state_writer`)."""
+
+    def __init__(self, max_parallelism: int = 128, parallelism: int = 1, job_name: str = "state-writer"):
+        check_parallelism(parallelism, max_parallelism, "state writer")
+        self.max_parallelism = int(max_parallelism)
+        self.parallelism = int(parallelism)
+        self.job_name = job_name
+        self._operators: dict[str, _Operator] = {}
+
+    def with_keyed_state(self, uid: str, state_name: str, data: Any, kind: str = "value", name: str | None = None) -> StateWriter:
+        """Add state ``state_name`` of kind value|list|map (also reducing/aggregating, stored as
+        a value) to operator ``uid``. ``data``: a Spark DataFrame, a pandas DataFrame or rows;
+        columns (key, value), for a map (key, user_key, value); a list state gets one element
+        per row, in order."""
+        if kind not in STATE_KINDS:
+            msg = f"with_keyed_state kind must be one of {STATE_KINDS}, not {kind!r}"
+            raise ConfigurationError(msg)
+        op = self._operators.setdefault(uid, _Operator(uid, name or uid))
+        if state_name in op.tables:
+            msg = f"state {state_name!r} of operator uid {uid!r} was already added to this state writer"
+            raise ConfigurationError(msg)
+        width = 3 if kind == "map" else 2
+        table: dict[Any, Any] = {}
+        for row in _rows(data):
+            if len(row) != width:
+                cols = "(key, user_key, value)" if kind == "map" else "(key, value)"
+                msg = f"state {state_name!r} of uid {uid!r}: a {kind} state needs rows {cols}; got {len(row)} columns: {row!r:.200}"
+                raise ConfigurationError(msg)
+            key = _plain(row[0])
+            if kind == "map":
+                table.setdefault(key, {})[_plain(row[1])] = _plain(row[2])
+            elif kind == "list":
+                table.setdefault(key, []).append(_plain(row[1]))
+            else:
+                table[key] = _plain(row[1])
+        op.tables[state_name] = table
+        op.kinds[state_name] = kind
+        return self
+
+    def write(self, path: str) -> str:
+        """Write the savepoint into directory ``path`` (created; it must not exist yet, or be an
+        existing directory to create ``savepoint-<id>-<hex>`` in when it ends with '/')."""
+        from flowpoint.checkpoint.storage import split_uri
+
+        job_id = new_job_id()
+        if str(path).endswith("/"):
+            target, dirname = str(path), savepoint_dir_name(job_id)
+        else:
+            target, dirname = split_uri(str(path))
+        operators = []
+        for op in self._operators.values():
+            parts = []
+            for p in range(self.parallelism):
+                kgr = key_group_range_for_operator(self.max_parallelism, self.parallelism, p)
+                tables = {
+                    name: {k: v for k, v in t.items() if kgr.start <= assign_to_key_group(k, self.max_parallelism) <= kgr.end}
+                    for name, t in op.tables.items()
+                }
+                parts.append(PartState(p, kgr.start, kgr.end, tables, dict(op.kinds), declared=True))
+            operators.append(OperatorSnapshot(op.uid, op.name, self.parallelism, self.max_parallelism, parts))
+        return write_savepoint(
+            target, job_id=job_id, job_name=self.job_name, checkpoint_id=0, epoch=0, backend="canonical",
+            operators=operators, directory_name=dirname,
+        )
+
+
+def state_writer(max_parallelism: int = 128, parallelism: int = 1) -> StateWriter:
+    """A savepoint builder for bootstrapping state: the max parallelism must be the job's."""
+    return StateWriter(max_parallelism, parallelism)
+
+
+def _rows(data: Any) -> list[tuple]:
+    if hasattr(data, "toLocalIterator") and hasattr(data, "schema"):  # a Spark DataFrame
+        from flowpoint.spark.state_frames import dataframe_rows
+
+        return dataframe_rows(data)
+    if hasattr(data, "itertuples"):  # pandas
+        return [tuple(r) for r in data.itertuples(index=False, name=None)]
+    if isinstance(data, dict):
+        return list(data.items())
+    return [tuple(r) for r in data]
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (from pandas) as Python values, so keys hash to the job's key groups."""
+    item = getattr(value, "item", None)
+    if item is not None and type(value).__module__ == "numpy":
+        return item()
+    return value
