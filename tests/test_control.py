@@ -343,13 +343,18 @@ def start_job(home, tmp_path, name: str) -> subprocess.Popen:
 
 
 def running_id(home, name: str, proc: subprocess.Popen, tmp_path) -> str:
+    """The job's id once its registry entry says RUNNING (read directly: cheaper than polling
+    ``flowpoint list``, which then must show it)."""
+    reg = JobRegistry(home / "jobs")
+
     def find():
         assert proc.poll() is None, f"job {name} exited {proc.returncode}: {(tmp_path / f'{name}.err').read_text()[-3000:]}"
-        out = flowpoint(home, "list").stdout
-        m = re.search(rf"^([0-9a-f]{{32}})\s+{name}\s+RUNNING\s", out, re.M)
-        return m.group(1) if m else None
+        return next((e.job_id for e in reg.entries() if e.job_name == name and e.status == "RUNNING"), None)
 
-    return wait_for(find, 180, f"job {name} in `flowpoint list`")
+    job_id = wait_for(find, 180, f"job {name} RUNNING in the registry")
+    out = flowpoint(home, "list").stdout
+    assert re.search(rf"^{job_id}\s+{name}\s+RUNNING\s+\d{{4}}-", out, re.M), out
+    return job_id
 
 
 @pytest.mark.slow
