@@ -1,0 +1,345 @@
+"""Savepoints end to end on Spark: format, relocation, rescaling, backends, uids, drain,
+corruption, reading and writing state as data.
+
+Every restore test compares with the uninterrupted result: the same final keyed state and,
+for the collecting sink, the same outputs (each run's outputs up to the savepoint it ended with,
+as its ``_metadata`` records, plus the last run's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+
+import pytest
+from checkpoint_jobs import build, expected_outputs, expected_state
+
+from flowpoint.checkpoint.savepoint import describe, dispose_savepoint
+from flowpoint.errors import CheckpointError, ConfigurationError, JobCancelledError
+
+EVENTS = 2_000
+
+
+def env_for(make_env, parallelism=2, backend="hashmap", restore=None, allow=False, **config):
+    env = make_env(parallelism=parallelism, max_records=100, **config)
+    env.get_configuration().set("state.backend.type", backend)
+    if restore is not None:
+        env.get_configuration().set("execution.savepoint.path", str(restore))
+    if allow:
+        env.get_configuration().set("execution.savepoint.ignore-unclaimed-state", True)
+    return env
+
+
+def wait_for(predicate, timeout=120.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    msg = f"timed out waiting for {what}"
+    raise AssertionError(msg)
+
+
+def local(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+def metadata(path: str) -> dict:
+    with open(os.path.join(local(path), "_metadata")) as f:
+        return json.load(f)
+
+
+def state_of(result) -> dict:
+    state = result.get_keyed_state("counting")
+    return {"count": state.get("count", {}), "by_digit": state.get("by_digit", {})}
+
+
+def savepoint_mid_run(make_env, target, parallelism, backend="hashmap", restore=None, stop=False, epochs=3):
+    """Run the counting job (rate-limited) until a few epochs passed, take a savepoint, end it.
+    Returns ``(savepoint path, outputs up to the savepoint)``."""
+    env = env_for(make_env, parallelism, backend, restore)
+    sink = build(env, EVENTS, rate=1500)
+    client = env.execute_async("savepointed")
+    start = client._coordinator.epoch
+    wait_for(lambda: client._coordinator.epoch >= start + epochs or client.is_done(), what="epochs")
+    assert not client.is_done(), "the job ended before the savepoint"
+    if stop:
+        path = client.stop_with_savepoint(str(target))
+        client.wait(60)
+        assert client.get_job_status().value == "FINISHED"
+    else:
+        path = client.trigger_savepoint(str(target))
+        client.cancel()
+        with pytest.raises(JobCancelledError):
+            client.wait(60)
+    n = metadata(path)["sinks"]["collect"]
+    return path, list(sink.results[:n])
+
+
+def finish_from(make_env, path, parallelism, backend="hashmap"):
+    env = env_for(make_env, parallelism, backend, path)
+    sink = build(env, EVENTS)
+    result = env.execute("restored")
+    return result, list(sink.results)
+
+
+def test_savepoint_move_and_rescale_1_3_2(make_env, tmp_path):
+    sp1, out1 = savepoint_mid_run(make_env, tmp_path / "sp", 2)
+    name = os.path.basename(local(sp1))
+    assert re.fullmatch(r"savepoint-[0-9a-f]{6}-[0-9a-f]{12}", name), name
+    meta = metadata(sp1)
+    assert meta["kind"] == "savepoint" and meta["operators"][0]["backend"] == "canonical"
+    files = [f["path"] for op in meta["operators"] for s in op["subtasks"] for f in s["files"]]
+    assert files and all("/" not in f and f.endswith(".parquet") for f in files)
+    assert sorted(os.listdir(local(sp1))) == sorted(["_metadata", *files])
+    moved = tmp_path / "elsewhere" / "moved-savepoint"
+    shutil.move(local(sp1), moved)  # relocatable: nothing refers to the old place
+    sp2, out2 = savepoint_mid_run(make_env, tmp_path / "sp", 1, restore=moved)
+    assert metadata(sp2)["checkpoint_id"] == meta["checkpoint_id"] + 1
+    sp3, out3 = savepoint_mid_run(make_env, tmp_path / "sp", 3, restore=os.path.join(local(sp2), "_metadata"))
+    result, out4 = finish_from(make_env, sp3, 2)
+    assert state_of(result) == expected_state(EVENTS)
+    assert sorted(out1 + out2 + out3 + out4) == expected_outputs(EVENTS)
+    assert metadata(sp3)["job_id"] != metadata(sp2)["job_id"] != meta["job_id"]
+
+
+@pytest.mark.slow
+def test_hashmap_rocksdb_hashmap_through_savepoints(make_env, tmp_path):
+    sp1, out1 = savepoint_mid_run(make_env, tmp_path / "sp", 2, "hashmap", stop=True)
+    sp2, out2 = savepoint_mid_run(make_env, tmp_path / "sp", 3, "rocksdb", restore=sp1, stop=True)
+    assert metadata(sp2)["backend"] == "rocksdb"
+    assert {s["kind"] for s in metadata(sp2)["operators"][0]["states"].values()} == {"value", "list", "map"}
+    result, out3 = finish_from(make_env, sp2, 2, "hashmap")
+    assert state_of(result) == expected_state(EVENTS)
+    assert sorted(out1 + out2 + out3) == expected_outputs(EVENTS)
+    # and from a HashMap savepoint straight into RocksDB to the end
+    result, out4 = finish_from(make_env, sp1, 1, "rocksdb")
+    assert state_of(result) == expected_state(EVENTS)
+    assert sorted(out1 + out4) == expected_outputs(EVENTS)
+
+
+def test_savepoint_needs_a_directory(make_env):
+    env = env_for(make_env)
+    build(env, None, rate=500)
+    client = env.execute_async("no-dir")
+    try:
+        with pytest.raises(ConfigurationError, match="state.savepoints.dir"):
+            client.trigger_savepoint()
+    finally:
+        client.cancel()
+
+
+def test_default_directory_describe_and_dispose(make_env, tmp_path):
+    env = env_for(make_env)
+    env.set_default_savepoint_directory(str(tmp_path / "default"))
+    build(env, None, rate=1500)
+    client = env.execute_async("default-dir")
+    wait_for(lambda: client._coordinator.epoch >= 2, what="epochs")
+    path = client.stop_with_savepoint()
+    client.wait(60)
+    assert local(path).startswith(str(tmp_path / "default"))
+    info = describe(path)
+    assert info["kind"] == "savepoint"
+    ops = {o["uid"]: o for o in info["operators"]}
+    assert set(ops["counting"]["state_names"]) == {"count", "last", "by_digit"}
+    assert ops["counting"]["states"]["by_digit"]["kind"] == "map"
+    assert ops["counting"]["states"]["count"]["keys"] == 13 and ops["counting"]["bytes"] > 0
+    assert info["sources"][0]["uid"] == "numbers"
+    with pytest.raises(CheckpointError, match="not a savepoint"):
+        dispose_savepoint(str(tmp_path))
+    dispose_savepoint(path)
+    assert not os.path.exists(local(path))
+
+
+def test_truncated_file_and_corrupt_metadata_are_refused(make_env, tmp_path):
+    writer_path = write_counts(tmp_path / "sp-a", {k: 5 for k in range(13)})
+    data_file = next(f for f in os.listdir(writer_path) if f.endswith(".parquet"))
+    with open(os.path.join(writer_path, data_file), "r+b") as f:
+        f.truncate(os.path.getsize(f.name) - 10)
+    env = env_for(make_env, restore=writer_path)
+    build(env, 100)
+    with pytest.raises(CheckpointError, match=re.escape(data_file)):
+        env.execute("truncated")
+    # the same size, other bytes: the checksum refuses it
+    other = write_counts(tmp_path / "sp-b", {k: 5 for k in range(13)})
+    target = os.path.join(other, next(f for f in os.listdir(other) if f.endswith(".parquet")))
+    raw = bytearray(open(target, "rb").read())
+    raw[len(raw) // 2] ^= 0xFF
+    open(target, "wb").write(bytes(raw))
+    env = env_for(make_env, restore=other)
+    build(env, 100)
+    with pytest.raises(CheckpointError, match="checksum"):
+        env.execute("corrupt")
+    bad = write_counts(tmp_path / "sp-c", {1: 1})
+    with open(os.path.join(bad, "_metadata"), "r+b") as f:
+        f.truncate(40)
+    env = env_for(make_env, restore=bad)
+    build(env, 100)
+    with pytest.raises(CheckpointError, match="_metadata"):
+        env.execute("corrupt-metadata")
+
+
+# -- uids --------------------------------------------------------------------------------------
+
+
+def write_counts(path, counts: dict, uid="counting", extra_uid=None) -> str:
+    from flowpoint import state_writer
+
+    w = state_writer(128).with_keyed_state(uid, "count", list(counts.items()))
+    if extra_uid:
+        w = w.with_keyed_state(extra_uid, "count", [(1, 1)])
+    return local(w.write(str(path)))
+
+
+def counts_after(events: int, start: dict) -> dict:
+    expected = expected_state(events)["count"]
+    return {k: expected.get(k, 0) + start.get(k, 0) for k in set(expected) | set(start)}
+
+
+def test_uid_missing_is_an_error_unless_allowed(make_env, tmp_path):
+    start = {k: 100 for k in range(13)}
+    path = write_counts(tmp_path / "sp", start, extra_uid="gone-operator")
+    env = env_for(make_env, restore=path)
+    build(env, 300)
+    with pytest.raises(CheckpointError, match="'gone-operator'.*--allow-non-restored-state"):
+        env.execute("missing")
+    env = env_for(make_env, restore=path, allow=True)
+    build(env, 300)
+    result = env.execute("allowed")
+    assert result.get_keyed_state("counting", "count") == counts_after(300, start)
+
+
+def test_uid_added_removed_stateless_and_reordered(make_env, tmp_path):
+    from checkpoint_jobs import Counting, key_of, record
+
+    from flowpoint import (
+        CollectSink,
+        DataGeneratorSource,
+        KeyedProcessFunction,
+        ValueStateDescriptor,
+    )
+
+    class Sum(KeyedProcessFunction):
+        def open(self, ctx):
+            self.total = ctx.get_state(ValueStateDescriptor("total"))
+
+        def process_element(self, value, ctx):
+            self.total.update((self.total.value() or 0) + value[1])
+            yield value
+
+    start = {k: 7 for k in range(13)}
+    path = write_counts(tmp_path / "sp", start)
+    env = env_for(make_env, restore=path)
+    # a stateless map added (and the old one removed: the writer's job had none), the stateful
+    # operator now after it, and a new stateful operator "summing" that starts empty
+    (
+        env.from_source(DataGeneratorSource(record, count=300), source_name="numbers").uid("numbers")
+        .map(lambda v: v).uid("added-map")
+        .key_by(key_of)
+        .process(Counting()).uid("counting")
+        .key_by(lambda kv: kv[0])
+        .process(Sum()).uid("summing")
+        .sink_to(CollectSink()).uid("collect")
+    )
+    result = env.execute("changed")
+    assert result.get_keyed_state("counting", "count") == counts_after(300, start)
+    sums = result.get_keyed_state("summing", "total")
+    expected = expected_state(300)["count"]
+    assert sums == {k: sum(range(start[k] + 1, start[k] + n + 1)) for k, n in expected.items()}
+
+
+def test_missing_uid_warning(make_env, caplog):
+    from checkpoint_jobs import Counting, key_of, record
+
+    from flowpoint import CollectSink, DataGeneratorSource
+
+    env = env_for(make_env)
+    env.from_source(DataGeneratorSource(record, count=10), source_name="numbers").key_by(key_of).process(Counting()).sink_to(CollectSink())
+    with caplog.at_level("WARNING", logger="flowpoint"):
+        env.execute("no-uids")
+    assert any("has no uid" in r.getMessage() and ".uid(" in r.getMessage() for r in caplog.records)
+
+
+# -- drain -------------------------------------------------------------------------------------
+
+
+def test_stop_with_savepoint_drain_fires_windows(make_env, tmp_path):
+    from flowpoint import (
+        Aggregates,
+        CollectSink,
+        DataGeneratorSource,
+        Duration,
+        TumblingEventTimeWindows,
+        WatermarkStrategy,
+    )
+
+    env = env_for(make_env)
+    sink = CollectSink()
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, ts: v * 10)
+    (
+        env.from_source(DataGeneratorSource(lambda i: i, count=None, rate_limit_per_second=1000), source_name="gen").uid("gen")
+        .assign_timestamps_and_watermarks(strategy).uid("ts")
+        .key_by(lambda v: v % 3)
+        .window(TumblingEventTimeWindows.of(Duration.of_seconds(1000)))
+        .aggregate(Aggregates.count()).uid("windows")
+        .sink_to(sink).uid("collect")
+    )
+    client = env.execute_async("drain")
+    wait_for(lambda: client._coordinator.epoch >= 3, what="epochs")
+    assert sink.results == []  # windows of 1000 s of event time: nothing fired yet
+    path = client.stop_with_savepoint(str(tmp_path / "sp"), drain=True)
+    client.wait(60)
+    assert client.get_job_status().value == "FINISHED"
+    read = client._coordinator.records_read
+    assert read > 0 and len(sink.results) == 3
+    assert metadata(path)["kind"] == "savepoint"
+
+
+# -- state as data -----------------------------------------------------------------------------
+
+
+def test_state_reader_and_writer(spark, make_env, tmp_path):
+    import pandas as pd
+
+    from flowpoint import state_reader, state_writer
+
+    counts = {k: k * 10 for k in range(13)}
+    digits = [(k, d, k + d) for k in range(13) for d in range(3)]
+    frame = spark.createDataFrame(pd.DataFrame({"key": list(counts), "value": list(counts.values())}))
+    path = (
+        state_writer(128)
+        .with_keyed_state("counting", "count", frame)
+        .with_keyed_state("counting", "by_digit", spark.createDataFrame(digits, ["key", "user_key", "value"]), kind="map")
+        .with_keyed_state("counting", "last", [(k, 1) for k in range(13)] + [(0, 2)], kind="list")
+        .write(str(tmp_path / "bootstrap"))
+    )
+    reader = state_reader(spark, path)
+    [op] = reader.operators()
+    assert op["uid"] == "counting" and op["states"] == {"by_digit": "map", "count": "value", "last": "list"}
+    df = reader.keyed_state("counting", "count")
+    assert df.columns == ["key", "namespace", "user_key", "value"]
+    assert {r.key: r.value for r in df.collect()} == counts
+    maps = reader.keyed_state("counting", "by_digit").collect()
+    assert sorted((r.key, r.user_key, r.value) for r in maps) == sorted(digits)
+    assert reader.keyed_state_dict("counting", "last")[0] == [1, 2]
+    assert reader.keyed_state("counting").count() == 13 + len(digits) + 13
+    # a job restored from it sees that state, and its own state reads back the same way
+    env = env_for(make_env, parallelism=3, restore=path)
+    build(env, 200)
+    result = env.execute("bootstrapped")
+    assert result.get_keyed_state("counting", "count") == counts_after(200, counts)
+    # a retained checkpoint reads the same as the job's final state
+    env = env_for(make_env, parallelism=2)
+    env.enable_checkpointing(1)
+    env.get_configuration().set("state.checkpoints.dir", str(tmp_path / "ck"))
+    env.get_configuration().set("execution.checkpointing.externalized-checkpoint-retention", "RETAIN_ON_CANCELLATION")
+    build(env, None, rate=1500)
+    client = env.execute_async("checkpointed")
+    wait_for(lambda: any(s.status == "COMPLETED" for s in client.get_checkpoint_stats()), what="a checkpoint")
+    sp = client.stop_with_savepoint(str(tmp_path / "sp"))
+    result = client.wait(60)
+    from_savepoint = state_reader(spark, sp).keyed_state("counting", "count")
+    assert {r.key: r.value for r in from_savepoint.collect()} == result.get_keyed_state("counting", "count")
