@@ -419,6 +419,8 @@ def _at_exit() -> None:
     with _lock:
         jobs = list(_attached.values())
     for job in jobs:
+        if job.client.get_job_status().value == "CANCELLING":
+            job.coordinator.done.wait(5.0)  # e.g. Ctrl-C: execute() cancelled the job and re-raised
         if job.client.is_done():
             job.refresh()
             job.entry.end_time_ms = job.entry.end_time_ms or now_ms()
