@@ -343,3 +343,19 @@ def test_state_reader_and_writer(spark, make_env, tmp_path):
     result = client.wait(60)
     from_savepoint = state_reader(spark, sp).keyed_state("counting", "count")
     assert {r.key: r.value for r in from_savepoint.collect()} == result.get_keyed_state("counting", "count")
+
+
+@pytest.mark.slow
+def test_failure_before_the_first_checkpoint_goes_back_to_the_savepoint(make_env, tmp_path):
+    from checkpoint_jobs import Counting, record
+
+    from flowpoint import RestartStrategies
+
+    start = {k: 1000 for k in range(13)}
+    path = write_counts(tmp_path / "sp", start)
+    env = env_for(make_env, restore=path)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 10))
+    build(env, 500, function=Counting(fail_value=record(400), flag=str(tmp_path / "flag")))
+    result = env.execute("fails-once")
+    assert os.path.exists(tmp_path / "flag")  # it did fail
+    assert result.get_keyed_state("counting", "count") == counts_after(500, start)

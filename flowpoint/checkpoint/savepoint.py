@@ -261,6 +261,8 @@ def write_savepoint(
         ops: list[OperatorState] = []
         total = 0
         for snap in operators:
+            if not any(t for part in snap.parts for t in part.tables.values()):
+                continue  # an operator without state has nothing to restore (and may be removed)
             states: dict[str, dict[str, Any]] = {}
             subtasks = []
             for part in snap.parts:

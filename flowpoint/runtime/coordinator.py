@@ -105,6 +105,7 @@ class Coordinator:
         self._savepoint_lock = threading.Lock()
         self._next_savepoint_id = 1
         self._stopped = False
+        self._restore_point: tuple[Any, str, bool] | None = None
         _warn_missing_uids(graph)
 
     # -- control -------------------------------------------------------------------------------
@@ -304,7 +305,9 @@ class Coordinator:
         if found is None:
             return None
         job_dir_uri, meta = found
-        restore = plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, bool(self.config.get("execution.savepoint.ignore-unclaimed-state")))
+        allow = bool(self.config.get("execution.savepoint.ignore-unclaimed-state"))
+        restore = plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow)
+        self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
         self._progress(f"restoring checkpoint {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
         for uid in restore.dropped_uids:
             log.warning("dropping state of uid %r: the job has no such stateful operator (--allow-non-restored-state)", uid)
@@ -349,7 +352,12 @@ class Coordinator:
         if self.checkpoints is not None:
             self.checkpoints.abort_pending("job failover")
             latest = self.checkpoints.latest()
-        origin = f"checkpoint {latest.checkpoint_id} (epoch {latest.epoch})" if latest else "the beginning (no completed checkpoint)"
+        if latest is not None:
+            origin = f"checkpoint {latest.checkpoint_id} (epoch {latest.epoch})"
+        elif self._restore_point is not None:
+            origin = f"the {self._restore_point[0].kind} the job was started from ({self._restore_point[1]})"
+        else:
+            origin = "the beginning (no completed checkpoint)"
         self._progress(
             f"epoch {self.epoch} failed: {error}. Restarting from {origin} in {delay_ms} ms "
             f"(restart strategy {self.backoff.describe()})"
@@ -367,6 +375,9 @@ class Coordinator:
         self._init_splits()
         if latest is not None:
             self._apply_restore(plan_restore(latest, self.checkpoints.store.job_dir_uri(), self.graph, self.settings.backend))
+        elif self._restore_point is not None:
+            meta, job_dir_uri, allow = self._restore_point
+            self._apply_restore(plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow))
         else:
             for node in self.graph.sinks():
                 node.t.sink.restore_driver_state(None)
