@@ -295,6 +295,7 @@ def test_stop_with_savepoint_drain_fires_windows(make_env, tmp_path):
     assert client.get_job_status().value == "FINISHED"
     read = client._coordinator.records_read
     assert read > 0 and len(sink.results) == 3
+    assert sum(r if isinstance(r, int) else r[-1] for r in sink.results) == read  # every record counted once
     assert metadata(path)["kind"] == "savepoint"
 
 
@@ -390,3 +391,13 @@ def test_failure_before_the_first_checkpoint_goes_back_to_the_savepoint(make_env
     result = env.execute("fails-once")
     assert os.path.exists(tmp_path / "flag")  # it did fail
     assert result.get_keyed_state("counting", "count") == counts_after(500, start)
+
+
+def test_other_max_parallelism_is_refused_with_both_values(make_env, tmp_path):
+    from flowpoint import state_writer
+
+    path = state_writer(64).with_keyed_state("counting", "count", [(1, 1)]).write(str(tmp_path / "sp"))
+    env = env_for(make_env, restore=path)
+    build(env, 10)
+    with pytest.raises(CheckpointError, match=r"max parallelism 64.*128"):
+        env.execute("other-max-parallelism")
