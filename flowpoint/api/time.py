@@ -80,6 +80,31 @@ def to_millis(value: Duration | int, what: str = "a duration") -> int:
     raise ConfigurationError(msg)
 
 
+def positive_millis(value: Duration | int, what: str) -> int:
+    """A positive duration in ms (window sizes, trigger intervals)."""
+    ms = to_millis(value, what)
+    if ms <= 0:
+        from flowpoint.errors import ConfigurationError
+
+        msg = f"{what} must be positive; got {ms} ms"
+        raise ConfigurationError(msg)
+    return ms
+
+
+def event_timestamp(timestamp: int | None) -> int:
+    """The record's event timestamp, which event-time windows and triggers need."""
+    if timestamp is None:
+        from flowpoint.errors import ConfigurationError
+
+        msg = (
+            "an event-time window got a record without a timestamp: give the source a "
+            "WatermarkStrategy with a timestamp assigner, or call assign_timestamps_and_watermarks(...) "
+            "before the window (or use a processing-time window)"
+        )
+        raise ConfigurationError(msg)
+    return timestamp
+
+
 class TimeDomain(enum.Enum):
     """Which clock fired a timer (``ctx.time_domain()`` in ``on_timer``)."""
 

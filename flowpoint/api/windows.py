@@ -14,13 +14,13 @@ accepts a :class:`~flowpoint.api.time.Duration` (``Time.seconds(10)``) or an int
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from flowpoint.api.state import ReducingStateDescriptor
 from flowpoint.api.time import MAX_WATERMARK, Duration, to_millis
+from flowpoint.api.time import event_timestamp as _event_timestamp
+from flowpoint.api.time import positive_millis as _positive
 from flowpoint.errors import ConfigurationError
 
 # -- windows -------------------------------------------------------------------------------------
@@ -137,14 +137,6 @@ class TimestampedValue:
 # -- assigners -----------------------------------------------------------------------------------
 
 
-def _positive(value: Duration | int, what: str) -> int:
-    ms = to_millis(value, what)
-    if ms <= 0:
-        msg = f"{what} must be positive; got {ms} ms"
-        raise ConfigurationError(msg)
-    return ms
-
-
 class WindowAssigner(ABC):
     """Assigns an element to windows. ``ctx.get_current_processing_time()`` is the operator's
     processing time (processing-time assigners use it instead of the element's timestamp)."""
@@ -193,17 +185,6 @@ def merge_time_windows(windows: list[TimeWindow], callback: Callable[[list[TimeW
     for cover, members in merged:
         if len(members) > 1:
             callback(members, cover)
-
-
-def _event_timestamp(timestamp: int | None) -> int:
-    if timestamp is None:
-        msg = (
-            "an event-time window got a record without a timestamp: give the source a "
-            "WatermarkStrategy with a timestamp assigner, or call assign_timestamps_and_watermarks(...) "
-            "before the window (or use a processing-time window)"
-        )
-        raise ConfigurationError(msg)
-    return timestamp
 
 
 class _EventTime:
@@ -374,442 +355,31 @@ class GlobalWindows(WindowAssigner):
         return "GlobalWindows()"
 
 
-# -- triggers ------------------------------------------------------------------------------------
-
-
-class TriggerResult(enum.Enum):
-    """What a trigger decides: evaluate the window (FIRE), drop its contents (PURGE), both, or
-    nothing (CONTINUE)."""
-
-    CONTINUE = (False, False)
-    FIRE = (True, False)
-    PURGE = (False, True)
-    FIRE_AND_PURGE = (True, True)
-
-    def is_fire(self) -> bool:
-        return self.value[0]
-
-    def is_purge(self) -> bool:
-        return self.value[1]
-
-
-class Trigger(ABC):
-    """Decides when a window fires. The ``ctx`` (one key and window at a time) offers
-    ``register_event_time_timer(t)``, ``register_processing_time_timer(t)``, the delete
-    variants, ``get_current_watermark()``, ``get_current_processing_time()`` and
-    ``get_partitioned_state(descriptor)`` (state of this key and window); in ``on_merge`` also
-    ``merge_partitioned_state(descriptor)``. Keep trigger objects free of per-window fields:
-    one trigger object serves every key and window."""
-
-    @abstractmethod
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult: ...
-
-    @abstractmethod
-    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult: ...
-
-    @abstractmethod
-    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult: ...
-
-    def can_merge(self) -> bool:
-        return False
-
-    def on_merge(self, window: Any, ctx: Any) -> None:
-        msg = f"{type(self).__name__} does not support merging windows"
-        raise NotImplementedError(msg)
-
-    @abstractmethod
-    def clear(self, window: Any, ctx: Any) -> None:
-        """The window is being removed: delete its timers and state."""
-
-    def __repr__(self) -> str:
-        return type(self).__name__
-
-
-class EventTimeTrigger(Trigger):
-    """Fires once the watermark passes the window's end (at once for an element of a window
-    the watermark already passed: a late firing within the allowed lateness)."""
-
-    @staticmethod
-    def create() -> EventTimeTrigger:
-        return EventTimeTrigger()
-
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
-        if window.max_timestamp() <= ctx.get_current_watermark():
-            return TriggerResult.FIRE
-        ctx.register_event_time_timer(window.max_timestamp())
-        return TriggerResult.CONTINUE
-
-    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.FIRE if time == window.max_timestamp() else TriggerResult.CONTINUE
-
-    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def can_merge(self) -> bool:
-        return True
-
-    def on_merge(self, window: Any, ctx: Any) -> None:
-        if window.max_timestamp() > ctx.get_current_watermark():
-            ctx.register_event_time_timer(window.max_timestamp())
-
-    def clear(self, window: Any, ctx: Any) -> None:
-        ctx.delete_event_time_timer(window.max_timestamp())
-
-
-class ProcessingTimeTrigger(Trigger):
-    """Fires when the operator's processing time passes the window's end."""
-
-    @staticmethod
-    def create() -> ProcessingTimeTrigger:
-        return ProcessingTimeTrigger()
-
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
-        ctx.register_processing_time_timer(window.max_timestamp())
-        return TriggerResult.CONTINUE
-
-    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.FIRE
-
-    def can_merge(self) -> bool:
-        return True
-
-    def on_merge(self, window: Any, ctx: Any) -> None:
-        if window.max_timestamp() > ctx.get_current_processing_time():
-            ctx.register_processing_time_timer(window.max_timestamp())
-
-    def clear(self, window: Any, ctx: Any) -> None:
-        ctx.delete_processing_time_timer(window.max_timestamp())
-
-
-class NeverTrigger(Trigger):
-    """The default trigger of :class:`GlobalWindows`: never fires."""
-
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def can_merge(self) -> bool:
-        return True
-
-    def on_merge(self, window: Any, ctx: Any) -> None:
-        pass
-
-    def clear(self, window: Any, ctx: Any) -> None:
-        pass
-
-
-def _sum(a: int, b: int) -> int:
-    return a + b
-
-
-class CountTrigger(Trigger):
-    """Fires when a window holds ``max_count`` elements since it last fired (the count is state
-    of the key and window)."""
-
-    def __init__(self, max_count: int):
-        if not isinstance(max_count, int) or max_count < 1:
-            msg = f"CountTrigger.of() needs a positive int; got {max_count!r}"
-            raise ConfigurationError(msg)
-        self.max_count = max_count
-        self.state_desc = ReducingStateDescriptor("count", _sum)
-
-    @staticmethod
-    def of(max_count: int) -> CountTrigger:
-        return CountTrigger(max_count)
-
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
-        count = ctx.get_partitioned_state(self.state_desc)
-        count.add(1)
-        if count.get() >= self.max_count:
-            count.clear()
-            return TriggerResult.FIRE
-        return TriggerResult.CONTINUE
-
-    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def can_merge(self) -> bool:
-        return True
-
-    def on_merge(self, window: Any, ctx: Any) -> None:
-        ctx.merge_partitioned_state(self.state_desc)
-
-    def clear(self, window: Any, ctx: Any) -> None:
-        ctx.get_partitioned_state(self.state_desc).clear()
-
-    def __repr__(self) -> str:
-        return f"CountTrigger({self.max_count})"
-
-
-class PurgingTrigger(Trigger):
-    """Turns every FIRE of the nested trigger into FIRE_AND_PURGE."""
-
-    def __init__(self, nested: Trigger):
-        if not isinstance(nested, Trigger):
-            msg = f"PurgingTrigger.of() needs a Trigger; got {nested!r:.80}"
-            raise ConfigurationError(msg)
-        self.nested = nested
-
-    @staticmethod
-    def of(nested_trigger: Trigger) -> PurgingTrigger:
-        return PurgingTrigger(nested_trigger)
-
-    @staticmethod
-    def _purging(result: TriggerResult) -> TriggerResult:
-        return TriggerResult.FIRE_AND_PURGE if result.is_fire() else result
-
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
-        return self._purging(self.nested.on_element(element, timestamp, window, ctx))
-
-    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return self._purging(self.nested.on_event_time(time, window, ctx))
-
-    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return self._purging(self.nested.on_processing_time(time, window, ctx))
-
-    def can_merge(self) -> bool:
-        return self.nested.can_merge()
-
-    def on_merge(self, window: Any, ctx: Any) -> None:
-        self.nested.on_merge(window, ctx)
-
-    def clear(self, window: Any, ctx: Any) -> None:
-        self.nested.clear(window, ctx)
-
-    def __repr__(self) -> str:
-        return f"PurgingTrigger({self.nested!r})"
-
-
-def _java_floor_to(timestamp: int, interval: int) -> int:
-    """``timestamp - timestamp % interval`` with Java's remainder (towards zero), as Flink."""
-    rem = abs(timestamp) % interval
-    return timestamp - (rem if timestamp >= 0 else -rem)
-
-
-class _ContinuousTrigger(Trigger):
-    def __init__(self, interval: int):
-        self.interval = interval
-        self.state_desc = ReducingStateDescriptor("fire-time", min)
-
-    @classmethod
-    def of(cls, interval: Duration | int) -> Any:
-        return cls(_positive(interval, "the trigger interval"))
-
-    def _register(self, time: int, window: Any, ctx: Any, fire_time: Any) -> None:
-        nxt = min(time + self.interval, window.max_timestamp())
-        fire_time.add(nxt)
-        self._register_timer(ctx, nxt)
-
-    def _register_timer(self, ctx: Any, time: int) -> None:
-        raise NotImplementedError
-
-    def _delete_timer(self, ctx: Any, time: int) -> None:
-        raise NotImplementedError
-
-    def can_merge(self) -> bool:
-        return True
-
-    def on_merge(self, window: Any, ctx: Any) -> None:
-        ctx.merge_partitioned_state(self.state_desc)
-        nxt = ctx.get_partitioned_state(self.state_desc).get()
-        if nxt is not None:
-            self._register_timer(ctx, nxt)
-
-    def clear(self, window: Any, ctx: Any) -> None:
-        fire_time = ctx.get_partitioned_state(self.state_desc)
-        t = fire_time.get()
-        if t is not None:
-            self._delete_timer(ctx, t)
-            fire_time.clear()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.interval})"
-
-
-class ContinuousEventTimeTrigger(_ContinuousTrigger):
-    """Fires every ``interval`` of event time (aligned to the epoch) and at the window's end."""
-
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
-        if window.max_timestamp() <= ctx.get_current_watermark():
-            return TriggerResult.FIRE
-        ctx.register_event_time_timer(window.max_timestamp())
-        fire_time = ctx.get_partitioned_state(self.state_desc)
-        if fire_time.get() is None:
-            self._register(_java_floor_to(_event_timestamp(timestamp), self.interval), window, ctx, fire_time)
-        return TriggerResult.CONTINUE
-
-    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        if time == window.max_timestamp():
-            return TriggerResult.FIRE
-        fire_time = ctx.get_partitioned_state(self.state_desc)
-        if fire_time.get() == time:
-            fire_time.clear()
-            self._register(time, window, ctx, fire_time)
-            return TriggerResult.FIRE
-        return TriggerResult.CONTINUE
-
-    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def _register_timer(self, ctx: Any, time: int) -> None:
-        ctx.register_event_time_timer(time)
-
-    def _delete_timer(self, ctx: Any, time: int) -> None:
-        ctx.delete_event_time_timer(time)
-
-
-class ContinuousProcessingTimeTrigger(_ContinuousTrigger):
-    """Fires every ``interval`` of processing time (aligned to the epoch), the last time at the
-    window's end."""
-
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
-        fire_time = ctx.get_partitioned_state(self.state_desc)
-        if fire_time.get() is None:
-            now = ctx.get_current_processing_time()
-            self._register(_java_floor_to(now, self.interval), window, ctx, fire_time)
-        return TriggerResult.CONTINUE
-
-    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        fire_time = ctx.get_partitioned_state(self.state_desc)
-        if fire_time.get() == time:
-            fire_time.clear()
-            self._register(time, window, ctx, fire_time)
-            return TriggerResult.FIRE
-        return TriggerResult.CONTINUE
-
-    def _register_timer(self, ctx: Any, time: int) -> None:
-        ctx.register_processing_time_timer(time)
-
-    def _delete_timer(self, ctx: Any, time: int) -> None:
-        ctx.delete_processing_time_timer(time)
-
-
-# -- evictors ------------------------------------------------------------------------------------
-
-
-class Evictor(ABC):
-    """Removes elements from a window's contents: ``elements`` is a list of
-    :class:`TimestampedValue` in arrival order; remove from it in place. ``evict_before`` runs
-    before the window function, ``evict_after`` after it."""
-
-    @abstractmethod
-    def evict_before(self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any) -> None: ...
-
-    @abstractmethod
-    def evict_after(self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any) -> None: ...
-
-    def __repr__(self) -> str:
-        return type(self).__name__
-
-
-class _PhaseEvictor(Evictor):
-    """An evictor that runs either before or after the window function."""
-
-    def __init__(self, do_evict_after: bool):
-        self.do_evict_after = do_evict_after
-
-    def _evict(self, elements: list[TimestampedValue], size: int, ctx: Any) -> None:
-        raise NotImplementedError
-
-    def evict_before(self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any) -> None:
-        if not self.do_evict_after:
-            self._evict(elements, size, ctx)
-
-    def evict_after(self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any) -> None:
-        if self.do_evict_after:
-            self._evict(elements, size, ctx)
-
-
-class CountEvictor(_PhaseEvictor):
-    """Keeps the last ``max_count`` elements."""
-
-    def __init__(self, max_count: int, do_evict_after: bool = False):
-        if not isinstance(max_count, int) or max_count < 0:
-            msg = f"CountEvictor.of() needs a non-negative int; got {max_count!r}"
-            raise ConfigurationError(msg)
-        super().__init__(do_evict_after)
-        self.max_count = max_count
-
-    @staticmethod
-    def of(max_count: int, do_evict_after: bool = False) -> CountEvictor:
-        return CountEvictor(max_count, do_evict_after)
-
-    def _evict(self, elements: list[TimestampedValue], size: int, ctx: Any) -> None:
-        if size > self.max_count:
-            del elements[: size - self.max_count]
-
-    def __repr__(self) -> str:
-        return f"CountEvictor({self.max_count})"
-
-
-class TimeEvictor(_PhaseEvictor):
-    """Keeps the elements within ``window_size`` of the newest element's timestamp (elements
-    with ``timestamp <= max_timestamp - window_size`` go); does nothing without timestamps."""
-
-    def __init__(self, window_size: int, do_evict_after: bool = False):
-        super().__init__(do_evict_after)
-        self.window_size = window_size
-
-    @staticmethod
-    def of(window_size: Duration | int, do_evict_after: bool = False) -> TimeEvictor:
-        return TimeEvictor(to_millis(window_size, "the TimeEvictor size"), do_evict_after)
-
-    def _evict(self, elements: list[TimestampedValue], size: int, ctx: Any) -> None:
-        if not elements or not elements[0].has_timestamp():
-            return
-        cutoff = max(e.timestamp for e in elements if e.timestamp is not None) - self.window_size
-        elements[:] = [e for e in elements if e.timestamp is None or e.timestamp > cutoff]
-
-    def __repr__(self) -> str:
-        return f"TimeEvictor({self.window_size})"
-
-
-class DeltaEvictor(_PhaseEvictor):
-    """Removes the elements whose ``delta_function(element, last_element) >= threshold``."""
-
-    def __init__(self, threshold: float, delta_function: Any, do_evict_after: bool = False):
-        super().__init__(do_evict_after)
-        fn = getattr(delta_function, "get_delta", delta_function)
-        if not callable(fn):
-            msg = f"DeltaEvictor.of() needs a delta function (a callable or an object with get_delta); got {delta_function!r:.80}"
-            raise ConfigurationError(msg)
-        self.threshold = threshold
-        self.delta_function = delta_function
-
-    @staticmethod
-    def of(threshold: float, delta_function: Any, do_evict_after: bool = False) -> DeltaEvictor:
-        return DeltaEvictor(threshold, delta_function, do_evict_after)
-
-    def _evict(self, elements: list[TimestampedValue], size: int, ctx: Any) -> None:
-        if not elements:
-            return
-        delta = getattr(self.delta_function, "get_delta", self.delta_function)
-        last = elements[-1].value
-        elements[:] = [e for e in elements if delta(e.value, last) < self.threshold]
-
-    def __repr__(self) -> str:
-        return f"DeltaEvictor({self.threshold})"
-
+# triggers and evictors live in their own modules; imported here so windows.py stays the one
+# place to import the windowing model from
+from flowpoint.api.evictors import (  # noqa: E402
+    CountEvictor,
+    DeltaEvictor,
+    Evictor,
+    TimeEvictor,
+)
+from flowpoint.api.triggers import (  # noqa: E402
+    ContinuousEventTimeTrigger,
+    ContinuousProcessingTimeTrigger,
+    CountTrigger,
+    EventTimeTrigger,
+    NeverTrigger,
+    ProcessingTimeTrigger,
+    PurgingTrigger,
+    Trigger,
+    TriggerResult,
+)
 
 __all__ = [
-    "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "CountEvictor", "CountTrigger",
-    "DeltaEvictor", "EventTimeSessionWindows", "EventTimeTrigger", "Evictor", "GlobalWindow", "GlobalWindows",
-    "MergingWindowAssigner", "NeverTrigger", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",
-    "PurgingTrigger", "SessionWindowTimeGapExtractor", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows",
-    "TimeEvictor", "TimeWindow", "TimestampedValue", "Trigger", "TriggerResult", "TumblingEventTimeWindows",
-    "TumblingProcessingTimeWindows", "Window", "WindowAssigner",
+    "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "CountEvictor", "CountTrigger", "DeltaEvictor",
+    "EventTimeSessionWindows", "EventTimeTrigger", "Evictor", "GlobalWindow", "GlobalWindows", "MergingWindowAssigner",
+    "NeverTrigger", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger",
+    "SessionWindowTimeGapExtractor", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor",
+    "TimeWindow", "TimestampedValue", "Trigger", "TriggerResult", "TumblingEventTimeWindows",
+    "TumblingProcessingTimeWindows", "Window", "WindowAssigner", "merge_time_windows",
 ]
