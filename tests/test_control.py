@@ -391,8 +391,9 @@ def test_cli_list_savepoint_inspect_dispose_stop_cancel(tmp_path):
         assert f"Savepoint '{path}' disposed." in r.stdout and not os.path.exists(local)
 
         # stop with a savepoint: the job's process ends by itself, successfully
-        r = flowpoint(home, "stop", "--savepoint-path", str(tmp_path / "final"), id_a)
+        r = flowpoint(home, "stop", "--drain", "--savepoint-path", str(tmp_path / "final"), id_a)
         assert r.returncode == 0, r.stderr
+        assert f"Suspending job {id_a} with a savepoint after draining" in r.stdout
         final = re.search(r"^Savepoint completed\. Path: (\S+)$", r.stdout, re.M).group(1)
         assert os.path.isfile(os.path.join(final.removeprefix("file://"), "_metadata"))
         assert a.wait(timeout=120) == 0
