@@ -74,6 +74,7 @@ class JobControl:
             endpoint=endpoint,
         )
         self.registered = False
+        self._warned = False
         self.thread: threading.Thread | None = None
 
     def last_completed_checkpoint(self) -> Any:
@@ -100,8 +101,9 @@ class JobControl:
             self.registry.write(self.entry)
             self.registered = True
         except FlowpointError as err:
-            if not self.registered:
+            if not self._warned:
                 log.warning("%s; the flowpoint CLI will not see job %s", err, self.entry.job_id)
+                self._warned = True
             self.registered = False
 
     def watch(self, on_end: Any) -> None:
