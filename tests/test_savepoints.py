@@ -23,8 +23,8 @@ from flowpoint.errors import CheckpointError, ConfigurationError, JobCancelledEr
 EVENTS = 2_000
 
 
-def env_for(make_env, parallelism=2, backend="hashmap", restore=None, allow=False, **config):
-    env = make_env(parallelism=parallelism, max_records=100, **config)
+def env_for(make_env, parallelism=2, backend="hashmap", restore=None, allow=False, max_records=100, **config):
+    env = make_env(parallelism=parallelism, max_records=max_records, **config)
     env.get_configuration().set("state.backend.type", backend)
     if restore is not None:
         env.get_configuration().set("execution.savepoint.path", str(restore))
@@ -401,3 +401,50 @@ def test_other_max_parallelism_is_refused_with_both_values(make_env, tmp_path):
     build(env, 10)
     with pytest.raises(CheckpointError, match=r"max parallelism 64.*128"):
         env.execute("other-max-parallelism")
+
+
+def window_job(env, count, rate=None):
+    from flowpoint import (
+        Aggregates,
+        CollectSink,
+        DataGeneratorSource,
+        Duration,
+        TumblingEventTimeWindows,
+        WatermarkStrategy,
+    )
+
+    sink = CollectSink()
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(500)).with_timestamp_assigner(lambda v, ts: (v * 37) % 1000 + v * 10)
+    (
+        env.from_source(DataGeneratorSource(lambda i: i, count=count, rate_limit_per_second=rate), source_name="gen").uid("gen")
+        .assign_timestamps_and_watermarks(strategy).uid("ts")
+        .key_by(lambda v: v % 5)
+        .window(TumblingEventTimeWindows.of(Duration.of_seconds(2)))
+        .aggregate(Aggregates.count()).uid("windows")
+        .sink_to(sink).uid("collect")
+    )
+    return sink
+
+
+@pytest.mark.slow
+def test_windows_and_timers_restore_rescaled_from_a_savepoint(make_env, tmp_path):
+    events = 2000
+    env = env_for(make_env, parallelism=2, max_records=1000)
+    expected = window_job(env, events)
+    env.execute("uninterrupted")
+    env = env_for(make_env, parallelism=2, max_records=400)
+    first = window_job(env, events, rate=2000)
+    client = env.execute_async("windows-a")
+    wait_for(lambda: client._coordinator.epoch >= 2 or client.is_done(), what="epochs")
+    path = client.trigger_savepoint(str(tmp_path / "sp"))
+    client.cancel()
+    with pytest.raises(JobCancelledError):
+        client.wait(60)
+    meta = metadata(path)
+    assert any(op["uid"] == "windows" for op in meta["operators"])
+    before = list(first.results[: meta["sinks"]["collect"]])
+    env = env_for(make_env, parallelism=3, restore=path, max_records=1000)
+    second = window_job(env, events)
+    env.execute("windows-b")
+    assert sorted(map(repr, before + list(second.results))) == sorted(map(repr, expected.results))
+    assert before and second.results  # the savepoint was taken between firings

@@ -127,9 +127,9 @@ def encode_tables(tables: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, s
         table = tables[name]
         if not table:
             continue
-        kind = kinds.get(name) or infer_kind(table)
+        kind = kinds.get(name) or ""
         known = declared and kind in STATE_KINDS
-        if kind not in STATE_KINDS:
+        if not known:
             kind = infer_kind(table)
         rows = 0
         for key, value in table.items():
