@@ -47,6 +47,10 @@ def check_serializable(node: Node, key_selectors: Iterable[Any] = ()) -> None:
             raise SerializationError(msg) from e
 
 
+# operator state is declared here (CheckpointedFunction): its get_list_state is not keyed state
+_OPERATOR_STATE_METHODS = frozenset({"initialize_state", "snapshot_state"})
+
+
 def _code_objects(fn: Any) -> list[Any]:
     """Code objects of a function or of every method a function object's class defines."""
     fn = unwrap(fn)
@@ -57,8 +61,8 @@ def _code_objects(fn: Any) -> list[Any]:
         for klass in type(fn).__mro__:
             if klass.__module__.startswith("flowpoint.") or klass is object:
                 continue
-            for member in vars(klass).values():
-                if inspect.isfunction(member):
+            for name, member in vars(klass).items():
+                if inspect.isfunction(member) and name not in _OPERATOR_STATE_METHODS:
                     codes.append(member.__code__)
     out = []
     while codes:

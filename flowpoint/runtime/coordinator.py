@@ -98,6 +98,8 @@ class Coordinator:
         # event time (DESIGN 8): every watermark channel's committed mark, generator states, metrics
         self.watermarks: dict[str, tuple[int, bool]] = {}
         self.generators: dict[str, bytes] = {}
+        self.operator_state: dict[str, dict] = {}  # "<uid>:<subtask>" -> CheckpointedFunction state
+        self._restored_uids: frozenset[str] = frozenset()
         self.metrics: dict[str, int] = {}
         self._time_driven = any(_time_driven(n) for n in graph.nodes.values())
         # savepoints: requests from other threads, ids shared with checkpoints
@@ -217,6 +219,7 @@ class Coordinator:
         watermarks = {
             "channels": {c: [wm, idle] for c, (wm, idle) in self.watermarks.items()},
             "generators": dict(self.generators),
+            "operator_state": dict(self.operator_state),
         }
         cid = self._savepoint_id()
         path = write_savepoint(
@@ -315,6 +318,9 @@ class Coordinator:
 
     def _apply_restore(self, restore: RestoredJob) -> None:
         self.watermarks, self.generators = restored_watermarks(restore.watermarks, self.graph)
+        allow = bool(self.config.get("execution.savepoint.ignore-unclaimed-state"))
+        self.operator_state = restored_operator_state(restore.watermarks.get("operator_state") or {}, self.graph, allow)
+        self._restored_uids = frozenset(uid.rsplit(":", 1)[0] for uid in self.operator_state)
         self.chains = dict(restore.chains)
         self.epoch = restore.epoch
         self._checkpointed_epoch = restore.epoch
@@ -372,6 +378,7 @@ class Coordinator:
         self._checkpointed_epoch = 0
         self.records_read = 0
         self.watermarks, self.generators = {}, {}
+        self.operator_state, self._restored_uids = {}, frozenset()
         self._init_splits()
         if latest is not None:
             self._apply_restore(plan_restore(latest, self.checkpoints.store.job_dir_uri(), self.graph, self.settings.backend))
@@ -471,6 +478,7 @@ class Coordinator:
             self.run_key, self.epoch, self.working_dir, dict(self.chains), compact, last, pinned, done, aborted,
             self.settings.backend, snapshot, now_ms(), dict(self.watermarks),
             {n.uid: len(self.splits[n.id]) for n in self.graph.sources()}, dict(self.generators),
+                dict(self.operator_state), self._restored_uids,
         )
         t0 = time.monotonic()
         acks = self._executor.run_epoch(spec, reads)
@@ -498,6 +506,7 @@ class Coordinator:
             watermarks = {
                 "channels": {c: [wm, idle] for c, (wm, idle) in self.watermarks.items()},
                 "generators": dict(self.generators),
+            "operator_state": dict(self.operator_state),
             }
             cp.trigger(self.epoch, self.chains, sources, sinks, self.records_read, watermarks)
             self._checkpointed_epoch = self.epoch
@@ -522,6 +531,7 @@ class Coordinator:
         for ack in sorted(latest.values(), key=lambda a: (a.stage_id, a.partition)):
             self.watermarks.update(ack.watermarks)
             self.generators.update(ack.generators)
+            self.operator_state.update(ack.operator_state)
             for name, n in ack.metrics.items():
                 self.metrics[name] = self.metrics.get(name, 0) + n
         source_stages = {n.stage_id for n in self.graph.sources()}
@@ -634,3 +644,30 @@ def restored_watermarks(saved: dict[str, Any], graph: JobGraph) -> tuple[dict[st
             for p in range(stage.parallelism):
                 out[f"t:{uid}:{p}"] = (lowest[uid], False)
     return out, dict(saved.get("generators") or {})
+
+
+def restored_operator_state(saved: dict[str, dict], graph: JobGraph, allow_non_restored: bool = False) -> dict[str, dict]:
+    """CheckpointedFunction state from a checkpoint or savepoint, by uid, redistributed over the
+    operator's parallelism now (list state split evenly, union list state to every instance)."""
+    from flowpoint.api.operator_state import redistribute
+
+    by_uid: dict[str, dict[int, dict]] = {}
+    for key, states in saved.items():
+        uid, index = key.rsplit(":", 1)
+        by_uid.setdefault(uid, {})[int(index)] = {name: (mode, list(items)) for name, (mode, items) in states.items()}
+    out: dict[str, dict] = {}
+    parallelism = {n.uid: n.parallelism for n in graph.nodes.values()}
+    for uid, old in by_uid.items():
+        p = parallelism.get(uid)
+        if p is None:
+            if allow_non_restored:
+                log.warning("dropping operator state of uid %r: the job has no such operator (--allow-non-restored-state)", uid)
+                continue
+            msg = (
+                f"the restored state holds operator state of uid {uid!r}, but the job has no operator with this uid. "
+                "Give the operator its old uid, or allow dropping that state (--allow-non-restored-state)"
+            )
+            raise CheckpointError(msg)
+        for i, states in redistribute(old, p).items():
+            out[f"{uid}:{i}"] = states
+    return out

@@ -12,6 +12,12 @@ from typing import Any
 import cloudpickle
 
 from flowpoint.api.functions import unwrap
+from flowpoint.api.operator_state import (
+    CheckpointedFunction,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    OperatorStateStore,
+)
 from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK
 from flowpoint.api.watermarks import Watermark
 from flowpoint.connectors.source import TimestampedBatch
@@ -53,6 +59,8 @@ class EpochSpec:
     watermarks: dict[str, tuple[int, bool]] = field(default_factory=dict)  # channel -> (watermark, idle) at the start
     splits: dict[str, int] = field(default_factory=dict)  # source uid -> number of splits (watermark channels)
     generators: dict[str, bytes] = field(default_factory=dict)  # watermark generator states (event_time.py)
+    operator_state: dict[str, dict] = field(default_factory=dict)  # "<uid>:<subtask>" -> {name: (mode, items)}
+    restored: frozenset[str] = frozenset()  # uids whose state came from a restore (is_restored())
 
 
 @dataclass
@@ -72,12 +80,13 @@ class TaskAck:
     watermarks: dict[str, tuple[int, bool]] = field(default_factory=dict)  # channels this task sent: final marks
     generators: dict[str, bytes] = field(default_factory=dict)
     metrics: dict[str, int] = field(default_factory=dict)  # "<operator name>.<metric>" -> count
+    operator_state: dict[str, dict] = field(default_factory=dict)  # CheckpointedFunction state at the epoch's end
 
 
 class ChainRuntime:
     """The opened operators of one stage partition, wired head -> chained -> exchanges."""
 
-    def __init__(self, plan: StagePlan, partition: int, ts: TaskState):
+    def __init__(self, plan: StagePlan, partition: int, ts: TaskState, epoch_spec: EpochSpec | None = None):
         self.plan = plan
         self.partition = partition
         self.ops: dict[int, Operator] = {}
@@ -117,11 +126,41 @@ class ChainRuntime:
         namer = _channel_namer(source_uid, plan.head_uid, partition)
         for op in self.timestamp_ops:
             op.channel_of = namer
-        for nid in plan.order:  # open after wiring, in order, as Flink does
+        self.operator_states: dict[str, OperatorStateStore] = {}
+        for nid in plan.order:  # initialize_state, then open, after wiring, in order, as Flink does
+            op_spec = plan.ops[nid]
+            self._initialize_state(op_spec, partition, ts, epoch_spec)
+        for nid in plan.order:
             spec = plan.ops[nid]
             if spec.kind == "sink" or (spec.kind == "source" and spec.function is None):
                 continue
             self.ops[nid].open(self._context(spec, partition, ts.backends.get(spec.uid) if spec.keyed else None))
+
+    def _initialize_state(self, op_spec: Any, partition: int, ts: TaskState, spec: EpochSpec | None) -> None:
+        """CheckpointedFunction.initialize_state with the instance's committed operator state."""
+        fn = unwrap(op_spec.function) if op_spec.function is not None else None
+        if not isinstance(fn, CheckpointedFunction):
+            return
+        key = f"{op_spec.uid}:{partition}"
+        saved = spec.operator_state.get(key) if spec is not None else None
+        store = OperatorStateStore(op_spec.name, saved)
+        self.operator_states[key] = store
+        restored = saved is not None or (spec is not None and op_spec.uid in spec.restored)
+        keyed = ts.backends.get(op_spec.uid) if op_spec.keyed else None
+        fn.initialize_state(FunctionInitializationContext(store, restored, keyed))
+
+    def snapshot_operator_state(self, epoch: int, now: int) -> dict[str, dict]:
+        """CheckpointedFunction.snapshot_state at the end of an epoch: the state to commit."""
+        out = {}
+        for nid in self.plan.order:
+            op_spec = self.plan.ops[nid]
+            key = f"{op_spec.uid}:{self.partition}"
+            store = self.operator_states.get(key)
+            if store is None:
+                continue
+            unwrap(op_spec.function).snapshot_state(FunctionSnapshotContext(epoch, now))
+            out[key] = store.snapshot()
+        return out
 
     def _context(self, spec: Any, partition: int, backend: Any) -> TaskRuntimeContext:
         ctx = TaskRuntimeContext(spec.name, partition, spec.parallelism, spec.max_parallelism, self.plan.job_parameters, backend)
@@ -232,7 +271,7 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
     try:
         if ts.operators is None:
             # a private copy of the functions: partitions sharing a worker never share fields
-            ts.operators = ChainRuntime(cloudpickle.loads(cloudpickle.dumps(plan)), partition, ts)
+            ts.operators = ChainRuntime(cloudpickle.loads(cloudpickle.dumps(plan)), partition, ts, spec)
         rt: ChainRuntime = ts.operators
         rt.set_attempt(attempt)
         rt.notify_checkpoints(spec.checkpoints_completed, spec.checkpoints_aborted)
@@ -265,6 +304,8 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
             ack.records_in = head.records_in
             head.records_in = 0
         rt.end_epoch(ack)
+        if rt.operator_states:
+            ack.operator_state = rt.snapshot_operator_state(spec.epoch, spec.processing_time)
         for nid, op in rt.ops.items():
             payload = op.finish(spec.epoch)
             if payload is not None:
