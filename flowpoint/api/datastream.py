@@ -181,6 +181,23 @@ class DataStream:
         self._env._add_transformation(t)
         return DataStream(self._env, t)
 
+    def broadcast(self, *broadcast_state_descriptors: Any) -> Any:
+        """A stream sent whole to every parallel instance of the operator it is connected to, with
+        broadcast state (``MapStateDescriptor``s): use it in ``other.connect(this)``."""
+        from flowpoint.api.broadcast import BroadcastStream
+
+        return BroadcastStream(self, broadcast_state_descriptors)
+
+    def connect(self, broadcast_stream: Any) -> Any:
+        """Connect a broadcast stream: ``.process(BroadcastProcessFunction)`` (keyed stream:
+        ``KeyedBroadcastProcessFunction``)."""
+        from flowpoint.api.broadcast import BroadcastConnectedStream, BroadcastStream
+
+        if not isinstance(broadcast_stream, BroadcastStream):
+            msg = "connect() takes a broadcast stream: other.broadcast(MapStateDescriptor(...))"
+            raise JobGraphError(msg)
+        return BroadcastConnectedStream(self, broadcast_stream)
+
     def rebalance(self) -> DataStream:
         t = Transformation(kind="rebalance", name="Rebalance", inputs=[self._t], output_type=self._t.output_type)
         self._env._add_transformation(t)

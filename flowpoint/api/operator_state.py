@@ -19,6 +19,7 @@ from flowpoint.errors import StateAccessError
 
 SPLIT = "split"  # get_list_state: even-split redistribution
 UNION = "union"  # get_union_list_state: every instance gets everything
+BROADCAST = "broadcast"  # broadcast state: identical on every instance; the first instance's is kept
 
 
 class CheckpointedFunction(ABC):
@@ -149,6 +150,11 @@ def redistribute(saved: dict[int, dict[str, tuple[str, list]]], parallelism: int
             names.setdefault(name, mode)
     out: dict[int, dict[str, tuple[str, list]]] = {i: {} for i in range(parallelism)}
     for name, mode in names.items():
+        if mode == BROADCAST:
+            first = next((saved[i][name][1] for i in sorted(saved) if name in saved[i]), [])
+            for i in range(parallelism):
+                out[i][name] = (mode, list(first))
+            continue
         items = [x for i in sorted(saved) for x in saved[i].get(name, (mode, []))[1]]
         if mode == UNION:
             for i in range(parallelism):

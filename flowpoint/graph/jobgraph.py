@@ -122,6 +122,8 @@ def _resolve_inputs(t: Transformation) -> list[tuple[Transformation, str, Any]]:
             walk(u.inputs[0], part, key)
         elif u.kind == "rebalance":
             walk(u.inputs[0], part or "rebalance", key)
+        elif u.kind == "broadcast":
+            walk(u.inputs[0], "broadcast", None)
         elif u.kind == "union":
             for i in u.inputs:
                 walk(i, part, key)
@@ -165,7 +167,7 @@ class _Builder:
         for n in nodes.values():
             if n.keyed:
                 (_, part, _), *_ = inputs[n.id]
-                if any(p != "keyed" for _, p, _ in inputs[n.id]):
+                if any(p not in ("keyed", "broadcast") for _, p, _ in inputs[n.id]):
                     msg = f"operator {n.describe()} needs a keyed input: call key_by(...) right before it"
                     raise JobGraphError(msg)
             check_serializable(n, {id(k): k for _, part, k in inputs[n.id] if part == "keyed"}.values())

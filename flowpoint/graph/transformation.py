@@ -18,8 +18,8 @@ from flowpoint.errors import JobGraphError
 
 _ids = itertools.count(1)
 
-VIRTUAL_KINDS = frozenset({"key_by", "union", "rebalance"})
-KEYED_KINDS = frozenset({"keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "reduce", "rolling_agg", "window"})
+VIRTUAL_KINDS = frozenset({"key_by", "union", "rebalance", "broadcast"})
+KEYED_KINDS = frozenset({"keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "reduce", "rolling_agg", "window", "keyed_broadcast_process"})
 _UID_PATTERN = re.compile(r"^[A-Za-z0-9_\-:]+$")
 
 

@@ -681,4 +681,12 @@ def _invalid_key(edge: Any, reason: str, value: Any) -> InvalidKeyError:
     return InvalidKeyError(msg)
 
 
-EXCHANGE_WRITERS = {"forward": ForwardWriter, "rebalance": RebalanceWriter, "keyed": KeyedWriter}
+class BroadcastWriter(ExchangeWriter):
+    """Sends every batch to every receiving task (broadcast state: the same records everywhere)."""
+
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
+        for dest in range(self.edge.parallelism):
+            self._send(dest, origin, data, ts)
+
+
+EXCHANGE_WRITERS = {"forward": ForwardWriter, "rebalance": RebalanceWriter, "keyed": KeyedWriter, "broadcast": BroadcastWriter}

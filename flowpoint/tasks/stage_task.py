@@ -139,15 +139,21 @@ class ChainRuntime:
     def _initialize_state(self, op_spec: Any, partition: int, ts: TaskState, spec: EpochSpec | None) -> None:
         """CheckpointedFunction.initialize_state with the instance's committed operator state."""
         fn = unwrap(op_spec.function) if op_spec.function is not None else None
-        if not isinstance(fn, CheckpointedFunction):
+        op = self.ops[op_spec.id]
+        hook = getattr(op, "initialize_operator_state", None)  # operators with their own (broadcast state)
+        if not isinstance(fn, CheckpointedFunction) and hook is None:
             return
         key = f"{op_spec.uid}:{partition}"
         saved = spec.operator_state.get(key) if spec is not None else None
         store = OperatorStateStore(op_spec.name, saved)
         self.operator_states[key] = store
         restored = saved is not None or (spec is not None and op_spec.uid in spec.restored)
-        keyed = ts.backends.get(op_spec.uid) if op_spec.keyed else None
-        fn.initialize_state(FunctionInitializationContext(store, restored, keyed))
+        if hook is not None:
+            op._init_broadcast()
+            hook(store, restored)
+        if isinstance(fn, CheckpointedFunction):
+            keyed = ts.backends.get(op_spec.uid) if op_spec.keyed else None
+            fn.initialize_state(FunctionInitializationContext(store, restored, keyed))
 
     def snapshot_operator_state(self, epoch: int, now: int) -> dict[str, dict]:
         """CheckpointedFunction.snapshot_state at the end of an epoch: the state to commit."""
@@ -158,8 +164,14 @@ class ChainRuntime:
             store = self.operator_states.get(key)
             if store is None:
                 continue
-            unwrap(op_spec.function).snapshot_state(FunctionSnapshotContext(epoch, now))
-            out[key] = store.snapshot()
+            fn = unwrap(op_spec.function)
+            if isinstance(fn, CheckpointedFunction):
+                fn.snapshot_state(FunctionSnapshotContext(epoch, now))
+            state = store.snapshot()
+            hook = getattr(self.ops[op_spec.id], "snapshot_operator_state", None)
+            if hook is not None:
+                state.update(hook())
+            out[key] = state
         return out
 
     def _context(self, spec: Any, partition: int, backend: Any) -> TaskRuntimeContext:
@@ -355,6 +367,7 @@ def _feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWaterma
     """Deliver exchange input to the head in (edge, origin) order, watermarks in between."""
     received = sorted(inputs, key=lambda item: (item[0], item[1]))
     strip = {e.index for e in plan.input_edges if e.partitioning == "keyed"} if not plan.ops[plan.head].keyed else set()
+    two_inputs = hasattr(head, "process_input")  # broadcast state: edge 0 broadcast, edge 1 main
     for edge_index, origin, blob in received:
         if blob[0] == "wm":
             channel, wm, idle = blob[1]
@@ -365,6 +378,11 @@ def _feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWaterma
                 head.process_watermark(origin, moved)
             continue
         data, ts = decode(blob)
+        if two_inputs:
+            if isinstance(data, KeyedBatch):
+                data = data.pairs(plan.ops[plan.head].options.get("main_type"))
+            head.process_input(edge_index, origin, data, ts)
+            continue
         if edge_index in strip:
             data = data.batch if isinstance(data, KeyedBatch) else [v for _, v in data]
         elif isinstance(data, KeyedBatch) and not getattr(head, "columnar_input", False):

@@ -1,0 +1,137 @@
+"""Broadcast state (Flink's broadcast state pattern, seed 001).
+
+``rules = env.from_collection(...).broadcast(MapStateDescriptor("rules"))`` sends every record of
+a (small) stream to every parallel instance of the operator it is connected to:
+``events.connect(rules).process(BroadcastProcessFunction)`` or, keyed,
+``events.key_by(...).connect(rules).process(KeyedBroadcastProcessFunction)``.
+``process_broadcast_element(value, ctx)`` may change the broadcast state (a map per descriptor);
+``process_element(value, ctx)`` only reads it. Every instance sees the broadcast records in the
+same order, so the state is identical everywhere; it is checkpointed once and given whole to
+every instance on restore, whatever the new parallelism. Within an epoch, an instance handles
+the epoch's broadcast records before the epoch's main records.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from flowpoint.api.functions import Function, RuntimeContextAware
+from flowpoint.api.state import MapStateDescriptor
+from flowpoint.errors import JobGraphError, StateAccessError
+
+if TYPE_CHECKING:
+    from flowpoint.api.datastream import DataStream
+
+
+class ReadOnlyBroadcastState:
+    """A broadcast map as ``process_element`` sees it."""
+
+    def __init__(self, name: str, data: dict):
+        self.name = name
+        self._data = data
+
+    def get(self, key: Any) -> Any:
+        return self._data.get(key)
+
+    def contains(self, key: Any) -> bool:
+        return key in self._data
+
+    def items(self) -> list:
+        return list(self._data.items())
+
+    def keys(self) -> list:
+        return list(self._data.keys())
+
+    def values(self) -> list:
+        return list(self._data.values())
+
+    def is_empty(self) -> bool:
+        return not self._data
+
+    def _read_only(self, *_args: Any) -> None:
+        msg = (
+            f"broadcast state {self.name!r} is read-only in process_element: change it in "
+            f"process_broadcast_element, which every parallel instance runs with the same records"
+        )
+        raise StateAccessError(msg)
+
+    put = put_all = remove = clear = _read_only
+
+
+class BroadcastState(ReadOnlyBroadcastState):
+    """A broadcast map as ``process_broadcast_element`` sees it (read-write)."""
+
+    def put(self, key: Any, value: Any) -> None:  # type: ignore[override]
+        self._data[key] = value
+
+    def put_all(self, values: dict) -> None:  # type: ignore[override]
+        self._data.update(values)
+
+    def remove(self, key: Any) -> None:  # type: ignore[override]
+        self._data.pop(key, None)
+
+    def clear(self) -> None:  # type: ignore[override]
+        self._data.clear()
+
+
+class BroadcastProcessFunction(Function, RuntimeContextAware):
+    """A non-keyed stream connected to a broadcast stream."""
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        """A record of the main stream; ``ctx.get_broadcast_state(descriptor)`` is read-only."""
+
+    @abstractmethod
+    def process_broadcast_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        """A broadcast record; ``ctx.get_broadcast_state(descriptor)`` is writable."""
+
+
+class KeyedBroadcastProcessFunction(BroadcastProcessFunction, ABC):
+    """A keyed stream connected to a broadcast stream: keyed state in ``process_element``,
+    ``ctx.apply_to_keyed_state(descriptor, fn(key, state))`` in ``process_broadcast_element``."""
+
+
+class BroadcastStream:
+    """A stream whose records go to every parallel instance, with broadcast state descriptors."""
+
+    def __init__(self, stream: DataStream, descriptors: tuple[MapStateDescriptor, ...]):
+        for d in descriptors:
+            if not isinstance(d, MapStateDescriptor):
+                msg = f"broadcast() takes MapStateDescriptors (broadcast state is a map); got {type(d).__name__}"
+                raise JobGraphError(msg)
+        self.stream = stream
+        self.descriptors = descriptors
+
+
+class BroadcastConnectedStream:
+    """``stream.connect(broadcast_stream)``: call ``process(...)``."""
+
+    def __init__(self, main: DataStream, broadcast: BroadcastStream):
+        self.main = main
+        self.broadcast = broadcast
+
+    def process(self, func: BroadcastProcessFunction, output_type: Any = None) -> DataStream:
+        from flowpoint.api.datastream import DataStream, KeyedStream
+        from flowpoint.graph.transformation import Transformation
+
+        keyed = isinstance(self.main, KeyedStream)
+        wanted = KeyedBroadcastProcessFunction if keyed else BroadcastProcessFunction
+        if not isinstance(func, BroadcastProcessFunction) or (keyed != isinstance(func, KeyedBroadcastProcessFunction)):
+            msg = (
+                f"process() on a {'keyed' if keyed else 'non-keyed'} stream connected to a broadcast stream needs a "
+                f"{wanted.__name__}; got {type(func).__name__}"
+            )
+            raise JobGraphError(msg)
+        env = self.main._env
+        bcast = Transformation(kind="broadcast", name="Broadcast", inputs=[self.broadcast.stream._t], output_type=self.broadcast.stream._t.output_type)
+        env._add_transformation(bcast)
+        kind = "keyed_broadcast_process" if keyed else "broadcast_process"
+        # the broadcast input comes first: within an epoch an instance applies the epoch's
+        # broadcast records before its main records
+        t = Transformation(kind=kind, name="Co-Process-Broadcast" + ("-Keyed" if keyed else ""), inputs=[bcast, self.main._t], function=func, output_type=output_type)
+        t.options["broadcast_descriptors"] = [d.name for d in self.broadcast.descriptors]
+        t.options["main_type"] = self.main._t.output_type
+        env._add_transformation(t)
+        return DataStream(env, t)

@@ -1,0 +1,159 @@
+"""The operators behind ``stream.connect(broadcast_stream).process(...)`` (see
+:mod:`flowpoint.api.broadcast`). Input edge 0 is the broadcast stream, edge 1 the main stream;
+the broadcast state is a dict per descriptor, kept with the operator state (mode "broadcast")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowpoint.api.broadcast import BroadcastState, ReadOnlyBroadcastState
+from flowpoint.api.operator_state import BROADCAST, OperatorStateStore
+from flowpoint.errors import StateAccessError
+from flowpoint.tasks.batches import as_rows
+from flowpoint.tasks.operators import KeyedOp, Operator, user_error
+
+
+class _Context:
+    __slots__ = ("op", "writable", "current_timestamp", "origin")
+
+    def __init__(self, op: Any, writable: bool):
+        self.op = op
+        self.writable = writable
+        self.current_timestamp: int | None = None
+        self.origin: tuple = ()
+
+    def get_broadcast_state(self, descriptor: Any) -> ReadOnlyBroadcastState:
+        name = descriptor.name
+        data = self.op.broadcast_states.get(name)
+        if data is None:
+            msg = (
+                f"operator {self.op.spec.name!r} asked for broadcast state {name!r}, but its broadcast stream declares "
+                f"{sorted(self.op.broadcast_states)}: pass the descriptor to broadcast(...)"
+            )
+            raise StateAccessError(msg)
+        return BroadcastState(name, data) if self.writable else ReadOnlyBroadcastState(name, data)
+
+    def timestamp(self) -> int | None:
+        return self.current_timestamp
+
+    def current_watermark(self) -> int:
+        return self.op.watermark
+
+    def current_processing_time(self) -> int:
+        return self.op.processing_time
+
+    def output(self, output_tag: Any, value: Any) -> None:
+        ts = None if self.current_timestamp is None else [self.current_timestamp]
+        self.op.emit_side(output_tag.tag_id, self.origin, [value], ts)
+
+    # keyed variant
+    def get_current_key(self) -> Any:
+        return self.op.backend.current_key
+
+    def apply_to_keyed_state(self, descriptor: Any, function: Any) -> None:
+        """Run ``function(key, state)`` for every key that has state ``descriptor`` (Flink's
+        ``applyToKeyedState``), from ``process_broadcast_element``."""
+        backend = self.op.backend
+        state = backend.get_partitioned_state(descriptor)
+        keys = [k for k, _ in backend.iter_entries(descriptor.name)]
+        try:
+            for key in keys:
+                backend.current_key = key
+                function(key, state)
+        finally:
+            backend.current_key = None
+
+
+class _BroadcastMixin:
+    """Shared by the keyed and non-keyed variants."""
+
+    spec: Any
+    records_in: int
+
+    def _init_broadcast(self) -> None:
+        self.broadcast_states: dict[str, dict] = {n: {} for n in self.spec.options.get("broadcast_descriptors", [])}
+        self.read_ctx = _Context(self, False)
+        self.write_ctx = _Context(self, True)
+
+    # operator state hooks (ChainRuntime): the broadcast maps are checkpointed with it
+    def initialize_operator_state(self, store: OperatorStateStore, restored: bool) -> None:
+        for name, (mode, items) in store.restored.items():
+            if mode == BROADCAST and name in self.broadcast_states:
+                self.broadcast_states[name] = dict(items)
+
+    def snapshot_operator_state(self) -> dict[str, tuple[str, list]]:
+        return {name: (BROADCAST, list(data.items())) for name, data in self.broadcast_states.items()}
+
+    def process_input(self, edge_index: int, origin: tuple, data: Any, ts: list | None) -> None:
+        if edge_index == 0:
+            self._broadcast(origin, as_rows(data, None), ts)
+        else:
+            self.process(origin, data, ts)
+
+    def _broadcast(self, origin: tuple, rows: list, ts: list | None) -> None:
+        self.records_in += len(rows)
+        f = self.spec.function.process_broadcast_element
+        ctx = self.write_ctx
+        ctx.origin = origin
+        out: list = []
+        out_ts: list | None = None if ts is None else []
+        x = None
+        try:
+            for i, x in enumerate(rows):
+                t = None if ts is None else ts[i]
+                ctx.current_timestamp = t
+                r = f(x, ctx)
+                if r is not None:
+                    n = len(out)
+                    out.extend(r)
+                    if out_ts is not None:
+                        out_ts.extend([t] * (len(out) - n))
+        except Exception as e:
+            raise user_error(self.spec, e, x) from e
+        self.emit(origin, out, out_ts)  # type: ignore[attr-defined]
+
+
+class BroadcastProcessOp(_BroadcastMixin, Operator):
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        if not hasattr(self, "broadcast_states"):
+            self._init_broadcast()
+
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
+        rows = as_rows(data, self.spec.options.get("main_type"))
+        self.records_in += len(rows)
+        f = self.spec.function.process_element
+        ctx = self.read_ctx
+        ctx.origin = origin
+        out: list = []
+        out_ts: list | None = None if ts is None else []
+        x = None
+        try:
+            for i, x in enumerate(rows):
+                t = None if ts is None else ts[i]
+                ctx.current_timestamp = t
+                r = f(x, ctx)
+                if r is not None:
+                    n = len(out)
+                    out.extend(r)
+                    if out_ts is not None:
+                        out_ts.extend([t] * (len(out) - n))
+        except Exception as e:
+            raise user_error(self.spec, e, x) from e
+        self.emit(origin, out, out_ts)
+
+
+class KeyedBroadcastProcessOp(_BroadcastMixin, KeyedOp):
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        if not hasattr(self, "broadcast_states"):
+            self._init_broadcast()
+
+    def _run(self, pairs: list, backend: Any, out: list) -> None:
+        f = self.spec.function.process_element
+        ctx = self.read_ctx
+        for key, value in pairs:
+            backend.current_key = key
+            r = f(value, ctx)
+            if r is not None:
+                out.extend(r)

@@ -1,0 +1,80 @@
+"""Broadcast state: every parallel instance sees the same broadcast records and holds the same
+state; keyed and non-keyed; read-only in process_element; checkpointed and restored."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowpoint import CollectSink, MapStateDescriptor, ValueStateDescriptor
+from flowpoint.api.broadcast import BroadcastProcessFunction, KeyedBroadcastProcessFunction
+from flowpoint.api.operator_state import BROADCAST, redistribute
+from flowpoint.errors import JobExecutionError, StateAccessError, UserFunctionError
+
+RULES = MapStateDescriptor("rules")
+
+
+class Threshold(BroadcastProcessFunction):
+    def process_broadcast_element(self, value, ctx):
+        name, limit = value
+        ctx.get_broadcast_state(RULES).put(name, limit)
+
+    def process_element(self, value, ctx):
+        limit = ctx.get_broadcast_state(RULES).get("min")
+        if limit is not None and value >= limit:
+            yield value
+
+
+def test_broadcast_rules_reach_every_instance(make_env):
+    env = make_env(parallelism=3)
+    rules = env.from_collection([("min", 15)]).broadcast(RULES)
+    sink = CollectSink()
+    env.from_sequence(0, 29).connect(rules).process(Threshold()).sink_to(sink)
+    env.execute("broadcast")
+    # every instance applied the rule before its records (broadcast input first in an epoch)
+    assert sorted(sink.results) == list(range(15, 30))
+
+
+class CountPerKeyWithReset(KeyedBroadcastProcessFunction):
+    """Counts per key; a broadcast "reset" clears every key's count via apply_to_keyed_state."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count"))
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(RULES).put("resets", (ctx.get_broadcast_state(RULES).get("resets") or 0) + 1)
+        ctx.apply_to_keyed_state(ValueStateDescriptor("count"), lambda key, state: state.clear())
+
+    def process_element(self, value, ctx):
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        yield ctx.get_current_key(), n, ctx.get_broadcast_state(RULES).get("resets")
+
+
+def test_keyed_broadcast_applies_to_keyed_state(make_env):
+    env = make_env(parallelism=2)
+    resets = env.from_collection(["reset"]).broadcast(RULES)
+    sink = CollectSink()
+    env.from_collection(["a", "b", "a"]).key_by(lambda w: w).connect(resets).process(CountPerKeyWithReset()).uid("c").sink_to(sink)
+    result = env.execute("keyed broadcast")
+    assert sorted(sink.results) == [("a", 1, 1), ("a", 2, 1), ("b", 1, 1)]
+    assert result.get_keyed_state("c", "count") == {"a": 2, "b": 1}
+
+
+class Writes(BroadcastProcessFunction):
+    def process_broadcast_element(self, value, ctx):
+        pass
+
+    def process_element(self, value, ctx):
+        ctx.get_broadcast_state(RULES).put("x", value)
+
+
+def test_broadcast_state_is_read_only_for_main_records(make_env):
+    env = make_env(parallelism=1)
+    env.from_collection([1]).connect(env.from_collection([0]).broadcast(RULES)).process(Writes()).sink_to(CollectSink())
+    with pytest.raises((StateAccessError, UserFunctionError, JobExecutionError), match="read-only"):
+        env.execute("read only")
+
+
+def test_broadcast_state_is_given_whole_to_every_instance_on_restore():
+    saved = {0: {"rules": (BROADCAST, [("min", 5)])}, 1: {"rules": (BROADCAST, [("min", 5)])}}
+    assert all(v["rules"] == (BROADCAST, [("min", 5)]) for v in redistribute(saved, 4).values())
