@@ -1,6 +1,13 @@
 """flowpoint: Flink's stateful stream processing model in Python, executing on Apache Spark."""
 
 from flowpoint.api.aggregates import Aggregates
+from flowpoint.api.broadcast import (
+    BroadcastProcessFunction,
+    BroadcastState,
+    BroadcastStream,
+    KeyedBroadcastProcessFunction,
+    ReadOnlyBroadcastState,
+)
 from flowpoint.api.checkpointing import (
     CheckpointConfig,
     CheckpointingMode,
@@ -28,6 +35,12 @@ from flowpoint.api.functions import (
     SinkFunction,
     TimerService,
     WindowFunction,
+)
+from flowpoint.api.operator_state import (
+    CheckpointedFunction,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    OperatorStateStore,
 )
 from flowpoint.api.restart import RestartStrategies, RestartStrategyConfiguration
 from flowpoint.api.row import Row
@@ -130,4 +143,7 @@ __all__ = [
     "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor", "TimeWindow", "TimestampedValue",
     "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "WindowAssigner",
     "WindowedStream", "StateReader", "StateWriter", "state_reader", "state_writer",
+    "BroadcastProcessFunction", "BroadcastState", "BroadcastStream", "CheckpointedFunction",
+    "FunctionInitializationContext", "FunctionSnapshotContext", "KeyedBroadcastProcessFunction",
+    "OperatorStateStore", "ReadOnlyBroadcastState",
 ]
