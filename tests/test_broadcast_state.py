@@ -78,3 +78,40 @@ def test_broadcast_state_is_read_only_for_main_records(make_env):
 def test_broadcast_state_is_given_whole_to_every_instance_on_restore():
     saved = {0: {"rules": (BROADCAST, [("min", 5)])}, 1: {"rules": (BROADCAST, [("min", 5)])}}
     assert all(v["rules"] == (BROADCAST, [("min", 5)]) for v in redistribute(saved, 4).values())
+
+
+class ThresholdFailingOnce(Threshold):
+    def __init__(self, flag: str):
+        self.flag = flag
+
+    def process_element(self, value, ctx):
+        import os
+
+        if value == 700 and not os.path.exists(self.flag):
+            with open(self.flag + ".n", "a") as f:
+                f.write("x")
+            if os.path.getsize(self.flag + ".n") >= 4:
+                open(self.flag, "w").close()
+            msg = "injected failure"
+            raise RuntimeError(msg)
+        yield from super().process_element(value, ctx)
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_broadcast_state_survives_a_failure(make_env, tmp_path, parallelism):
+    import os
+
+    from flowpoint import DataGeneratorSource, RestartStrategies
+
+    env = make_env(parallelism=parallelism, max_records=100, state_checkpoints_dir=str(tmp_path / "ck"))
+    env.enable_checkpointing(1)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    flag = str(tmp_path / "failed")
+    rules = env.from_collection([("min", 15)]).broadcast(RULES)
+    sink = CollectSink()
+    numbers = env.from_source(DataGeneratorSource(lambda i: i, count=1_000), source_name="numbers")
+    numbers.connect(rules).process(ThresholdFailingOnce(flag)).uid("threshold").sink_to(sink)
+    env.execute("broadcast failure")
+    assert os.path.exists(flag)
+    # the rule came in the first epoch; after the restore every instance still has it
+    assert sorted(sink.results) == list(range(15, 1_000))
