@@ -44,7 +44,7 @@ class ControlClient:
             conn.request(method, path, body=data, headers=headers)
             response = conn.getresponse()
             raw = response.read()
-        except ConnectionRefusedError:
+        except (ConnectionRefusedError, ConnectionResetError):
             if e.is_stale():
                 self.registry.mark_lost(e)
                 msg = f"job {e.job_id} ({e.job_name!r}) is no longer running: its process {e.pid} is gone; run `flowpoint list`"

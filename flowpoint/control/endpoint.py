@@ -405,9 +405,10 @@ def _detach(job: JobControl) -> None:
             last = not server._jobs
         if not last:
             return
+        # under the lock: a job submitted meanwhile starts a new server once this one is closed
+        server.shutdown()  # stops accepting; requests in flight finish in their threads
+        server.server_close()
         _server = None
-    server.shutdown()  # stops accepting; requests in flight finish in their threads
-    server.server_close()
 
 
 def current_server() -> ControlServer | None:
