@@ -132,15 +132,24 @@ def test_savepoint_needs_a_directory(make_env):
         client.cancel()
 
 
-def test_default_directory_describe_and_dispose(make_env, tmp_path):
+def test_default_directory_describe_and_dispose(spark, make_env, tmp_path):
+    from flowpoint import state_reader
+
     env = env_for(make_env)
     env.set_default_savepoint_directory(str(tmp_path / "default"))
     build(env, None, rate=1500)
     client = env.execute_async("default-dir")
     wait_for(lambda: client._coordinator.epoch >= 2, what="epochs")
     path = client.stop_with_savepoint()
-    client.wait(60)
+    result = client.wait(60)
     assert local(path).startswith(str(tmp_path / "default"))
+    # the job stopped right after the savepoint: its final state is the savepoint's
+    read = state_reader(spark, path)
+    assert read.keyed_state_dict("counting") == result.get_keyed_state("counting")
+    df = read.keyed_state("counting", "by_digit")
+    assert {(r.key, r.user_key): r.value for r in df.collect()} == {
+        (k, d): n for k, m in result.get_keyed_state("counting", "by_digit").items() for d, n in m.items()
+    }
     info = describe(path)
     assert info["kind"] == "savepoint"
     ops = {o["uid"]: o for o in info["operators"]}
