@@ -3,7 +3,10 @@
 State maps to operators by ``uid``. A keyed operator's snapshot files carry the key-group range
 they cover, so a job may restore with another parallelism (each new partition loads the files
 whose range overlaps its own and keeps only its key groups), but never with another max
-parallelism (the number of key groups), which is refused with both values.
+parallelism (the number of key groups), which is refused with both values. A savepoint's
+canonical Parquet files (``OperatorState.backend == "canonical"``) restore the same way into
+either backend; their checksums, footers and row counts were checked by ``resolve_restore_path``
+before anything runs.
 """
 
 from __future__ import annotations
