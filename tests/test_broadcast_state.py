@@ -115,3 +115,66 @@ def test_broadcast_state_survives_a_failure(make_env, tmp_path, parallelism):
     assert os.path.exists(flag)
     # the rule came in the first epoch; after the restore every instance still has it
     assert sorted(sink.results) == list(range(15, 1_000))
+
+
+class RememberRules(BroadcastProcessFunction):
+    """Reports, on its first main record after starting, the broadcast state it started with."""
+
+    def open(self, ctx):
+        self.index = ctx.get_index_of_this_subtask()
+        self.reported = False
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(RULES).put(value, True)
+
+    def process_element(self, value, ctx):
+        if not self.reported:
+            self.reported = True
+            yield self.index, sorted(ctx.get_broadcast_state(RULES).keys())
+
+
+def test_broadcast_state_after_a_savepoint_and_rescale(make_env, tmp_path):
+    import time
+
+    from flowpoint import DataGeneratorSource
+
+    def build(env):
+        sink = CollectSink()
+        rules = env.from_collection(["r1", "r2"]).uid("rules").broadcast(RULES)
+        numbers = env.from_source(DataGeneratorSource(lambda i: i, count=None, rate_limit_per_second=500), source_name="n").uid("n")
+        numbers.rebalance().connect(rules).process(RememberRules()).uid("remember").sink_to(sink).uid("sink")
+        return sink
+
+    env = make_env(parallelism=2, max_records=50)
+    sink = build(env)
+    client = env.execute_async("before")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(set(map(_frozen, sink.results))) < 2:
+        time.sleep(0.1)
+    path = client.trigger_savepoint(str(tmp_path / "savepoints"))
+    client.cancel()
+    try:
+        client.wait(60)
+    except JobExecutionError:
+        pass
+    assert sorted(set(map(_frozen, sink.results))) == [(0, ("r1", "r2")), (1, ("r1", "r2"))]
+
+    env = make_env(parallelism=3, max_records=50)
+    env.get_configuration().set("execution.savepoint.path", path)
+    sink = build(env)
+    client = env.execute_async("after")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(set(map(_frozen, sink.results))) < 3:
+        time.sleep(0.1)
+    client.cancel()
+    try:
+        client.wait(60)
+    except JobExecutionError:
+        pass
+    # three instances now, each with the whole broadcast state (the rules source had ended)
+    assert sorted(set(map(_frozen, sink.results))) == [(0, ("r1", "r2")), (1, ("r1", "r2")), (2, ("r1", "r2"))]
+
+
+def _frozen(report):
+    index, rules = report
+    return index, tuple(rules)
