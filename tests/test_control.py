@@ -272,6 +272,8 @@ def test_endpoint_routes_of_a_running_job(make_env, tmp_path, monkeypatch):
         ended = wait_for(lambda: reg.read(job_id).end_time_ms and reg.read(job_id), what="the registry entry to end")
         assert ended.status == "CANCELED"
         wait_for(lambda: job_id not in endpoint._attached, 10, "the endpoint to let go of the job")
+        with endpoint._lock:  # held by the detach until a server without jobs is closed
+            pass
         if not endpoint._attached:  # the job was the process's last: the endpoint has stopped
             assert endpoint.current_server() is None
             with pytest.raises(ConnectionRefusedError):
