@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # test helper modules import on executors too
+# every job registers itself (flowpoint list): keep the suite's jobs out of the user's ~/.flowpoint
+os.environ.setdefault("FLOWPOINT_HOME", tempfile.mkdtemp(prefix="flowpoint-tests-home-"))
 
 from flowpoint import StreamExecutionEnvironment  # noqa: E402
 
