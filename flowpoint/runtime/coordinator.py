@@ -311,7 +311,7 @@ class Coordinator:
         allow = bool(self.config.get("execution.savepoint.ignore-unclaimed-state"))
         restore = plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow)
         self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
-        self._progress(f"restoring checkpoint {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
+        self._progress(f"restoring {meta.kind} {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
         for uid in restore.dropped_uids:
             log.warning("dropping state of uid %r: the job has no such stateful operator (--allow-non-restored-state)", uid)
         return restore
