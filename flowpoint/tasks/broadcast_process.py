@@ -10,7 +10,7 @@ from flowpoint.api.broadcast import BroadcastState, ReadOnlyBroadcastState
 from flowpoint.api.operator_state import BROADCAST, OperatorStateStore
 from flowpoint.errors import StateAccessError
 from flowpoint.tasks.batches import as_rows
-from flowpoint.tasks.operators import KeyedOp, Operator, user_error
+from flowpoint.tasks.operators import KeyedOp, Operator, run_per_record
 
 
 class _Context:
@@ -92,24 +92,8 @@ class _BroadcastMixin:
 
     def _broadcast(self, origin: tuple, rows: list, ts: list | None) -> None:
         self.records_in += len(rows)
-        f = self.spec.function.process_broadcast_element
-        ctx = self.write_ctx
-        ctx.origin = origin
-        out: list = []
-        out_ts: list | None = None if ts is None else []
-        x = None
-        try:
-            for i, x in enumerate(rows):
-                t = None if ts is None else ts[i]
-                ctx.current_timestamp = t
-                r = f(x, ctx)
-                if r is not None:
-                    n = len(out)
-                    out.extend(r)
-                    if out_ts is not None:
-                        out_ts.extend([t] * (len(out) - n))
-        except Exception as e:
-            raise user_error(self.spec, e, x) from e
+        self.write_ctx.origin = origin
+        out, out_ts = run_per_record(self.spec, self.spec.function.process_broadcast_element, rows, ts, self.write_ctx)
         self.emit(origin, out, out_ts)  # type: ignore[attr-defined]
 
 
@@ -122,24 +106,8 @@ class BroadcastProcessOp(_BroadcastMixin, Operator):
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         rows = as_rows(data, self.spec.options.get("main_type"))
         self.records_in += len(rows)
-        f = self.spec.function.process_element
-        ctx = self.read_ctx
-        ctx.origin = origin
-        out: list = []
-        out_ts: list | None = None if ts is None else []
-        x = None
-        try:
-            for i, x in enumerate(rows):
-                t = None if ts is None else ts[i]
-                ctx.current_timestamp = t
-                r = f(x, ctx)
-                if r is not None:
-                    n = len(out)
-                    out.extend(r)
-                    if out_ts is not None:
-                        out_ts.extend([t] * (len(out) - n))
-        except Exception as e:
-            raise user_error(self.spec, e, x) from e
+        self.read_ctx.origin = origin
+        out, out_ts = run_per_record(self.spec, self.spec.function.process_element, rows, ts, self.read_ctx)
         self.emit(origin, out, out_ts)
 
 

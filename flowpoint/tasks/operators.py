@@ -213,26 +213,31 @@ class ProcessOp(Operator):
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         rows = as_rows(data, self.spec.input_type)
         self.records_in += len(rows)
-        f = self.spec.function.process_element
-        ctx = self.ctx
-        ctx.origin = origin
-        out: list = []
-        extend = out.extend
-        out_ts: list | None = None if ts is None else []
-        x = None
-        try:
-            for i, x in enumerate(rows):
-                t = None if ts is None else ts[i]
-                ctx.current_timestamp = t
-                r = f(x, ctx)
-                if r is not None:
-                    n = len(out)
-                    extend(r)
-                    if out_ts is not None:
-                        out_ts.extend([t] * (len(out) - n))
-        except Exception as e:
-            raise user_error(self.spec, e, x) from e
+        self.ctx.origin = origin
+        out, out_ts = run_per_record(self.spec, self.spec.function.process_element, rows, ts, self.ctx)
         self.emit(origin, out, out_ts)
+
+
+def run_per_record(spec: Any, f: Any, rows: list, ts: list | None, ctx: Any) -> tuple[list, list | None]:
+    """``f(record, ctx)`` for each record (``ctx.current_timestamp`` set to its timestamp); the
+    records it yields, each with the timestamp of the record it came from."""
+    out: list = []
+    extend = out.extend
+    out_ts: list | None = None if ts is None else []
+    x = None
+    try:
+        for i, x in enumerate(rows):
+            t = None if ts is None else ts[i]
+            ctx.current_timestamp = t
+            r = f(x, ctx)
+            if r is not None:
+                n = len(out)
+                extend(r)
+                if out_ts is not None:
+                    out_ts.extend([t] * (len(out) - n))
+    except Exception as e:
+        raise user_error(spec, e, x) from e
+    return out, out_ts
 
 
 def _first_failure(spec: Any, e: BaseException, rows: list, f: Any) -> FlowpointError:
