@@ -126,7 +126,37 @@ class KeyedProcessContext(KeyedProcessFunction.OnTimerContext):
         return self.domain
 
 
-class KeyedProcessOp(KeyedOp):
+class TimerOp(KeyedOp):
+    """A keyed operator with timers (``self.timers``) and buffered output (``self.buffer``):
+    a new watermark or processing time fires the due timers, flushes what they emitted, and
+    (watermarks) is forwarded after them, as in Flink."""
+
+    timers: InternalTimerService
+    buffer: OutputBuffer
+
+    def process_watermark(self, origin: tuple, wm: int) -> None:
+        if wm <= self.watermark:
+            return
+        self.watermark = wm
+        try:
+            self.timers.advance_watermark(wm)
+        finally:
+            self.backend.current_key = None
+        self.buffer.flush(self, origin)
+        self.emit_watermark(origin, wm)
+
+    def advance_processing_time(self, now: int, origin: tuple = ()) -> None:
+        if now <= self.processing_time:
+            return
+        self.processing_time = now
+        try:
+            self.timers.advance_processing_time(now)
+        finally:
+            self.backend.current_key = None
+        self.buffer.flush(self, origin)
+
+
+class KeyedProcessOp(TimerOp):
     """Runs a :class:`KeyedProcessFunction` with timers (see the module docstring)."""
 
     def open(self, ctx: Any) -> None:
@@ -158,27 +188,6 @@ class KeyedProcessOp(KeyedOp):
             raise user_error(self.spec, e, value, key) from e
         finally:
             backend.current_key = None
-        self.buffer.flush(self, origin)
-
-    def process_watermark(self, origin: tuple, wm: int) -> None:
-        if wm <= self.watermark:
-            return
-        self.watermark = wm
-        try:
-            self.timers.advance_watermark(wm)
-        finally:
-            self.backend.current_key = None
-        self.buffer.flush(self, origin)
-        self.emit_watermark(origin, wm)
-
-    def advance_processing_time(self, now: int, origin: tuple = ()) -> None:
-        if now <= self.processing_time:
-            return
-        self.processing_time = now
-        try:
-            self.timers.advance_processing_time(now)
-        finally:
-            self.backend.current_key = None
         self.buffer.flush(self, origin)
 
     def _on_event_time(self, key: Any, namespace: Any, timestamp: int) -> None:

@@ -39,9 +39,8 @@ from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.tasks.batches import KeyedBatch
 from flowpoint.tasks.columnar_window import process_columnar, supports_columnar
-from flowpoint.tasks.keyed_process import OutputBuffer
+from flowpoint.tasks.keyed_process import OutputBuffer, TimerOp
 from flowpoint.tasks.namespaced import NamespacedStateStore, namespaced_state
-from flowpoint.tasks.operators import KeyedOp
 from flowpoint.tasks.timers import InternalTimerService
 
 CONTENTS_STATE = "_window-contents"
@@ -225,7 +224,7 @@ class WindowFunctionRunner:
             self.function.clear(context)
 
 
-class WindowOperator(KeyedOp):
+class WindowOperator(TimerOp):
     """Keyed windows (see the module docstring). ``spec.options``: ``assigner``, ``trigger``,
     ``evictor``, ``allowed_lateness_ms``, ``late_tag_id``, ``incremental_kind`` (``"reduce"``,
     ``"aggregate"`` or None) with ``incremental_function``, ``window_function_kind``
@@ -311,27 +310,6 @@ class WindowOperator(KeyedOp):
             raise self._error(e, f"processing {value!r:.200}", key) from e
         finally:
             backend.current_key = None
-        self.buffer.flush(self, origin)
-
-    def process_watermark(self, origin: tuple, wm: int) -> None:
-        if wm <= self.watermark:
-            return
-        self.watermark = wm
-        try:
-            self.timers.advance_watermark(wm)
-        finally:
-            self.backend.current_key = None
-        self.buffer.flush(self, origin)
-        self.emit_watermark(origin, wm)
-
-    def advance_processing_time(self, now: int, origin: tuple = ()) -> None:
-        if now <= self.processing_time:
-            return
-        self.processing_time = now
-        try:
-            self.timers.advance_processing_time(now)
-        finally:
-            self.backend.current_key = None
         self.buffer.flush(self, origin)
 
     def _element(self, key: Any, value: Any, t: int | None) -> None:
