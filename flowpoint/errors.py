@@ -41,3 +41,8 @@ class JobCancelledError(JobExecutionError):
 
 class CheckpointError(FlowpointError):
     """Checkpoint storage or a checkpoint/savepoint cannot be read or written; names the URI."""
+
+
+class StateNotFoundError(FlowpointError):
+    """A task cannot find (or verify) its partition's committed state file; names the file.
+    No restart can fix it: a partition never starts from empty state."""

@@ -127,36 +127,18 @@ def test_restart_strategy_gives_up(make_env, tmp_path):
 def test_failed_upload_declines_the_checkpoint_and_the_job_goes_on(make_env, tmp_path, monkeypatch, backend):
     env = checkpointing_env(make_env, tmp_path, 2, backend)
     env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(1)
-    # state files: HashMap snapshots are written from memory, RocksDB files uploaded from disk
-    calls = {"n": 0}
-
-    def fail_the_third():
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise OSError("injected upload failure")
-
-    if backend == "hashmap":
-        real_write = CheckpointStorageAccess.write_bytes
-
-        def flaky_write(self, rel, data):
-            if rel.endswith(".pkl"):
-                fail_the_third()
-            return real_write(self, rel, data)
-
-        monkeypatch.setattr(CheckpointStorageAccess, "write_bytes", flaky_write)
-    else:
-        real_upload = CheckpointStorageAccess.upload_file
-
-        def flaky_upload(self, local_path, rel):
-            fail_the_third()
-            return real_upload(self, local_path, rel)
-
-        monkeypatch.setattr(CheckpointStorageAccess, "upload_file", flaky_upload)
+    # the tasks write their checkpoint parts on the executors: checkpoint 2's directory cannot be
+    # created there (a file is in its place), so its parts fail and the tasks decline it
+    job_id = "f" * 32
+    monkeypatch.setattr("flowpoint.runtime.coordinator.new_job_id", lambda: job_id)
+    (tmp_path / "ck" / job_id).mkdir(parents=True)
+    (tmp_path / "ck" / job_id / "chk-2").write_text("in the way")
     sink = build(env, EVENTS)
     result = env.execute("flaky upload")
     stats = result.get_checkpoint_stats()
     failed = [s for s in stats if s.status == "FAILED"]
-    assert len(failed) == 1 and "injected upload failure" in failed[0].failure_reason
+    assert len(failed) == 1 and failed[0].checkpoint_id == 2
+    assert "could not write its parts" in failed[0].failure_reason and "chk-2" in failed[0].failure_reason
     assert completed(stats)
     assert state_of(result) == expected_state(EVENTS)
     assert sorted(sink.results) == expected_outputs(EVENTS)
@@ -325,7 +307,7 @@ def test_a_checkpoint_slower_than_its_timeout_expires_and_the_job_goes_on(make_e
     slow = {"n": 0}
 
     def slow_once(self, rel, data):
-        if rel.endswith(".pkl") and slow["n"] == 0:
+        if rel.endswith("_metadata") and slow["n"] == 0:  # the coordinator writing _metadata
             slow["n"] += 1
             time.sleep(4)
         return real(self, rel, data)

@@ -17,15 +17,13 @@ from flowpoint import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from flowpoint.errors import ConfigurationError, FlowpointError, StateAccessError
+from flowpoint.errors import ConfigurationError, FlowpointError, StateAccessError, StateNotFoundError
+from flowpoint.state import durable
+from flowpoint.state.backend import HashMapPartitionBackend
 from flowpoint.state.heap import HeapKeyedStateBackend
-from flowpoint.state.working import (
-    CommittedChain,
-    TaskStateAck,
-    TaskStateCache,
-    read_committed_tables,
-    write_state_file,
-)
+from flowpoint.state.working import CommittedChain, CommittedFile, TaskStateCache
+from flowpoint.tasks.batches import dumps
+from flowpoint.tasks.protocol import StateLocation, TaskSlice, TaskStateAck
 
 from state_functions import AverageAggregate, MaxAggregate, SumReduce
 
@@ -628,13 +626,24 @@ def test_operations_and_rollbacks_match_a_dict_model(ops):
         assert s["g"].get() == (None if acc is None else acc[0] / acc[1])
 
 
-# -- TaskStateCache ------------------------------------------------------------------------------
+# -- the HashMap partition backend: cache, durable deltas and bases ----------------------------
 
-JOB = "job-under-test"
+JOB = "job-under-test/run-0"
 
 
-def _ack(epoch: int, token: str, path: str | None, size: int = 0, is_base: bool = False) -> TaskStateAck:
-    return TaskStateAck(epoch, token, path, size, is_base, 0, 0)
+class Worker:
+    """One Python worker's view: the partition backend with its own process cache."""
+
+    def __init__(self, root) -> None:
+        self.cache = TaskStateCache()
+        self.backend = HashMapPartitionBackend(StateLocation(JOB, str(root / "local"), str(root / "durable")), 128, self.cache)
+
+    def acquire(self, chain, stage: int = 1, partition: int = 0):
+        return self.backend.acquire(stage, partition, chain, ["op-uid"])
+
+
+def _ack(epoch: int, token: str, delta: CommittedFile | None = None, base: CommittedFile | None = None) -> TaskStateAck:
+    return TaskStateAck(epoch, token, delta, base, 0, 0)
 
 
 def _run_epoch(ts, epoch: int, token: str, writes: dict) -> None:
@@ -653,21 +662,39 @@ def _count_table(ts) -> dict:
     return dict(b.tables.get("count", {})) if b else {}
 
 
+def _file(directory, kind: str, epoch: int, token: str, per_uid: dict) -> CommittedFile:
+    uri = str(directory / f"{kind}-{epoch:08d}-{token}.pkl")
+    size, crc = durable.write_file(uri, dumps((kind, per_uid)))
+    durable._RECENT.pop(uri, None)  # as another process wrote it
+    return CommittedFile(epoch, token, uri, size, crc)
+
+
 def _write_delta(directory, epoch: int, token: str, puts: dict, deletes=()) -> TaskStateAck:
-    path, size = write_state_file(str(directory), "delta", epoch, token, {"op-uid": {"count": (puts, list(deletes))}})
-    return _ack(epoch, token, path, size)
+    return _ack(epoch, token, _file(directory, "delta", epoch, token, {"op-uid": {"count": (puts, list(deletes))}}))
 
 
-def test_cache_promotes_a_committed_pending_attempt_without_reloading():
-    cache = TaskStateCache()
+def _write_base(directory, epoch: int, token: str, per_uid: dict) -> TaskStateAck:
+    return _ack(epoch, token, None, _file(directory, "base", epoch, token, per_uid))
+
+
+def committed_tables(tmp_path, chain) -> dict:
+    """The committed state as a worker that never held the partition rebuilds it."""
+    w = Worker(tmp_path)
+    ts, fresh = w.acquire(chain)
+    assert fresh
+    return w.backend.committed_tables(ts, sorted(ts.backends))[0]
+
+
+def test_cache_promotes_a_committed_pending_attempt_without_reloading(tmp_path):
+    w = Worker(tmp_path)
     chain = CommittedChain()
-    ts, fresh = cache.acquire(JOB, 1, 0, chain)
+    ts, fresh = w.acquire(chain)
     assert fresh and ts.version == 0
     _run_epoch(ts, 1, "t1", {"a": 1, "b": 2})
     ts.operators = marker = object()
     # the coordinator committed exactly this attempt; its delta file is never read
-    chain = chain.committed(1, "t1", _ack(1, "t1", "/nonexistent/delta-1.pkl", 10))
-    ts2, fresh2 = cache.acquire(JOB, 1, 0, chain)
+    chain = chain.committed(1, "t1", _ack(1, "t1", CommittedFile(1, "t1", "/nonexistent/delta-1.pkl", 10)))
+    ts2, fresh2 = w.acquire(chain)
     assert ts2 is ts and not fresh2
     assert ts2.version == 1 and ts2.pending is None
     assert _count_table(ts2) == {"a": 1, "b": 2}
@@ -676,92 +703,127 @@ def test_cache_promotes_a_committed_pending_attempt_without_reloading():
 
 
 def test_cache_rolls_back_an_uncommitted_attempt_and_applies_the_committed_one(tmp_path):
-    cache = TaskStateCache()
-    ts, _ = cache.acquire(JOB, 1, 0, CommittedChain())
+    w = Worker(tmp_path)
+    ts, _ = w.acquire(CommittedChain())
     _run_epoch(ts, 1, "t1", {"a": 1})
-    chain = CommittedChain().committed(1, "t1", _ack(1, "t1", None))
-    ts, _ = cache.acquire(JOB, 1, 0, chain)
+    chain = CommittedChain().committed(1, "t1", _ack(1, "t1"))
+    ts, _ = w.acquire(chain)
     assert _count_table(ts) == {"a": 1}
 
     # attempt t2 of epoch 2 ran here but another attempt, t3, was committed
     _run_epoch(ts, 2, "t2", {"a": 100, "zombie": 5})
     ts.operators = object()
-    committed = _write_delta(tmp_path, 2, "t3", {"a": 2, "c": 3})
-    chain = chain.committed(2, "t3", committed)
-    ts2, fresh = cache.acquire(JOB, 1, 0, chain)
+    chain = chain.committed(2, "t3", _write_delta(tmp_path, 2, "t3", {"a": 2, "c": 3}))
+    ts2, fresh = w.acquire(chain)
     assert ts2 is ts and not fresh
     assert _count_table(ts2) == {"a": 2, "c": 3}
     assert ts2.version == 2
     assert ts2.operators is None  # functions of the failed attempt are not reused
 
 
-def test_cache_rolls_back_an_attempt_of_an_epoch_that_did_not_commit():
-    cache = TaskStateCache()
-    ts, _ = cache.acquire(JOB, 1, 0, CommittedChain())
+def test_cache_rolls_back_an_attempt_of_an_epoch_that_did_not_commit(tmp_path):
+    w = Worker(tmp_path)
+    ts, _ = w.acquire(CommittedChain())
     _run_epoch(ts, 1, "t1", {"a": 1})
-    chain = CommittedChain().committed(1, "t1", _ack(1, "t1", None))
-    ts, _ = cache.acquire(JOB, 1, 0, chain)
+    chain = CommittedChain().committed(1, "t1", _ack(1, "t1"))
+    ts, _ = w.acquire(chain)
     _run_epoch(ts, 2, "t2", {"a": 7, "b": 8})
     # epoch 2 failed as a whole: the chain still ends at epoch 1
-    ts2, fresh = cache.acquire(JOB, 1, 0, chain)
+    ts2, fresh = w.acquire(chain)
     assert ts2 is ts and not fresh
     assert _count_table(ts2) == {"a": 1}
     assert ts2.version == 1
 
 
 def test_cache_catches_up_from_delta_files(tmp_path):
-    cache = TaskStateCache()
-    ts, _ = cache.acquire(JOB, 1, 0, CommittedChain())
+    w = Worker(tmp_path)
+    ts, _ = w.acquire(CommittedChain())
     _run_epoch(ts, 1, "t1", {"a": 1, "b": 1})
     chain = CommittedChain().committed(1, "t1", _write_delta(tmp_path, 1, "t1", {"a": 1, "b": 1}))
-    ts, _ = cache.acquire(JOB, 1, 0, chain)
+    ts, _ = w.acquire(chain)
     # epochs 2..4 ran on other workers
     chain = chain.committed(2, "x2", _write_delta(tmp_path, 2, "x2", {"a": 2}))
     chain = chain.committed(3, "x3", None)  # an epoch that changed nothing
     chain = chain.committed(4, "x4", _write_delta(tmp_path, 4, "x4", {"c": 4}, deletes=["b"]))
-    ts2, fresh = cache.acquire(JOB, 1, 0, chain)
+    ts2, fresh = w.acquire(chain)
     assert ts2 is ts and not fresh
     assert _count_table(ts2) == {"a": 2, "c": 4}
     assert ts2.version == 4
     assert ts2.backends["op-uid"].delta() == {}  # caught-up changes are committed
-    assert read_committed_tables(chain) == {"op-uid": {"count": {"a": 2, "c": 4}}}
+    assert committed_tables(tmp_path, chain) == {"op-uid": {"count": {"a": 2, "c": 4}}}
 
 
 def test_cache_cold_load_from_base_and_deltas(tmp_path):
-    path, size = write_state_file(str(tmp_path), "base", 5, "b5", {"op-uid": {"count": {"a": 5, "b": 5}}, "other": {"s": {1: [1]}}})
-    chain = CommittedChain().committed(5, "b5", _ack(5, "b5", path, size, is_base=True))
+    chain = CommittedChain().committed(5, "b5", _write_base(tmp_path, 5, "b5", {"op-uid": {"count": {"a": 5, "b": 5}}, "other": {"s": {1: [1]}}}))
     chain = chain.committed(6, "d6", _write_delta(tmp_path, 6, "d6", {"a": 6}, deletes=["b"]))
-    cache = TaskStateCache()  # a worker that never held this partition
-    ts, fresh = cache.acquire(JOB, 3, 1, chain)
+    w = Worker(tmp_path)  # a worker that never held this partition
+    ts, fresh = w.acquire(chain, 3, 1)
     assert fresh
     assert ts.version == 6
     assert _count_table(ts) == {"a": 6}
     assert ts.backends["other"].tables["s"] == {1: [1]}
-    assert read_committed_tables(chain) == {"op-uid": {"count": {"a": 6}}, "other": {"s": {1: [1]}}}
+    assert committed_tables(tmp_path, chain) == {"op-uid": {"count": {"a": 6}}, "other": {"s": {1: [1]}}}
 
 
 def test_cache_reloads_a_copy_older_than_the_base(tmp_path):
-    cache = TaskStateCache()
-    ts, _ = cache.acquire(JOB, 1, 0, CommittedChain())
+    w = Worker(tmp_path)
+    ts, _ = w.acquire(CommittedChain())
     _run_epoch(ts, 1, "t1", {"a": 1})
     chain = CommittedChain().committed(1, "t1", _write_delta(tmp_path, 1, "t1", {"a": 1}))
-    ts, _ = cache.acquire(JOB, 1, 0, chain)
+    ts, _ = w.acquire(chain)
     # later a base snapshot at epoch 3 replaced the deltas (older delta files may be gone)
-    path, size = write_state_file(str(tmp_path), "base", 3, "b3", {"op-uid": {"count": {"a": 3, "z": 3}}})
-    chain = chain.committed(2, "x2", None).committed(3, "b3", _ack(3, "b3", path, size, is_base=True))
-    ts2, fresh = cache.acquire(JOB, 1, 0, chain)
+    chain = chain.committed(2, "x2", None).committed(3, "b3", _write_base(tmp_path, 3, "b3", {"op-uid": {"count": {"a": 3, "z": 3}}}))
+    assert chain.obsolete == (str(tmp_path / "delta-00000001-t1.pkl"),)  # the next task deletes it
+    ts2, fresh = w.acquire(chain)
     assert fresh and ts2 is not ts
     assert _count_table(ts2) == {"a": 3, "z": 3}
 
 
-def test_cache_keeps_partitions_and_jobs_apart():
-    cache = TaskStateCache()
-    a, _ = cache.acquire(JOB, 1, 0, CommittedChain())
-    b, _ = cache.acquire(JOB, 1, 1, CommittedChain())
-    c, _ = cache.acquire("other-job", 1, 0, CommittedChain())
+def test_cache_keeps_partitions_and_jobs_apart(tmp_path):
+    w = Worker(tmp_path)
+    a, _ = w.acquire(CommittedChain(), 1, 0)
+    b, _ = w.acquire(CommittedChain(), 1, 1)
+    other = HashMapPartitionBackend(StateLocation("other-job/run-0", str(tmp_path), str(tmp_path)), 128, w.cache)
+    c, _ = other.acquire(1, 0, CommittedChain(), ["op-uid"])
     assert a is not b and a is not c
     _run_epoch(a, 1, "t", {"k": 1})
     assert _count_table(b) == {} and _count_table(c) == {}
-    cache.drop(JOB)
-    a2, fresh = cache.acquire(JOB, 1, 0, CommittedChain())
+    w.cache.drop("job-under-test")
+    a2, fresh = w.acquire(CommittedChain())
     assert fresh and a2 is not a
+
+
+def test_a_missing_delta_file_fails_naming_it_never_empty_state(tmp_path):
+    chain = CommittedChain().committed(1, "t1", _write_delta(tmp_path, 1, "t1", {"a": 1}))
+    chain = chain.committed(2, "t2", _write_delta(tmp_path, 2, "t2", {"b": 2}))
+    (tmp_path / "delta-00000001-t1.pkl").unlink()  # as on a host that cannot see the file
+    with pytest.raises(StateNotFoundError, match=r"delta-00000001-t1\.pkl.*never starts from empty state"):
+        Worker(tmp_path).acquire(chain)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "append"])
+def test_a_changed_delta_file_fails_naming_it(tmp_path, damage):
+    chain = CommittedChain().committed(1, "t1", _write_delta(tmp_path, 1, "t1", {"a": 1, "b": 2}))
+    path = tmp_path / "delta-00000001-t1.pkl"
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+    elif damage == "truncate":
+        data = data[:-1]
+    else:
+        data += b"x"
+    path.write_bytes(bytes(data))
+    with pytest.raises(StateNotFoundError, match=r"delta-00000001-t1\.pkl"):
+        Worker(tmp_path).acquire(chain)
+
+
+def test_superseded_files_are_deleted_by_the_next_task_only(tmp_path):
+    chain = CommittedChain().committed(1, "t1", _write_delta(tmp_path, 1, "t1", {"a": 1}))
+    chain = chain.committed(2, "b2", _write_base(tmp_path, 2, "b2", {"op-uid": {"count": {"a": 2}}}))
+    assert (tmp_path / "delta-00000001-t1.pkl").exists()  # until epoch 2 is known to be committed
+    w = Worker(tmp_path)
+    w.backend.begin_task(TaskSlice(1, 0, chain))
+    assert not (tmp_path / "delta-00000001-t1.pkl").exists()
+    assert (tmp_path / "base-00000002-b2.pkl").exists()
+    ts, _ = w.acquire(chain)
+    assert _count_table(ts) == {"a": 2}

@@ -191,6 +191,7 @@ OPTIONS = {
         ),
         Option("execution.progress.interval", 1000, int, "ms between progress lines (0: every epoch, -1: never)"),
         Option("state.working.dir", None, str, "directory for working-state delta files (executor local disk)"),
+        Option("state.working.remote-dir", None, str, "durable storage URI (s3://, hdfs://, file://) for committed working-state changes, readable by every executor; default: <checkpoint dir>/<job id>/taskowned when checkpoints go to remote storage, else <state.working.dir>/durable"),
         Option("state.working.compaction-bytes", 1 << 20, int, "delta bytes before a partition writes a new base snapshot"),
         # -- checkpointing (durations are kept in ms) --
         Option("execution.checkpointing.interval", None, int, "checkpoint every this often, at the first epoch boundary after it (so 1 ms: every epoch); unset: checkpointing off", _duration(1)),

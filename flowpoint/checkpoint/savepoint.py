@@ -231,6 +231,91 @@ class OperatorSnapshot:
     parts: list[PartState]
 
 
+def create_savepoint_dir(target: str, job_id: str, options: Mapping[str, Any] | None = None, directory_name: str | None = None) -> CheckpointStorageAccess:
+    """A new, empty savepoint directory below ``target``; an existing one is refused."""
+    root = CheckpointStorageAccess(target, options)
+    name = directory_name or savepoint_dir_name(job_id)
+    if root.exists(name):
+        msg = f"savepoint directory {root.uri(name)} already exists; choose another target directory"
+        raise CheckpointError(msg)
+    access = root.child(name)
+    access.make_dirs()
+    return access
+
+
+def write_part(access: CheckpointStorageAccess, uid: str, index: int, key_group_start: int, key_group_end: int, tables: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, str], max_parallelism: int, declared: bool = False) -> tuple[SubtaskState, dict[str, dict[str, Any]]]:
+    """Write one operator's state of one parallel instance as a Parquet file (run by the task
+    that holds the state); returns its subtask entry and per-state counts for ``_metadata``."""
+    enc = encode_tables(tables, kinds, max_parallelism, declared)
+    data = parquet_bytes(enc.table)
+    rel = file_name(uid, index)
+    access.write_bytes(rel, data)
+    f = StateFile(rel, len(data), CANONICAL, rows=enc.table.num_rows, sha256=hashlib.sha256(data).hexdigest())
+    return SubtaskState(index, key_group_start, key_group_end, [f], enc.num_keys, len(data), len(data)), enc.states
+
+
+def assemble_operator(uid: str, name: str, parallelism: int, max_parallelism: int, parts: list[tuple[SubtaskState, dict[str, dict[str, Any]]]]) -> OperatorState | None:
+    """An operator's ``_metadata`` entry from its parts; None if it holds no state at all."""
+    if not any(states for _sub, states in parts):
+        return None
+    merged: dict[str, dict[str, Any]] = {}
+    for _sub, states in parts:
+        for sname, info in states.items():
+            into = merged.setdefault(sname, {"kind": info["kind"], "declared": info["declared"], "keys": 0, "rows": 0})
+            into["keys"] += info["keys"]
+            into["rows"] += info["rows"]
+            if info["declared"] and not into["declared"]:
+                into["kind"], into["declared"] = info["kind"], True
+    subtasks = sorted((sub for sub, _ in parts), key=lambda sub: sub.index)
+    return OperatorState(uid, name, parallelism, max_parallelism, CANONICAL, subtasks, merged)
+
+
+def complete_savepoint(
+    access: CheckpointStorageAccess,
+    *,
+    job_id: str,
+    job_name: str,
+    checkpoint_id: int,
+    epoch: int,
+    backend: str,
+    operators: list[OperatorState],
+    max_parallelism: int,
+    trigger_time_ms: int,
+    sources: list[SplitPosition] | None = None,
+    sinks: dict[str, Any] | None = None,
+    watermarks: dict[str, Any] | None = None,
+    stats: dict[str, Any] | None = None,
+) -> str:
+    """Write ``_metadata`` (atomically, last): the savepoint exists from then on."""
+    total = sum(sub.state_size for op in operators for sub in op.subtasks)
+    meta = CheckpointMetadata(
+        checkpoint_id=int(checkpoint_id),
+        job_id=job_id,
+        job_name=job_name,
+        kind="savepoint",
+        epoch=int(epoch),
+        trigger_time_ms=trigger_time_ms,
+        completed_time_ms=now_ms(),
+        max_parallelism=max_parallelism,
+        backend=backend,
+        incremental=False,
+        operators=operators,
+        sources=list(sources or []),
+        sinks=dict(sinks or {}),
+        watermarks=dict(watermarks or {}),
+        stats={"state_size": total, **(stats or {})},
+    )
+    write_metadata(access, "", meta)
+    return access.uri()
+
+
+def discard_incomplete(access: CheckpointStorageAccess) -> None:
+    try:
+        access.delete("")
+    except Exception:  # noqa: BLE001 - the original error matters
+        log.warning("could not remove the incomplete savepoint %s", access.uri(), exc_info=True)
+
+
 def write_savepoint(
     target: str,
     *,
@@ -247,64 +332,31 @@ def write_savepoint(
     directory_name: str | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> str:
-    """Write a savepoint below ``target`` (any storage URI); returns the savepoint directory's
-    URI. Data files first, ``_metadata`` last (atomically); on a failure the directory goes."""
+    """Write a savepoint of state held in this process (the state writer) below ``target`` (any
+    storage URI); returns the savepoint directory's URI. Data files first, ``_metadata`` last
+    (atomically); on a failure the directory goes."""
     t0 = now_ms()
-    root = CheckpointStorageAccess(target, options)
-    name = directory_name or savepoint_dir_name(job_id)
-    if root.exists(name):
-        msg = f"savepoint directory {root.uri(name)} already exists; choose another target directory"
-        raise CheckpointError(msg)
-    access = root.child(name)
+    access = create_savepoint_dir(target, job_id, options, directory_name)
     try:
-        access.make_dirs()
         ops: list[OperatorState] = []
-        total = 0
         for snap in operators:
             if not any(t for part in snap.parts for t in part.tables.values()):
                 continue  # an operator without state has nothing to restore (and may be removed)
-            states: dict[str, dict[str, Any]] = {}
-            subtasks = []
-            for part in snap.parts:
-                enc = encode_tables(part.tables, part.kinds, snap.max_parallelism, part.declared)
-                data = parquet_bytes(enc.table)
-                rel = file_name(snap.uid, part.index)
-                access.write_bytes(rel, data)
-                f = StateFile(rel, len(data), CANONICAL, rows=enc.table.num_rows, sha256=hashlib.sha256(data).hexdigest())
-                subtasks.append(SubtaskState(part.index, part.key_group_start, part.key_group_end, [f], enc.num_keys, len(data), len(data)))
-                total += len(data)
-                for sname, info in enc.states.items():
-                    into = states.setdefault(sname, {"kind": info["kind"], "declared": info["declared"], "keys": 0, "rows": 0})
-                    into["keys"] += info["keys"]
-                    into["rows"] += info["rows"]
-                    if info["declared"] and not into["declared"]:
-                        into["kind"], into["declared"] = info["kind"], True
-            ops.append(OperatorState(snap.uid, snap.name, snap.parallelism, snap.max_parallelism, CANONICAL, subtasks, states))
-        meta = CheckpointMetadata(
-            checkpoint_id=int(checkpoint_id),
-            job_id=job_id,
-            job_name=job_name,
-            kind="savepoint",
-            epoch=int(epoch),
-            trigger_time_ms=t0,
-            completed_time_ms=now_ms(),
-            max_parallelism=max((o.max_parallelism for o in operators), default=128),
-            backend=backend,
-            incremental=False,
-            operators=ops,
-            sources=list(sources or []),
-            sinks=dict(sinks or {}),
-            watermarks=dict(watermarks or {}),
-            stats={"state_size": total, **(stats or {})},
+            parts = [
+                write_part(access, snap.uid, part.index, part.key_group_start, part.key_group_end, part.tables, part.kinds, snap.max_parallelism, part.declared)
+                for part in snap.parts
+            ]
+            op = assemble_operator(snap.uid, snap.name, snap.parallelism, snap.max_parallelism, parts)
+            if op is not None:
+                ops.append(op)
+        return complete_savepoint(
+            access, job_id=job_id, job_name=job_name, checkpoint_id=checkpoint_id, epoch=epoch, backend=backend,
+            operators=ops, max_parallelism=max((o.max_parallelism for o in operators), default=128), trigger_time_ms=t0,
+            sources=sources, sinks=sinks, watermarks=watermarks, stats=stats,
         )
-        write_metadata(access, "", meta)
     except BaseException:
-        try:
-            access.delete("")
-        except Exception:  # noqa: BLE001 - the original error matters
-            log.warning("could not remove the incomplete savepoint %s", access.uri(), exc_info=True)
+        discard_incomplete(access)
         raise
-    return access.uri()
 
 
 def now_ms() -> int:
@@ -473,7 +525,7 @@ def _read_rocksdb(access: CheckpointStorageAccess, op: OperatorState) -> dict[st
     import tempfile
 
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
-    from flowpoint.state.rocksdb_working import restore_native
+    from flowpoint.state.backend import restore_native
     from flowpoint.state.working import RestoredFile
 
     out: dict[str, dict[Any, Any]] = {}
@@ -482,7 +534,7 @@ def _read_rocksdb(access: CheckpointStorageAccess, op: OperatorState) -> dict[st
         for sub in op.subtasks:
             files = tuple((access.uri(f.path), f.local_name or f.path.rsplit("/", 1)[-1]) for f in sub.files)
             path = os.path.join(tmp, f"db-{sub.index}")
-            restore_native(path, [RestoredFile(op.uid, access.uri(), sub.state_size, files=files)])
+            restore_native(path, [RestoredFile(op.uid, access.uri(), sub.state_size, files=files)], access.options)
             b = RocksDBKeyedStateBackend(op.uid, path, op.max_parallelism)
             b.open()
             try:

@@ -1,24 +1,20 @@
 """The checkpoint coordinator: consistent cuts at epoch boundaries (DESIGN sections 4 and 7).
 
 After the coordinator commits epoch ``n`` and the checkpoint interval has passed, it *triggers*
-checkpoint ``c``. The synchronous part freezes what the cut consists of: each stateful
-partition's committed working-state files (immutable; pinned so compaction keeps them until
-the upload is done), the source split positions after epoch ``n`` and the driver-side sink
-state. The asynchronous part runs in a background thread while later epochs go on: it turns
-each partition's files into a full snapshot per operator, writes them under ``chk-<c>/`` in
-checkpoint storage, and completes the checkpoint by writing ``chk-<c>/_metadata`` atomically.
-Only then does the checkpoint count, older ones are subsumed (retention), and user functions
-hear ``notify_checkpoint_complete(c)``.
+checkpoint ``c``: it freezes the source split positions after epoch ``n``, the watermarks and
+the driver-side sink state. The state is not the coordinator's to copy (DESIGN 10a): every
+stateful task of epoch ``n+1`` takes the synchronous part from the committed state it starts
+from, writes its own parts under ``chk-<c>/`` (RocksDB SST files under ``shared/`` once) in a
+thread while it processes the epoch, and acknowledges their paths, sizes and SHA-256 sums. When
+epoch ``n+1`` commits with every part acknowledged, a background thread writes
+``chk-<c>/_metadata`` atomically. Only then does the checkpoint count, older ones are subsumed
+(retention), and user functions hear ``notify_checkpoint_complete(c)``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
-import shutil
 import time
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,9 +29,9 @@ from flowpoint.checkpoint.metadata import (
 from flowpoint.checkpoint.storage import CheckpointStorageAccess
 from flowpoint.checkpoint.store import CheckpointStore
 from flowpoint.errors import CheckpointError
+from flowpoint.state.backend import shared_key, writes_native_files
 from flowpoint.state.keygroups import key_group_range_for_operator
-from flowpoint.state.working import CommittedChain, read_committed_tables
-from flowpoint.tasks.batches import dumps
+from flowpoint.tasks.protocol import CheckpointTarget, OperatorPart
 
 if TYPE_CHECKING:
     from flowpoint.api.checkpointing import CheckpointSettings
@@ -71,37 +67,29 @@ class CheckpointStats:
 
 @dataclass
 class CutState:
-    """The synchronous part of a checkpoint: everything the upload needs, frozen."""
+    """The synchronous part of a checkpoint on the driver: everything but the state, frozen."""
 
     checkpoint_id: int
     epoch: int
-    chains: dict[tuple[int, int], CommittedChain]
+    stateful: list[tuple[int, int]]  # (stage, partition) whose tasks must acknowledge parts
     sources: list[SplitPosition]
     sinks: dict[str, Any]
     records_read: int
     stats: CheckpointStats
-    pinned: frozenset[str] = field(default_factory=frozenset)
-    # RocksDB: the synchronous part runs in the next epoch's tasks, which report their snapshots
-    awaiting_sync: bool = False
-    snapshots: dict[tuple[int, int], dict[str, tuple]] = field(default_factory=dict)
-    local_dirs: list[str] = field(default_factory=list)
-    new_shared: dict[tuple, str] = field(default_factory=dict)  # registry entries this checkpoint uploaded
+    awaiting_sync: bool = True  # the next epoch's tasks take the synchronous part
+    parts: dict[tuple[int, int], list[OperatorPart]] = field(default_factory=dict)
+    new_shared: dict[str, str] = field(default_factory=dict)  # shared/ files this checkpoint uploaded
     cancelled: bool = False
     watermarks: dict[str, Any] = field(default_factory=dict)  # event time: channels and generator states
-    run_key: str = ""
-
-
-def safe_name(uid: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", uid)[:80]
 
 
 class CheckpointCoordinator:
-    def __init__(self, settings: CheckpointSettings, graph: JobGraph, job_id: str, job_name: str, first_id: int = 1):
+    def __init__(self, settings: CheckpointSettings, graph: JobGraph, job_id: str, job_name: str, first_id: int = 1, options: dict | None = None):
         self.settings = settings
         self.graph = graph
         self.job_id = job_id
         self.job_name = job_name
-        if settings.backend == "rocksdb" and settings.storage != "filesystem":
+        if writes_native_files(settings.backend) and settings.storage != "filesystem":
             msg = (
                 "EmbeddedRocksDBStateBackend checkpoints are files: they need filesystem checkpoint storage "
                 "(state.checkpoints.dir or set_checkpoint_storage('file:///...')), not JobManagerCheckpointStorage"
@@ -111,7 +99,7 @@ class CheckpointCoordinator:
         if root is None:
             msg = "filesystem checkpoint storage needs a directory: set state.checkpoints.dir or set_checkpoint_storage('file:///...')"
             raise CheckpointError(msg)
-        self.access = CheckpointStorageAccess(root)
+        self.access = CheckpointStorageAccess(root, options)
         self.store = CheckpointStore(self.access, job_id, settings.num_retained)
         self.store.init()
         self.next_id = first_id
@@ -126,9 +114,9 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self.completed: list[int] = []  # ids to announce to user functions with the next epoch
         self.aborted: list[int] = []
-        # RocksDB incremental checkpoints: (run, uid, partition, file name, size) -> its path in
-        # shared/. Keyed by run: DBs restored twice from one checkpoint may name different files alike.
-        self.shared: dict[tuple, str] = {}
+        # RocksDB incremental checkpoints, from the last completed checkpoint: per (uid, partition),
+        # "<uid>/<DB lineage>/<file>/<size>" -> "<path in shared/>|<sha256>" (see backend.py)
+        self.shared: dict[tuple[str, int], dict[str, str]] = {}
 
     # -- triggering ----------------------------------------------------------------------------
 
@@ -142,44 +130,57 @@ class CheckpointCoordinator:
         now = time.monotonic()
         return (now - self._last_trigger) * 1000 >= self.settings.interval_ms and (now - self._last_end) * 1000 >= self.settings.min_pause_ms
 
-    def pinned(self) -> frozenset[str]:
-        return self.pending.pinned if self.pending is not None else frozenset()
-
-    def trigger(self, epoch: int, chains: dict, sources: list[SplitPosition], sinks: dict[str, Any], records_read: int, watermarks: dict[str, Any] | None = None) -> CheckpointStats:
-        t0 = time.perf_counter()
+    def trigger(self, epoch: int, stateful: list[tuple[int, int]], sources: list[SplitPosition], sinks: dict[str, Any], records_read: int, watermarks: dict[str, Any] | None = None) -> CheckpointStats:
         cid = self.next_id
         self.next_id += 1
         stats = CheckpointStats(cid, epoch, now_ms())
-        stateful = {k: c for k, c in chains.items() if self._keyed_uids(k[0])}
-        rocksdb = self.settings.backend == "rocksdb"
-        pinned = frozenset() if rocksdb else frozenset(p for c in stateful.values() for p in c.files())
-        cut = CutState(cid, epoch, stateful, sources, sinks, records_read, stats, pinned, awaiting_sync=rocksdb, watermarks=dict(watermarks or {}))
-        stats.tasks_total = sum(len(self._keyed_uids(k[0])) for k in stateful)
+        cut = CutState(cid, epoch, sorted(stateful), sources, sinks, records_read, stats, watermarks=dict(watermarks or {}))
+        stats.tasks_total = sum(len(self._keyed_uids(k[0])) for k in cut.stateful)
         self._last_trigger = time.monotonic()
         self.pending = cut
         self.history.append(stats)
-        if not rocksdb:
-            stats.sync_ms = (time.perf_counter() - t0) * 1000
-            self._future = self._pool.submit(self._write, cut)
         return stats
 
-    def sync_request(self) -> int | None:
-        """RocksDB: the checkpoint whose synchronous part the next epoch's tasks must take."""
+    def sync_request(self) -> CheckpointTarget | None:
+        """The checkpoint whose parts the next epoch's stateful tasks must write."""
         cut = self.pending
-        return cut.checkpoint_id if cut is not None and cut.awaiting_sync else None
+        if cut is None or not cut.awaiting_sync:
+            return None
+        return CheckpointTarget(cut.checkpoint_id, self.store.job_dir_uri(), inline=self.settings.storage != "filesystem")
 
-    def attach_snapshots(self, checkpoint_id: int, acks: list, run_key: str) -> None:
-        """The epoch that took a RocksDB checkpoint's synchronous part committed: upload it."""
+    def shared_files(self, uid: str, partition: int) -> dict[str, str]:
+        return self.shared.get((uid, partition), {})
+
+    def attach_snapshots(self, checkpoint_id: int, acks: list) -> None:
+        """The epoch whose tasks wrote a checkpoint's parts committed: complete it in the
+        background once every stateful partition acknowledged its parts."""
         cut = self.pending
         if cut is None or cut.checkpoint_id != checkpoint_id:
             return
-        cut.run_key = run_key
+        declined = []
         for ack in acks:
-            if ack.snapshot:
-                cut.snapshots[(ack.stage_id, ack.partition)] = ack.snapshot
-        cut.local_dirs = sorted({os.path.dirname(d) for snap in cut.snapshots.values() for d, *_ in snap.values()})
-        cut.stats.sync_ms = max((ms for snap in cut.snapshots.values() for *_, ms in snap.values()), default=0.0)
+            if ack.snapshot is not None:
+                cut.parts[(ack.stage_id, ack.partition)] = ack.snapshot
+            if ack.snapshot_error:
+                declined.append(f"stage {ack.stage_id} partition {ack.partition}: {ack.snapshot_error}")
         cut.awaiting_sync = False
+        for parts in cut.parts.values():
+            for part in parts:
+                for h in part.files:
+                    if h.kind == "sst" and h.uploaded:
+                        cut.new_shared[shared_key(part.uid, part.lineage, h.local_name or "", h.size)] = h.path
+        cut.stats.sync_ms = max((p.sync_ms for parts in cut.parts.values() for p in parts), default=0.0)
+        elapsed = now_ms() - cut.stats.trigger_time_ms
+        if elapsed > self.settings.timeout_ms:
+            self._decline(cut, f"checkpoint {cut.checkpoint_id} expired after {self.settings.timeout_ms} ms before completing (its tasks took {elapsed} ms)")
+            return
+        if declined:
+            self._decline(cut, f"checkpoint {cut.checkpoint_id} failed: a task could not write its parts ({'; '.join(declined)})")
+            return
+        missing = [k for k in cut.stateful if k not in cut.parts]
+        if missing:
+            self._decline(cut, f"checkpoint {cut.checkpoint_id} failed: no parts acknowledged by stateful tasks (stage, partition) {missing}")
+            return
         self._future = self._pool.submit(self._write, cut)
 
     def _keyed_uids(self, stage_id: int) -> list[str]:
@@ -192,8 +193,6 @@ class CheckpointCoordinator:
         try:
             return self._write_checkpoint(cut)
         finally:
-            for d in cut.local_dirs:  # the hard-linked RocksDB copies, uploaded or not
-                shutil.rmtree(d, ignore_errors=True)
             if cut.cancelled:  # aborted while writing: remove what was written after the abort
                 try:
                     self.store.abort(cut.checkpoint_id, list(cut.new_shared.values()))
@@ -208,63 +207,29 @@ class CheckpointCoordinator:
             op = operators[uid] = OperatorState(uid, node.name, stage.parallelism, stage.max_parallelism, self.settings.backend, [])
         return op
 
-    def _write_rocksdb(self, cut: CutState, chk: str, operators: dict[str, OperatorState]) -> None:
-        """Upload the tasks' RocksDB checkpoints: with incremental checkpoints, SST files already
-        in ``shared/`` are referenced, not uploaded again; everything else goes under chk-<n>/."""
-        incremental = self.settings.incremental
-        for (stage_id, p), snap in sorted(cut.snapshots.items()):
-            stage = self.graph.stages[stage_id]
-            kgr = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
-            for uid, (local_dir, files, num_keys, _ms) in sorted(snap.items()):
-                state_files, size, uploaded = [], 0, 0
-                for name, fsize in files:
-                    local = os.path.join(local_dir, name)
-                    if incremental and name.endswith(".sst"):
-                        key = (cut.run_key, uid, p, name, fsize)
-                        rel = self.shared.get(key) or cut.new_shared.get(key)
-                        if rel is None:
-                            rel = f"shared/{uuid.uuid4().hex}.sst"
-                            self.store.upload_file(local, rel)
-                            cut.new_shared[key] = rel
-                            uploaded += fsize
-                        kind = "sst"
-                    else:
-                        rel = f"{chk}/{safe_name(uid)}-{p}/{name}"
-                        self.store.upload_file(local, rel)
-                        uploaded += fsize
-                        kind = "private"
-                    state_files.append(StateFile(rel, fsize, kind, name))
-                    size += fsize
-                self._operator(operators, uid).subtasks.append(SubtaskState(p, kgr.start, kgr.end, state_files, num_keys, size, uploaded))
-                cut.stats.tasks_acknowledged += 1
-                cut.stats.state_size += size
-                cut.stats.incremental_size += uploaded
-
     def _write_checkpoint(self, cut: CutState) -> CheckpointMetadata:
+        """Assemble ``_metadata`` from the tasks' acknowledged parts (the parts are written)."""
         t0 = time.perf_counter()
         chk = self.store.begin(cut.checkpoint_id)
         operators: dict[str, OperatorState] = {}
-        if self.settings.backend == "rocksdb":
-            self._write_rocksdb(cut, chk, operators)
-        for (stage_id, p), chain in sorted(cut.chains.items()) if self.settings.backend == "hashmap" else ():
+        task_async = 0.0
+        for (stage_id, p), parts in sorted(cut.parts.items()):
             stage = self.graph.stages[stage_id]
-            tables = read_committed_tables(chain)
             kgr = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
-            for uid in self._keyed_uids(stage_id):
-                op = self._operator(operators, uid)
-                table = tables.get(uid, {})
-                data = dumps(table)
-                rel = f"{chk}/{safe_name(uid)}-{p}.pkl"
-                self.store.write_file(rel, data)
-                keys = set()
-                for t in table.values():
-                    keys.update(t.keys())
-                f = StateFile(rel, len(data), "full")
-                op.subtasks.append(SubtaskState(p, kgr.start, kgr.end, [f], len(keys), len(data), len(data)))
+            for part in sorted(parts, key=lambda x: x.uid):
+                files, size, uploaded = [], 0, 0
+                for h in part.files:
+                    if h.data is not None:  # driver-memory storage: the task could not write it
+                        self.store.write_file(h.path, h.data)
+                    files.append(StateFile(h.path, h.size, h.kind, h.local_name, h.rows, h.sha256))
+                    size += h.size
+                    uploaded += h.size if h.uploaded else 0
+                self._operator(operators, part.uid).subtasks.append(SubtaskState(p, kgr.start, kgr.end, files, part.num_keys, size, uploaded))
                 cut.stats.tasks_acknowledged += 1
-                cut.stats.state_size += len(data)
-                cut.stats.incremental_size += len(data)
-        cut.stats.async_ms = (time.perf_counter() - t0) * 1000
+                cut.stats.state_size += size
+                cut.stats.incremental_size += uploaded
+                task_async = max(task_async, part.async_ms)
+        cut.stats.async_ms = task_async + (time.perf_counter() - t0) * 1000
         cut.stats.duration_ms = cut.stats.sync_ms + cut.stats.async_ms
         meta = CheckpointMetadata(
             checkpoint_id=cut.checkpoint_id,
@@ -276,7 +241,7 @@ class CheckpointCoordinator:
             completed_time_ms=now_ms(),
             max_parallelism=max((s.max_parallelism for s in self.graph.stages), default=128),
             backend=self.settings.backend,
-            incremental=self.settings.backend == "rocksdb" and self.settings.incremental,
+            incremental=writes_native_files(self.settings.backend) and self.settings.incremental,
             operators=list(operators.values()),
             sources=cut.sources,
             sinks=cut.sinks,
@@ -326,7 +291,14 @@ class CheckpointCoordinator:
     def _completed(self, cut: CutState) -> CheckpointMetadata:
         meta = self._future.result()  # type: ignore[union-attr]
         cut.stats.status = "COMPLETED"
-        self.shared.update(cut.new_shared)
+        registry: dict[tuple[str, int], dict[str, str]] = {}
+        for parts in cut.parts.values():
+            for part in parts:
+                into = registry.setdefault((part.uid, part.partition), {})
+                for h in part.files:
+                    if h.kind == "sst":
+                        into[shared_key(part.uid, part.lineage, h.local_name or "", h.size)] = f"{h.path}|{h.sha256}"
+        self.shared = registry
         self.pending = None
         self._future = None
         self._last_end = time.monotonic()
@@ -368,8 +340,6 @@ class CheckpointCoordinator:
         self.pending = None
         self._future = None
         self.aborted.append(cut.checkpoint_id)
-        for d in cut.local_dirs:
-            shutil.rmtree(d, ignore_errors=True)
         try:
             self.store.abort(cut.checkpoint_id, list(cut.new_shared.values()))
         except Exception:  # noqa: BLE001 - the checkpoint is dropped either way
@@ -391,3 +361,4 @@ class CheckpointCoordinator:
         discard = status == "FINISHED" or (status == "CANCELED" and retention != "RETAIN_ON_CANCELLATION")
         if discard and self.settings.storage == "filesystem":
             self.store.discard_all()
+

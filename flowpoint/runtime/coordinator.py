@@ -27,15 +27,10 @@ from flowpoint.errors import (
 from flowpoint.runtime.checkpointing import CheckpointCoordinator, now_ms
 from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
 from flowpoint.runtime.restore import RestoredJob, find_restore_point, pack_position, plan_restore
-from flowpoint.state.rocksdb_working import read_committed_tables_rocksdb
-from flowpoint.state.working import (
-    CommittedChain,
-    default_working_dir,
-    partition_dir,
-    read_committed_tables,
-    remove_job_dir,
-)
-from flowpoint.tasks.stage_task import EpochSpec, TaskAck
+from flowpoint.state import durable
+from flowpoint.state.keygroups import key_group_range_for_operator
+from flowpoint.state.working import CommittedChain, default_working_dir, remove_job_dir
+from flowpoint.tasks.protocol import EpochSpec, StateLocation, TaskAck, TaskSlice
 
 if TYPE_CHECKING:
     from flowpoint.api.environment import StreamExecutionEnvironment
@@ -101,6 +96,8 @@ class Coordinator:
         self.operator_state: dict[str, dict] = {}  # "<uid>:<subtask>" -> CheckpointedFunction state
         self._restored_uids: frozenset[str] = frozenset()
         self.metrics: dict[str, int] = {}
+        self.storage_options: dict[str, str] = {}
+        self.durable_root = ""
         self._time_driven = any(_time_driven(n) for n in graph.nodes.values())
         # savepoints: requests from other threads, ids shared with checkpoints
         self._savepoint_requests: list[SavepointRequest] = []
@@ -182,52 +179,68 @@ class Coordinator:
         self._next_savepoint_id += 1
         return cid
 
-    def _write_savepoint(self, target: str) -> str:
-        from flowpoint.checkpoint.savepoint import OperatorSnapshot, PartState, write_savepoint
-        from flowpoint.state.keygroups import key_group_range_for_operator
+    def _state_partitions(self, only_uid: str | None = None) -> list:
+        """Every stateful (stage, partition) with its committed chain, for a state job."""
+        from flowpoint.spark.state_jobs import StatePartition
 
-        t0 = time.perf_counter()
-        rocksdb = self.settings.backend == "rocksdb"
-        operators: dict[str, OperatorSnapshot] = {}
+        items = []
         for stage in self.graph.stages:
-            uids = [self.graph.nodes[n].uid for n in stage.nodes if self.graph.nodes[n].keyed]
-            if not uids:
+            uids = tuple(self.graph.nodes[n].uid for n in stage.nodes if self.graph.nodes[n].keyed)
+            if not uids or (only_uid is not None and only_uid not in uids):
                 continue
-            for uid in uids:
-                node = self.graph.node_by_uid(uid)
-                operators[uid] = OperatorSnapshot(uid, node.name, stage.parallelism, stage.max_parallelism, [])
             for p in range(stage.parallelism):
                 kgr = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
-                chain = self.chains.get((stage.id, p))
-                kinds: dict[str, dict[str, str]] = {}
-                if chain is None:
-                    tables: dict = {}
-                elif rocksdb:
-                    directory = partition_dir(self.working_dir, self.run_key, stage.id, p)
-                    tables = read_committed_tables_rocksdb(directory, uids, chain, stage.max_parallelism, kinds_out=kinds)
-                else:
-                    tables = read_committed_tables(chain)
-                for uid in uids:
-                    operators[uid].parts.append(
-                        PartState(p, kgr.start, kgr.end, tables.get(uid, {}), kinds.get(uid, {}), declared=uid in kinds)
-                    )
-        sources = [
-            SplitPosition(st.node.uid, st.index, st.split.split_id, pack_position(st.split, st.position), st.finished)
-            for states in self.splits.values()
-            for st in states
-        ]
-        watermarks = {
-            "channels": {c: [wm, idle] for c, (wm, idle) in self.watermarks.items()},
-            "generators": dict(self.generators),
-            "operator_state": dict(self.operator_state),
-        }
-        cid = self._savepoint_id()
-        path = write_savepoint(
-            target, job_id=self.job_id, job_name=self.job_name, checkpoint_id=cid, epoch=self.epoch,
-            backend=self.settings.backend, operators=list(operators.values()), sources=sources,
-            sinks={n.uid: n.t.sink.snapshot_driver_state() for n in self.graph.sinks()}, watermarks=watermarks,
-            stats={"records_read": self.records_read, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)},
-        )
+                chain = self.chains.get((stage.id, p)) or CommittedChain()
+                items.append(StatePartition(stage.id, p, chain, uids, stage.max_parallelism, kgr.start, kgr.end))
+        return items
+
+    def _write_savepoint(self, target: str) -> str:
+        """Every stateful task writes its canonical part (a Spark job over the partitions, run
+        where their state is); the driver writes ``_metadata`` from the parts' entries."""
+        from flowpoint.checkpoint.savepoint import assemble_operator, complete_savepoint, create_savepoint_dir, discard_incomplete
+        from flowpoint.spark.state_jobs import write_savepoint_parts
+
+        t0 = time.perf_counter()
+        trigger_ms = now_ms()
+        location = self.location()
+        access = create_savepoint_dir(target, self.job_id, location.options)
+        try:
+            written = write_savepoint_parts(self.spark.sparkContext, location, self._state_partitions(), access.uri())
+            by_uid: dict[str, list] = {}
+            for uid, sub, states in written:
+                by_uid.setdefault(uid, []).append((sub, states))
+            operators = []
+            for uid, parts in sorted(by_uid.items()):
+                node = self.graph.node_by_uid(uid)
+                stage = self.graph.stages[node.stage_id]
+                op = assemble_operator(uid, node.name, stage.parallelism, stage.max_parallelism, parts)
+                if op is None:  # an operator without state has nothing to restore (and may be removed)
+                    for sub, _ in parts:
+                        for f in sub.files:
+                            access.delete(f.path)
+                    continue
+                operators.append(op)
+            sources = [
+                SplitPosition(st.node.uid, st.index, st.split.split_id, pack_position(st.split, st.position), st.finished)
+                for states in self.splits.values()
+                for st in states
+            ]
+            watermarks = {
+                "channels": {c: [wm, idle] for c, (wm, idle) in self.watermarks.items()},
+                "generators": dict(self.generators),
+                "operator_state": dict(self.operator_state),
+            }
+            cid = self._savepoint_id()
+            path = complete_savepoint(
+                access, job_id=self.job_id, job_name=self.job_name, checkpoint_id=cid, epoch=self.epoch,
+                backend=self.settings.backend, operators=operators,
+                max_parallelism=max((s.max_parallelism for s in self.graph.stages), default=128), trigger_time_ms=trigger_ms,
+                sources=sources, sinks={n.uid: n.t.sink.snapshot_driver_state() for n in self.graph.sinks()}, watermarks=watermarks,
+                stats={"records_read": self.records_read, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)},
+            )
+        except BaseException:
+            discard_incomplete(access)
+            raise
         self._progress(f"savepoint {cid} (epoch {self.epoch}) of job {self.job_id} written to {path}")
         return path
 
@@ -250,15 +263,20 @@ class Coordinator:
             params = self.env.get_config().get_global_job_parameters()
             self.settings = resolve_checkpoint_settings(self.env)
             self.backoff = resolve_restart_backoff(self.env, self.settings.enabled)
+            from flowpoint.api.storage_options import storage_options
+
+            self.storage_options = storage_options(self.config)
+            self.durable_root = durable_root(self.config, self.settings, self.job_id, self.working_dir)
+            _warn_unshared(spark, self.durable_root)
             restore = self._initial_restore()
             plans = build_stage_plans(self.graph, self.job_id, params)
             self._executor = SparkEpochExecutor(spark, self.graph, plans, self.job_id)
             spark.sparkContext.setJobGroup(self.job_id, f"flowpoint job {self.job_name}", interruptOnCancel=True)
-            atexit.register(remove_job_dir, self.working_dir, self.job_id)
+            atexit.register(self._remove_durable_state)
             self._next_savepoint_id = restore.checkpoint_id + 1 if restore else 1
             if self.settings.enabled:
                 first = restore.checkpoint_id + 1 if restore else 1
-                self.checkpoints = CheckpointCoordinator(self.settings, self.graph, self.job_id, self.job_name, first)
+                self.checkpoints = CheckpointCoordinator(self.settings, self.graph, self.job_id, self.job_name, first, self.storage_options)
             self._init_splits()
             if restore is not None:
                 self._apply_restore(restore)
@@ -291,6 +309,7 @@ class Coordinator:
                     log.exception("sink %s failed at job end", node.name)
             if self._executor is not None:
                 self._executor.close()
+                self._remove_local_state()
             self._final_progress()
             with self._savepoint_lock:
                 self.done.set()
@@ -302,6 +321,30 @@ class Coordinator:
     def run_key(self) -> str:
         """Names this run's working state (a restart begins a new run from a checkpoint)."""
         return f"{self.job_id}/run-{self.restarts}"
+
+    def location(self) -> StateLocation:
+        """Where this run's working state lives (shipped to every task)."""
+        return StateLocation(
+            self.run_key, self.working_dir, self.durable_root, self.settings.backend,
+            tuple(sorted(self.storage_options.items())), bool(self.settings.incremental),
+        )
+
+    def _remove_local_state(self) -> None:
+        """The job ended: its executor-local working files and cached state go, on every host
+        (a task per executor core; durable files stay for get_keyed_state until exit)."""
+        try:
+            from flowpoint.spark.state_jobs import remove_local_state
+
+            sc = self.spark.sparkContext
+            tasks = max(2, 2 * int(sc.defaultParallelism))
+            remove_local_state(sc, self.location(), self.job_id, tasks)
+        except Exception:  # noqa: BLE001 - Spark may be stopping; local files are a cache
+            log.debug("could not remove the local working state of job %s", self.job_id, exc_info=True)
+        remove_job_dir(self.working_dir, self.job_id)
+
+    def _remove_durable_state(self) -> None:
+        durable.delete_tree(durable.join(self.durable_root, self.job_id), tuple(sorted(self.storage_options.items())))
+        remove_job_dir(self.working_dir, self.job_id)
 
     def _initial_restore(self) -> RestoredJob | None:
         found = find_restore_point(self.config, self.settings, self.job_name)
@@ -371,6 +414,7 @@ class Coordinator:
         self.status = JobStatus.RESTARTING
         if self._cancel.wait(delay_ms / 1000):
             return
+        durable.delete_tree(durable.join(self.durable_root, self.run_key), tuple(sorted(self.storage_options.items())))
         remove_job_dir(self.working_dir, self.run_key)
         self.restarts += 1
         self.chains = {}
@@ -466,26 +510,40 @@ class Coordinator:
         if compaction_bytes is None:
             compaction_bytes = int(self.config.get("state.working.compaction-bytes"))
         self.epoch += 1
-        # a restored partition writes a local base at once: its chain then no longer reads the
-        # checkpoint's files, which retention may delete once a newer checkpoint completes
-        hashmap = self.settings.backend == "hashmap"
-        compact = {k for k, c in self.chains.items() if hashmap and (c.restored or c.wants_base(compaction_bytes))}
         cp = self.checkpoints
         done, aborted = cp.take_notifications() if cp else ((), ())
-        pinned = cp.pinned() if cp else frozenset()
-        snapshot = cp.sync_request() if cp else None
+        target = cp.sync_request() if cp else None
+        slices = self._slices(compaction_bytes)
         spec = EpochSpec(
-            self.run_key, self.epoch, self.working_dir, dict(self.chains), compact, last, pinned, done, aborted,
-            self.settings.backend, snapshot, now_ms(), dict(self.watermarks),
-            {n.uid: len(self.splits[n.id]) for n in self.graph.sources()}, dict(self.generators),
-                dict(self.operator_state), self._restored_uids,
+            self.run_key, self.epoch, self.location(), last, done, aborted, target, now_ms(), dict(self.watermarks),
+            {n.uid: len(self.splits[n.id]) for n in self.graph.sources()}, dict(self.generators), self._restored_uids,
         )
         t0 = time.monotonic()
-        acks = self._executor.run_epoch(spec, reads)
+        acks = self._executor.run_epoch(spec, reads, slices)
         self._commit(acks, new_positions)
-        if snapshot is not None:
-            cp.attach_snapshots(snapshot, acks, self.run_key)
-        self._report(planned, time.monotonic() - t0)
+        if target is not None:
+            cp.attach_snapshots(target.checkpoint_id, acks)
+        self._report(planned, time.monotonic() - t0, acks)
+
+    def _slices(self, compaction_bytes: int) -> dict[int, list[TaskSlice]]:
+        """Each partition's own share of the epoch (see flowpoint/tasks/protocol.py)."""
+        cp = self.checkpoints
+        out: dict[int, list[TaskSlice]] = {}
+        for stage in self.graph.stages:
+            uids = [self.graph.nodes[n].uid for n in stage.nodes]
+            keyed = [self.graph.nodes[n].uid for n in stage.nodes if self.graph.nodes[n].keyed]
+            row = []
+            for p in range(stage.parallelism):
+                chain = self.chains.get((stage.id, p)) or CommittedChain()
+                ops = {f"{u}:{p}": self.operator_state[f"{u}:{p}"] for u in uids if f"{u}:{p}" in self.operator_state}
+                shared: dict[str, str] = {}
+                if cp is not None:
+                    for u in keyed:
+                        shared.update(cp.shared_files(u, p))
+                compact = bool(keyed) and chain.wants_base(compaction_bytes)
+                row.append(TaskSlice(stage.id, p, chain, compact, ops, shared))
+            out[stage.id] = row
+        return out
 
     def _checkpoint_if_due(self) -> None:
         cp = self.checkpoints
@@ -508,7 +566,8 @@ class Coordinator:
                 "generators": dict(self.generators),
             "operator_state": dict(self.operator_state),
             }
-            cp.trigger(self.epoch, self.chains, sources, sinks, self.records_read, watermarks)
+            stateful = [(s.id, p) for s in self.graph.stages if any(self.graph.nodes[n].keyed for n in s.nodes) for p in range(s.parallelism)]
+            cp.trigger(self.epoch, stateful, sources, sinks, self.records_read, watermarks)
             self._checkpointed_epoch = self.epoch
 
     def _commit(self, acks: list[TaskAck], new_positions: dict) -> None:
@@ -550,7 +609,11 @@ class Coordinator:
         if int(self.config.get("execution.progress.interval")) >= 0:
             print(f"[flowpoint] {line}", file=sys.stderr, flush=True)
 
-    def _report(self, records: int, seconds: float) -> None:
+    def _report(self, records: int, seconds: float, acks: list[TaskAck] | None = None) -> None:
+        for ack in acks or ():
+            if ack.state is not None:  # a stateful task: did it find its state in its process?
+                self.metrics["stateTasks"] = self.metrics.get("stateTasks", 0) + 1
+                self.metrics["stateTasksInMemory"] = self.metrics.get("stateTasksInMemory", 0) + (0 if ack.fresh_state else 1)
         self.epoch_history.append((self.epoch, records, seconds))
         del self.epoch_history[:-1000]
         interval = int(self.config.get("execution.progress.interval"))
@@ -583,20 +646,13 @@ class Coordinator:
     # -- reading state after the job -----------------------------------------------------------
 
     def read_keyed_state(self, uid: str, state_name: str | None) -> dict:
-        node = self.graph.node_by_uid(uid)
-        stage = self.graph.stages[node.stage_id]
-        merged: dict[str, dict] = {}
-        for p in range(stage.parallelism):
-            chain = self.chains.get((stage.id, p))
-            if chain is None:
-                continue
-            if self.settings.backend == "rocksdb":
-                directory = partition_dir(self.working_dir, self.run_key, stage.id, p)
-                tables = read_committed_tables_rocksdb(directory, [uid], chain, stage.max_parallelism)
-            else:
-                tables = read_committed_tables(chain)
-            for name, table in tables.get(uid, {}).items():
-                merged.setdefault(name, {}).update(table)
+        """Committed keyed state of one operator, read by Spark tasks where it lives."""
+        from flowpoint.spark.state_jobs import read_keyed_state
+
+        self.graph.node_by_uid(uid)  # an unknown uid is refused with the uids there are
+        merged = read_keyed_state(self.spark.sparkContext, self.location(), self._state_partitions(uid), uid)
+        if self.done.is_set():
+            self._remove_local_state()  # the read rebuilt it on executors; the job is over
         if state_name is None:
             return merged
         return merged.get(state_name, {})
@@ -671,3 +727,27 @@ def restored_operator_state(saved: dict[str, dict], graph: JobGraph, allow_non_r
         for i, states in redistribute(old, p).items():
             out[f"{uid}:{i}"] = states
     return out
+
+
+def durable_root(config: Any, settings: Any, job_id: str, working_dir: str) -> str:
+    """Where committed working state is durable (see flowpoint/state/durable.py)."""
+    import os
+
+    remote = config.get("state.working.remote-dir")
+    if remote:
+        return str(remote) if "://" in str(remote) else os.path.abspath(str(remote))
+    chk = settings.checkpoints_dir if settings.storage == "filesystem" else None
+    if chk and not durable.is_local(str(chk)):
+        return durable.join(str(chk), job_id, "taskowned")
+    return os.path.join(working_dir, "durable")
+
+
+def _warn_unshared(spark: Any, root: str) -> None:
+    master = str(spark.sparkContext.master)
+    if durable.is_local(root) and not master.startswith("local"):
+        log.warning(
+            "working state is kept durable in the local directory %s while Spark runs on %s: this is only correct "
+            "if every executor sees the same directory. On several hosts set state.working.remote-dir (or a remote "
+            "state.checkpoints.dir) to s3://, hdfs://, ... (a task that cannot find its state fails the job)",
+            root, master,
+        )

@@ -152,11 +152,13 @@ def find_restore_point(config: Any, settings: Any, job_name: str) -> tuple[str, 
     """Where a new run starts: ``-s <path>`` (``execution.savepoint.path``), or with ``--resume``
     (``execution.state-recovery.from-latest``) the newest retained checkpoint of a previous run
     of the job with this name under the checkpoints directory; None: start fresh."""
+    from flowpoint.api.storage_options import storage_options
     from flowpoint.checkpoint.store import find_latest, resolve_restore_path
 
+    options = storage_options(config)
     path = config.get("execution.savepoint.path") or config.get("execution.state-recovery.path")
     if path:
-        access, meta = resolve_restore_path(str(path))
+        access, meta = resolve_restore_path(str(path), options)
         return access.uri(), meta
     if not _truthy(config.get("execution.state-recovery.from-latest")):
         return None
@@ -166,12 +168,12 @@ def find_restore_point(config: Any, settings: Any, job_name: str) -> tuple[str, 
         raise CheckpointError(msg)
     from flowpoint.checkpoint.storage import CheckpointStorageAccess
 
-    access = CheckpointStorageAccess(root)
+    access = CheckpointStorageAccess(root, options)
     best: tuple[str, CheckpointMetadata] | None = None
     for name, is_dir, _ in access.list_dir("") if access.exists("") else []:
         if not is_dir:
             continue
-        meta = find_latest(access.uri(name))
+        meta = find_latest(access.uri(name), options)
         if meta is None or meta.job_name != job_name:
             continue
         if best is None or meta.completed_time_ms > best[1].completed_time_ms:

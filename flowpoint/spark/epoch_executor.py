@@ -18,7 +18,8 @@ from pyspark import AccumulatorParam, StorageLevel, TaskContext
 from flowpoint.errors import JobExecutionError
 from flowpoint.graph.jobgraph import JobGraph
 from flowpoint.tasks.plan import StagePlan
-from flowpoint.tasks.stage_task import EpochSpec, TaskAck, run_stage_task
+from flowpoint.tasks.protocol import EpochSpec, TaskAck, TaskSlice
+from flowpoint.tasks.stage_task import run_stage_task
 
 _PLANS: dict[tuple[str, int], StagePlan] = {}  # executor side: deserialized once per process
 
@@ -48,15 +49,34 @@ def _make_task(job_id: str, stage_id: int, plans_bc: Any, spec: EpochSpec, acc: 
         tc = TaskContext.get()
         attempt = tc.attemptNumber() if tc else 0
         token = f"{tc.stageId()}.{tc.taskAttemptId()}" if tc else f"local.{partition}"
+        task_slice = None
+        inputs = []
         if plan.source_reader is not None:
-            inputs = [r for reads in iterator for r in reads]
+            for task_slice, reads in iterator:  # one element: this partition's slice and split reads
+                inputs.extend(reads)
         else:
-            inputs = [payload for _, payload in iterator]
-        outputs, ack = run_stage_task(plan, spec, partition, attempt, token, inputs)
+            for _, payload in iterator:
+                if isinstance(payload, TaskSlice):
+                    task_slice = payload
+                else:
+                    inputs.append(payload)
+        if task_slice is None or task_slice.partition != partition:
+            msg = f"stage {stage_id} partition {partition} of epoch {spec.epoch} received no task slice of its own; not run"
+            raise JobExecutionError(msg)
+        outputs, ack = run_stage_task(plan, spec, task_slice, attempt, token, inputs)
+        ack.host = executor_id()
         acc.add([ack])
         return iter(outputs)
 
     return task
+
+
+def executor_id() -> str:
+    """The executor this task runs on: its Python worker daemon (one per executor), and the
+    worker process itself (whose memory holds HashMap state)."""
+    import os
+
+    return f"{os.environ.get('SPARK_EXECUTOR_ID') or os.getppid()}/{os.getpid()}"
 
 
 class SparkEpochExecutor:
@@ -69,8 +89,9 @@ class SparkEpochExecutor:
         self.acc = self.sc.accumulator([], _ListParam())
         self.consumers = {s.id: graph.consumers(s) for s in graph.stages}
 
-    def run_epoch(self, spec: EpochSpec, source_reads: dict[int, list[list]]) -> list[TaskAck]:
-        """Run one epoch. ``source_reads[stage][partition]`` lists ``(split index, split, read spec)``."""
+    def run_epoch(self, spec: EpochSpec, source_reads: dict[int, list[list]], slices: dict[int, list[TaskSlice]]) -> list[TaskAck]:
+        """Run one epoch. ``source_reads[stage][partition]`` lists ``(split index, split, read spec)``;
+        ``slices[stage][partition]`` is what that partition alone receives."""
         sc = self.sc
         rdds: dict[int, Any] = {}
         persisted = []
@@ -80,13 +101,14 @@ class SparkEpochExecutor:
             p = stage.parallelism
             if stage.is_source:
                 reads = source_reads.get(stage.id) or [[] for _ in range(p)]
-                base = sc.parallelize(reads, p)  # element i: the split reads of partition i
+                base = sc.parallelize(list(zip(slices[stage.id], reads, strict=True)), p)  # element i: partition i's slice and split reads
             else:
                 parts = []
                 for e in stage.inputs:
                     up_stage = self.graph.nodes[e.upstream].stage_id
                     parts.append(rdds[up_stage].filter(lambda x, eid=e.edge_id: x[0] == eid).map(lambda x: (x[1], x[2])))
-                union = parts[0] if len(parts) == 1 else sc.union(parts)
+                parts.append(sc.parallelize([(s.partition, s) for s in slices[stage.id]], p))
+                union = sc.union(parts)
                 base = union.partitionBy(p, _identity)
             out = base.mapPartitionsWithIndex(_make_task(self.job_id, stage.id, self.plans_bc, spec, self.acc))
             if len(self.consumers[stage.id]) > 1:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import shutil
+import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
@@ -22,71 +19,23 @@ from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK
 from flowpoint.api.watermarks import Watermark
 from flowpoint.connectors.source import TimestampedBatch
 from flowpoint.errors import FlowpointError, UserFunctionError
-from flowpoint.state.rocksdb_working import db_path, remove_applied_deltas
-from flowpoint.state.working import (
-    CACHE,
-    CommittedChain,
-    TaskState,
-    TaskStateAck,
-    partition_dir,
-    remove_files_before,
-    write_state_file,
-)
+from flowpoint.state.backend import partition_backend
+from flowpoint.state.working import TaskState
 from flowpoint.tasks.batches import KeyedBatch, decode, num_records
 from flowpoint.tasks.context import TaskRuntimeContext
 from flowpoint.tasks.event_time import InputWatermarks, TimestampsOp
 from flowpoint.tasks.operators import EXCHANGE_WRITERS, ExchangeWriter, Operator, SinkOp, SourceOp
 from flowpoint.tasks.plan import StagePlan
+from flowpoint.tasks.protocol import EpochSpec, OperatorPart, TaskAck, TaskSlice
 from flowpoint.tasks.registry import operator_class
 
-
-@dataclass
-class EpochSpec:
-    """What every task of one epoch needs to know, shipped with the epoch's Spark job."""
-
-    job_id: str
-    epoch: int
-    working_dir: str
-    chains: dict[tuple[int, int], CommittedChain]  # (stage, partition) -> committed state files
-    compact: set[tuple[int, int]] = field(default_factory=set)
-    last: bool = False
-    pinned: frozenset[str] = frozenset()  # working files a checkpoint is still reading
-    checkpoints_completed: tuple[int, ...] = ()  # for CheckpointListener.notify_checkpoint_complete
-    checkpoints_aborted: tuple[int, ...] = ()
-    backend: str = "hashmap"  # the state backend: "hashmap" or "rocksdb"
-    checkpoint: int | None = None  # RocksDB: snapshot the state this epoch starts from as this checkpoint
-    processing_time: int = 0  # epoch ms: the processing time every task of the epoch sees
-    watermarks: dict[str, tuple[int, bool]] = field(default_factory=dict)  # channel -> (watermark, idle) at the start
-    splits: dict[str, int] = field(default_factory=dict)  # source uid -> number of splits (watermark channels)
-    generators: dict[str, bytes] = field(default_factory=dict)  # watermark generator states (event_time.py)
-    operator_state: dict[str, dict] = field(default_factory=dict)  # "<uid>:<subtask>" -> {name: (mode, items)}
-    restored: frozenset[str] = frozenset()  # uids whose state came from a restore (is_restored())
-
-
-@dataclass
-class TaskAck:
-    stage_id: int
-    partition: int
-    epoch: int
-    token: str
-    attempt: int
-    state: TaskStateAck | None = None
-    sink_payloads: dict[int, Any] = field(default_factory=dict)
-    records_in: int = 0
-    error: FlowpointError | None = None
-    seconds: float = 0.0
-    fresh_state: bool = False
-    snapshot: dict[str, tuple[str, list, int, float]] | None = None  # RocksDB checkpoint, see _snapshot_rocksdb
-    watermarks: dict[str, tuple[int, bool]] = field(default_factory=dict)  # channels this task sent: final marks
-    generators: dict[str, bytes] = field(default_factory=dict)
-    metrics: dict[str, int] = field(default_factory=dict)  # "<operator name>.<metric>" -> count
-    operator_state: dict[str, dict] = field(default_factory=dict)  # CheckpointedFunction state at the epoch's end
+__all__ = ["ChainRuntime", "EpochSpec", "TaskAck", "TaskSlice", "run_stage_task"]
 
 
 class ChainRuntime:
     """The opened operators of one stage partition, wired head -> chained -> exchanges."""
 
-    def __init__(self, plan: StagePlan, partition: int, ts: TaskState, epoch_spec: EpochSpec | None = None):
+    def __init__(self, plan: StagePlan, partition: int, ts: TaskState, epoch_spec: EpochSpec | None = None, operator_state: dict | None = None):
         self.plan = plan
         self.partition = partition
         self.ops: dict[int, Operator] = {}
@@ -129,14 +78,14 @@ class ChainRuntime:
         self.operator_states: dict[str, OperatorStateStore] = {}
         for nid in plan.order:  # initialize_state, then open, after wiring, in order, as Flink does
             op_spec = plan.ops[nid]
-            self._initialize_state(op_spec, partition, ts, epoch_spec)
+            self._initialize_state(op_spec, partition, ts, epoch_spec, operator_state or {})
         for nid in plan.order:
             spec = plan.ops[nid]
             if spec.kind == "sink" or (spec.kind == "source" and spec.function is None):
                 continue
             self.ops[nid].open(self._context(spec, partition, ts.backends.get(spec.uid) if spec.keyed else None))
 
-    def _initialize_state(self, op_spec: Any, partition: int, ts: TaskState, spec: EpochSpec | None) -> None:
+    def _initialize_state(self, op_spec: Any, partition: int, ts: TaskState, spec: EpochSpec | None, operator_state: dict) -> None:
         """CheckpointedFunction.initialize_state with the instance's committed operator state."""
         fn = unwrap(op_spec.function) if op_spec.function is not None else None
         op = self.ops[op_spec.id]
@@ -144,7 +93,7 @@ class ChainRuntime:
         if not isinstance(fn, CheckpointedFunction) and hook is None:
             return
         key = f"{op_spec.uid}:{partition}"
-        saved = spec.operator_state.get(key) if spec is not None else None
+        saved = operator_state.get(key)
         store = OperatorStateStore(op_spec.name, saved)
         self.operator_states[key] = store
         restored = saved is not None or (spec is not None and op_spec.uid in spec.restored)
@@ -263,32 +212,37 @@ def input_channels(plan: StagePlan, spec: EpochSpec) -> dict[str, tuple[int, boo
     return {c: spec.watermarks.get(c, (MIN_WATERMARK, False)) for c in names}
 
 
-def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: int, token: str, inputs: Any) -> tuple[list, TaskAck]:
+def keyed_uids(plan: StagePlan) -> list[str]:
+    return [plan.ops[n].uid for n in plan.order if plan.ops[n].keyed]
+
+
+def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int, token: str, inputs: Any) -> tuple[list, TaskAck]:
     """Run one epoch of a stage partition. Returns ``([(edge_id, dest, blob)], ack)``.
 
-    Errors that a retry cannot fix (invalid keys, state misuse) come back in the ack so the
-    driver fails the job at once; any other exception propagates and Spark retries the task.
+    Errors that a retry cannot fix (invalid keys, state misuse, missing state) come back in the
+    ack so the driver fails the job at once; any other exception propagates and Spark retries.
     """
     started = time.perf_counter()
+    partition = s.partition
     ack = TaskAck(plan.stage_id, partition, spec.epoch, token, attempt)
-    chain = spec.chains.get((plan.stage_id, partition)) or CommittedChain()
-    directory = partition_dir(spec.working_dir, spec.job_id, plan.stage_id, partition)
-    rocksdb = spec.backend == "rocksdb"
-    if rocksdb:
-        maxp = plan.ops[plan.head].max_parallelism
-        ts, ack.fresh_state = CACHE.acquire_rocksdb(spec.job_id, plan.stage_id, partition, chain, directory, maxp)
-    else:
-        ts, ack.fresh_state = CACHE.acquire(spec.job_id, plan.stage_id, partition, chain)
-    ts.pending = (spec.epoch, token)
+    uids = keyed_uids(plan)
+    backend = partition_backend(spec.location, plan.ops[plan.head].max_parallelism, stateful=bool(uids))
+    ts: TaskState | None = None
+    upload: _Upload | None = None
     try:
+        backend.begin_task(s)
+        ts, ack.fresh_state = backend.acquire(plan.stage_id, partition, s.chain, uids)
+        ts.pending = (spec.epoch, token)
+        if uids and spec.checkpoint is not None:
+            # the synchronous part of the checkpoint: the committed state this epoch starts from;
+            # the asynchronous part (writing the parts) runs while the epoch's records are processed
+            upload = _Upload(backend.snapshot(ts, uids, partition, spec.checkpoint, s.shared))
         if ts.operators is None:
             # a private copy of the functions: partitions sharing a worker never share fields
-            ts.operators = ChainRuntime(cloudpickle.loads(cloudpickle.dumps(plan)), partition, ts, spec)
+            ts.operators = ChainRuntime(cloudpickle.loads(cloudpickle.dumps(plan)), partition, ts, spec, s.operator_state)
         rt: ChainRuntime = ts.operators
         rt.set_attempt(attempt)
         rt.notify_checkpoints(spec.checkpoints_completed, spec.checkpoints_aborted)
-        if rocksdb and spec.checkpoint is not None and ts.backends:
-            ack.snapshot = _snapshot_rocksdb(ts, directory, spec.checkpoint)
         watermarks = rt.begin_epoch(spec, [item[0] for item in inputs] if plan.source_reader is not None else [])
         head = rt.ops[plan.head]
         if plan.source_reader is not None:
@@ -322,8 +276,14 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
             payload = op.finish(spec.epoch)
             if payload is not None:
                 ack.sink_payloads[nid] = payload
-        if ts.backends:
-            ack.state = _write_state(plan, spec, partition, directory, token, ts, chain)
+        if uids:
+            ack.state = backend.end_epoch(ts, s, spec.epoch, token)
+        if upload is not None:
+            try:
+                ack.snapshot = upload.result()
+            except Exception as e:  # noqa: BLE001 - the task declines the checkpoint; the epoch goes on
+                ack.snapshot_error = f"{type(e).__name__}: {e}"
+            upload = None
         outputs = [(edge_id, dest, payload) for edge_id, w in rt.writers for dest, payload in w.out]
         for _, w in rt.writers:
             w.out = []
@@ -333,34 +293,46 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, partition: int, attempt: in
     except FlowpointError as e:
         if isinstance(e, UserFunctionError):
             raise
-        ts.operators = None
+        if ts is not None:
+            ts.operators = None
         ack.error = e
         return [], ack
     except BaseException:
-        ts.operators = None  # a retry re-opens the functions from scratch
+        if ts is not None:
+            ts.operators = None  # a retry re-opens the functions from scratch
         raise
     finally:
-        if rocksdb:
-            applied = ts.close_rocksdb()  # releases the DBs' locks for the partition's next task
-            if ack.state is not None:
-                ack.state = dataclasses.replace(ack.state, applied=applied)
-            remove_applied_deltas(directory, applied, spec.pinned)
+        if upload is not None:
+            upload.abandon()
+        if ts is not None:
+            backend.release(ts)
     ack.seconds = time.perf_counter() - started
     return outputs, ack
 
 
-def _snapshot_rocksdb(ts: TaskState, directory: str, checkpoint_id: int) -> dict[str, tuple[str, list, int, float]]:
-    """The synchronous part of a RocksDB checkpoint: hard-linked copies of the committed DBs.
-    Returns uid -> (local directory, [(file name, size)], number of keys, milliseconds)."""
-    out = {}
-    for uid, b in ts.backends.items():
-        t0 = time.perf_counter()
-        target = os.path.join(directory, f"chk-{checkpoint_id}", os.path.basename(db_path(directory, uid)))
-        if os.path.exists(target):  # a retried task: the earlier attempt's copy is of the same state
-            shutil.rmtree(target)
-        files = b.create_checkpoint(target)
-        out[uid] = (target, files, b.num_keys(), (time.perf_counter() - t0) * 1000)
-    return out
+class _Upload:
+    """The asynchronous part of a task's checkpoint, in a thread of the task."""
+
+    def __init__(self, write: Any) -> None:
+        self._result: list[OperatorPart] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(write,), name="flowpoint-checkpoint-upload", daemon=True)
+        self._thread.start()
+
+    def _run(self, write: Any) -> None:
+        try:
+            self._result = write()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the task
+            self._error = e
+
+    def result(self) -> list[OperatorPart]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result or []
+
+    def abandon(self) -> None:
+        self._thread.join()
 
 
 def _feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWatermarks) -> None:
@@ -388,19 +360,3 @@ def _feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWaterma
         elif isinstance(data, KeyedBatch) and not getattr(head, "columnar_input", False):
             data = data.pairs(plan.ops[plan.head].input_type)
         head.process(origin, data, ts)
-
-
-def _write_state(plan: StagePlan, spec: EpochSpec, partition: int, directory: str, token: str, ts: TaskState, chain: CommittedChain) -> TaskStateAck:
-    compact = (plan.stage_id, partition) in spec.compact  # the coordinator asks only HashMap partitions
-    changed = sum(b.changed_keys() for b in ts.backends.values())
-    total = sum(b.num_keys() for b in ts.backends.values())
-    if compact:
-        per_uid = {uid: b.snapshot() for uid, b in ts.backends.items()}
-        path, size = write_state_file(directory, "base", spec.epoch, token, per_uid)
-        remove_files_before(directory, chain, spec.pinned)
-    elif changed:
-        per_uid = {uid: b.delta() for uid, b in ts.backends.items()}
-        path, size = write_state_file(directory, "delta", spec.epoch, token, per_uid)
-    else:
-        path, size = None, 0
-    return TaskStateAck(spec.epoch, token, path, size, compact, changed, total)

@@ -1,0 +1,109 @@
+"""Spark jobs over a job's committed state, between epochs or after the job: each task takes one
+stateful partition, finds (or rebuilds) its committed state on its executor and acts on it
+there. The driver receives handles or the answer to a query, never the whole state.
+
+- :func:`write_savepoint_parts`: every partition writes its canonical Parquet part into the
+  savepoint directory and returns the part's entry for ``_metadata``;
+- :func:`read_keyed_state`: one operator's committed state (``get_keyed_state``);
+- :func:`remove_local_state`: the job's executor-local working files and cached state go.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from flowpoint.state.working import CommittedChain
+from flowpoint.tasks.protocol import StateLocation
+
+
+@dataclass(frozen=True)
+class StatePartition:
+    stage_id: int
+    partition: int
+    chain: CommittedChain
+    uids: tuple[str, ...]
+    max_parallelism: int
+    key_group_start: int = 0
+    key_group_end: int = 0
+
+
+def _run(sc: Any, items: list[StatePartition], task: Any, description: str) -> list:
+    if not items:
+        return []
+    sc.setJobDescription(description)
+    rdd = sc.parallelize(items, len(items))
+    return rdd.mapPartitions(task).collect()
+
+
+def _with_state(location: StateLocation, action: Any):
+    def task(iterator: Any):
+        from flowpoint.state.backend import partition_backend
+
+        out = []
+        for item in iterator:
+            backend = partition_backend(location, item.max_parallelism)
+            ts, _fresh = backend.acquire(item.stage_id, item.partition, item.chain, list(item.uids))
+            try:
+                tables, kinds = backend.committed_tables(ts, list(item.uids))
+                out.extend(action(item, tables, kinds))
+            finally:
+                backend.release(ts)
+        return iter(out)
+
+    return task
+
+
+def write_savepoint_parts(sc: Any, location: StateLocation, items: list[StatePartition], savepoint_uri: str) -> list[tuple[str, Any, dict]]:
+    """``[(uid, SubtaskState, state counts)]`` of every part written below ``savepoint_uri``."""
+    options = location.options
+
+    def action(item: StatePartition, tables: dict, kinds: dict) -> list:
+        from flowpoint.checkpoint.savepoint import write_part
+        from flowpoint.checkpoint.storage import CheckpointStorageAccess
+
+        access = CheckpointStorageAccess(savepoint_uri, options)
+        out = []
+        for uid in item.uids:
+            sub, states = write_part(
+                access, uid, item.partition, item.key_group_start, item.key_group_end, tables.get(uid, {}),
+                kinds.get(uid, {}), item.max_parallelism, declared=uid in kinds,
+            )
+            out.append((uid, sub, states))
+        return out
+
+    return _run(sc, items, _with_state(location, action), f"flowpoint savepoint parts to {savepoint_uri}")
+
+
+def read_keyed_state(sc: Any, location: StateLocation, items: list[StatePartition], uid: str) -> dict[str, dict]:
+    """``{state name: {key: value}}`` of operator ``uid``, read where its partitions are."""
+
+    def action(item: StatePartition, tables: dict, kinds: dict) -> list:
+        return [tables.get(uid, {})]
+
+    merged: dict[str, dict] = {}
+    for tables in _run(sc, items, _with_state(location, action), f"flowpoint read keyed state of {uid}"):
+        for name, table in tables.items():
+            merged.setdefault(name, {}).update(table)
+    return merged
+
+
+def remove_local_state(sc: Any, location: StateLocation, job_id: str, tasks: int) -> int:
+    """Remove the job's local working files and cached state wherever these tasks run (one per
+    executor core is asked for; Spark places them). Returns how many tasks removed something."""
+    local_dir = location.local_dir
+
+    def task(iterator: Any):
+        from flowpoint.state.working import CACHE
+
+        list(iterator)
+        CACHE.drop(job_id)
+        path = os.path.join(local_dir, job_id)
+        existed = os.path.isdir(path)
+        shutil.rmtree(path, ignore_errors=True)
+        return iter([1 if existed else 0])
+
+    sc.setJobDescription(f"flowpoint remove working state of job {job_id}")
+    return sum(sc.parallelize(range(tasks), tasks).mapPartitions(task).collect())

@@ -1,0 +1,171 @@
+"""Durable working state: where committed epoch changes live so that any executor can rebuild
+any partition (DESIGN 10a). Local disk and worker memory are only caches of it.
+
+Each stateful partition writes, per epoch, a *delta* file (the keys it changed) and now and then
+a *base* (a full snapshot: a pickled table per operator with HashMap, a RocksDB checkpoint's
+files with RocksDB) below ``<durable root>/<job id>/run-<n>/stage-<s>/part-<p>/``. The file is
+durable before the task acknowledges, so a delta's durability is part of the epoch's commit.
+Every file carries its size and CRC-32 in the committed chain; a read checks both, and a file
+that is missing or differs fails the task with :class:`StateNotFoundError` naming the file:
+a partition never starts from empty or wrong state.
+
+The root is ``state.working.remote-dir`` when set, else ``<checkpoint dir>/<job id>/taskowned``
+when checkpoints go to remote storage (s3://, hdfs://, ...), else ``state.working.dir`` on the
+local disk (one host, or executors sharing that directory).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zlib
+from collections import OrderedDict
+from typing import Any
+
+from flowpoint.errors import StateNotFoundError
+
+_ACCESS: dict[tuple[str, tuple], Any] = {}
+_RECENT: OrderedDict[str, bytes] = OrderedDict()  # files this process wrote lately (read-your-writes)
+_RECENT_BYTES = 0
+_RECENT_LIMIT = 64 << 20
+
+
+def is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
+
+
+def local_path(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+def _access(root: str, options: tuple) -> Any:
+    from flowpoint.checkpoint.storage import CheckpointStorageAccess
+
+    key = (root, options)
+    a = _ACCESS.get(key)
+    if a is None:
+        if len(_ACCESS) > 32:
+            _ACCESS.clear()
+        a = _ACCESS[key] = CheckpointStorageAccess(root, dict(options))
+    return a
+
+
+def _split(uri: str) -> tuple[str, str]:
+    root, _, name = uri.rstrip("/").rpartition("/")
+    return root, name
+
+
+def _remember(uri: str, data: bytes) -> None:
+    global _RECENT_BYTES
+    if len(data) > _RECENT_LIMIT // 4:
+        return
+    _RECENT[uri] = data
+    _RECENT_BYTES += len(data)
+    while _RECENT_BYTES > _RECENT_LIMIT and _RECENT:
+        _, old = _RECENT.popitem(last=False)
+        _RECENT_BYTES -= len(old)
+
+
+def join(root: str, *parts: str) -> str:
+    return "/".join([root.rstrip("/"), *parts])
+
+
+def write_file(uri: str, data: bytes, options: tuple = ()) -> tuple[int, int]:
+    """Write ``data`` atomically; returns ``(size, crc32)``."""
+    if is_local(uri):
+        path = local_path(uri)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    else:
+        root, name = _split(uri)
+        _access(root, options).write_bytes(name, data)
+    _remember(uri, data)
+    return len(data), zlib.crc32(data)
+
+
+def read_file(uri: str, size: int | None, crc: int | None, options: tuple = (), what: str = "state file") -> bytes:
+    """The bytes of a durable file, checked against its recorded size and CRC-32."""
+    data = _RECENT.get(uri)
+    if data is None:
+        try:
+            if is_local(uri):
+                with open(local_path(uri), "rb") as f:
+                    data = f.read()
+            else:
+                root, name = _split(uri)
+                data = _access(root, options).read_bytes(name)
+        except (FileNotFoundError, OSError) as e:
+            raise _not_found(uri, what, e) from e
+        except Exception as e:  # CheckpointError from remote storage: missing or unreadable
+            raise _not_found(uri, what, e) from e
+    if size is not None and len(data) != size:
+        msg = f"working {what} {uri} has {len(data)} bytes, the committed epoch recorded {size}: it was changed or truncated; restore the job from a checkpoint"
+        raise StateNotFoundError(msg)
+    if crc is not None and zlib.crc32(data) != crc:
+        msg = f"working {what} {uri} does not match the checksum recorded when its epoch committed: it is corrupt; restore the job from a checkpoint"
+        raise StateNotFoundError(msg)
+    return data
+
+
+def _not_found(uri: str, what: str, e: BaseException) -> StateNotFoundError:
+    msg = (
+        f"cannot read the committed working {what} {uri} ({type(e).__name__}: {e}). A partition never starts "
+        "from empty state: if executors run on several hosts, set state.working.remote-dir (or a remote "
+        "state.checkpoints.dir) to storage every executor can read, such as s3:// or hdfs://"
+    )
+    return StateNotFoundError(msg)
+
+
+def upload_dir(local_dir: str, uri: str, options: tuple = ()) -> list[tuple[str, str, int, int]]:
+    """Copy every file of ``local_dir`` below ``uri``; returns ``[(uri, name, size, crc32)]``."""
+    out = []
+    for name in sorted(os.listdir(local_dir)):
+        with open(os.path.join(local_dir, name), "rb") as f:
+            data = f.read()
+        target = join(uri, name)
+        if is_local(target):
+            path = local_path(target)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        else:
+            root, n = _split(target)
+            _access(root, options).write_bytes(n, data)
+        out.append((target, name, len(data), zlib.crc32(data)))
+    return out
+
+
+def delete(uris: tuple[str, ...] | list[str], options: tuple = ()) -> None:
+    """Best effort: files the committed chain no longer needs."""
+    for uri in uris:
+        _RECENT.pop(uri, None)
+        try:
+            if is_local(uri):
+                path = local_path(uri)
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.remove(path)
+            else:
+                root, name = _split(uri)
+                _access(root, options).delete(name)
+        except Exception:  # noqa: BLE001 - leftovers go with the job's directory
+            pass
+
+
+def delete_tree(uri: str, options: tuple = ()) -> None:
+    if is_local(uri):
+        shutil.rmtree(local_path(uri), ignore_errors=True)
+        return
+    try:
+        root, name = _split(uri)
+        a = _access(root, options)
+        if a.exists(name):
+            a.delete(name)
+    except Exception:  # noqa: BLE001 - best effort
+        pass

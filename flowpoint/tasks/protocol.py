@@ -1,0 +1,135 @@
+"""The driver-to-task protocol: what a task of one epoch receives and what it acknowledges.
+
+Every task of an epoch gets the common :class:`EpochSpec` (with the Spark job's closure) and
+only its own partition's :class:`TaskSlice` (routed to it as a record of its input), never
+other partitions' state chains. A task answers with one :class:`TaskAck`; the coordinator
+commits the epoch only when every task acknowledged. Checkpoint and savepoint parts a task
+wrote travel back as :class:`PartHandle` lists: paths relative to the checkpoint or savepoint
+directory, sizes and SHA-256 checksums, never state bytes (except for driver-memory checkpoint
+storage, which executors cannot reach; Flink's JobManagerCheckpointStorage does the same).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowpoint.errors import FlowpointError
+from flowpoint.state.working import CommittedChain, CommittedFile
+
+
+@dataclass(frozen=True)
+class StateLocation:
+    """Where a job's working state lives: the executor-local cache and the durable copy."""
+
+    run_key: str  # "<job id>/run-<n>": a restart begins a new run
+    local_dir: str  # state.working.dir on the executor's own disk (a cache)
+    durable_uri: str  # shared storage every executor can read: committed bases and deltas
+    backend: str = "hashmap"
+    storage_options: tuple[tuple[str, str], ...] = ()  # s3.endpoint, credentials, ...
+    incremental: bool = False  # RocksDB: checkpoints reuse SST files already in shared/
+
+    @property
+    def options(self) -> dict[str, str]:
+        return dict(self.storage_options)
+
+
+@dataclass(frozen=True)
+class CheckpointTarget:
+    """A checkpoint whose parts this epoch's stateful tasks write (its synchronous part is the
+    committed state the epoch starts from)."""
+
+    checkpoint_id: int
+    job_dir_uri: str  # chk-<id>/ and shared/ are relative to it
+    inline: bool = False  # driver-memory storage: parts come back in the acknowledgement
+
+
+@dataclass
+class EpochSpec:
+    """What every task of one epoch needs to know, shipped with the epoch's Spark job."""
+
+    job_id: str  # the run key (see StateLocation)
+    epoch: int
+    location: StateLocation
+    last: bool = False
+    checkpoints_completed: tuple[int, ...] = ()  # for CheckpointListener.notify_checkpoint_complete
+    checkpoints_aborted: tuple[int, ...] = ()
+    checkpoint: CheckpointTarget | None = None
+    processing_time: int = 0  # epoch ms: the processing time every task of the epoch sees
+    watermarks: dict[str, tuple[int, bool]] = field(default_factory=dict)  # channel -> (watermark, idle) at the start
+    splits: dict[str, int] = field(default_factory=dict)  # source uid -> number of splits (watermark channels)
+    generators: dict[str, bytes] = field(default_factory=dict)  # watermark generator states (event_time.py)
+    restored: frozenset[str] = frozenset()  # uids whose state came from a restore (is_restored())
+
+
+@dataclass(frozen=True)
+class TaskSlice:
+    """One partition's share of an epoch: its committed state chain and what to do with it."""
+
+    stage_id: int
+    partition: int
+    chain: CommittedChain = field(default_factory=CommittedChain)
+    compact: bool = False  # write a new base snapshot this epoch
+    operator_state: dict[str, dict] = field(default_factory=dict)  # "<uid>:<partition>" -> {name: (mode, items)}
+    shared: dict[str, str] = field(default_factory=dict)  # RocksDB incremental: "<uid>/<db id>/<file>/<size>" -> shared/ path
+
+
+@dataclass(frozen=True)
+class PartHandle:
+    """One file a task wrote into a checkpoint or savepoint directory."""
+
+    path: str  # relative to the checkpoint job directory or the savepoint directory
+    size: int
+    kind: str  # "full" | "sst" | "private" | "canonical"
+    sha256: str
+    local_name: str | None = None
+    rows: int | None = None
+    uploaded: bool = True  # False: an SST file an earlier checkpoint already holds
+    data: bytes | None = None  # driver-memory checkpoint storage only
+
+
+@dataclass
+class OperatorPart:
+    """One operator's snapshot of one partition: the files and what they hold."""
+
+    uid: str
+    partition: int
+    files: list[PartHandle]
+    num_keys: int
+    sync_ms: float = 0.0
+    async_ms: float = 0.0
+    lineage: str = ""  # RocksDB: the local DBs' lineage (names of shared SST files are unique within it)
+
+
+@dataclass(frozen=True)
+class TaskStateAck:
+    """A task's report of the durable state files it wrote for an epoch."""
+
+    epoch: int
+    token: str
+    delta: CommittedFile | None
+    base: CommittedFile | None
+    changed_keys: int
+    total_keys: int
+
+
+@dataclass
+class TaskAck:
+    stage_id: int
+    partition: int
+    epoch: int
+    token: str
+    attempt: int
+    state: TaskStateAck | None = None
+    sink_payloads: dict[int, Any] = field(default_factory=dict)
+    records_in: int = 0
+    error: FlowpointError | None = None
+    seconds: float = 0.0
+    fresh_state: bool = False  # the task rebuilt its partition's state (it was not in this process)
+    snapshot: list[OperatorPart] | None = None  # the checkpoint parts this task wrote
+    snapshot_error: str | None = None  # why the task declined the checkpoint (its parts failed)
+    watermarks: dict[str, tuple[int, bool]] = field(default_factory=dict)  # channels this task sent: final marks
+    generators: dict[str, bytes] = field(default_factory=dict)
+    metrics: dict[str, int] = field(default_factory=dict)  # "<operator name>.<metric>" -> count
+    operator_state: dict[str, dict] = field(default_factory=dict)  # CheckpointedFunction state at the epoch's end
+    host: str = ""  # executor id the task ran on (locality statistics)
