@@ -26,6 +26,20 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def standalone_cluster(tmp_path_factory):
+    """A Spark standalone master and two 1-core workers on loopback, each worker seeing a private
+    directory at ``standalone_cluster.working_dir`` (see tests/standalone_cluster.py). Slow tests
+    only; skipped where mount namespaces are unavailable."""
+    from standalone_cluster import StandaloneCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"standalone cluster: {reason}")
+    with StandaloneCluster(base_dir=tmp_path_factory.mktemp("standalone")) as cluster:
+        yield cluster
+
+
 def build_env(spark, working_dir, parallelism: int = 2, max_records: int | None = None, **config):
     """A quiet StreamExecutionEnvironment on the test session; ``config`` keys use ``_`` for ``.``."""
     settings = {"execution.progress.interval": -1, "state.working.dir": str(working_dir)}
