@@ -34,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-m", "--master", help="Spark master URL (default local[*,4])")
     run.add_argument(
         "-D", dest="dynamic", action="append", default=[], metavar="key=value",
-        help="a configuration setting, e.g. -D execution.epoch.max-records=50000 (repeatable)",
+        help="a configuration setting, e.g. -D execution.epoch.max-records=50000, -D spark.executor.memory=4g "
+        "(spark.* keys go to the Spark session) or -D s3.endpoint=http://minio:9000 (repeatable)",
     )
     run.add_argument(
         "-s", "--fromSavepoint", dest="from_path", metavar="PATH",

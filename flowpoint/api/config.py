@@ -5,6 +5,11 @@ durations take Flink's forms (``"60 s"``, ``"1 min"``, ``"500 ms"``, a bare numb
 milliseconds) and are kept as milliseconds; booleans are ``true``/``false``; enumerations are
 case-insensitive. Where Flink 2 renamed a key, both names work and are kept under one
 (``ALIASES``), so a later layer overrides an earlier one whichever name each used.
+
+Two families of keys pass through: ``spark.*`` reach the SparkSession flowpoint creates
+(``spark.executor.memory``, ``spark.submit.pyFiles``, ...), and filesystem options
+(``s3.*``, ``hdfs.*``, ``gs.*``, ``fs.*``; see ``flowpoint.api.storage_options``) reach checkpoint
+and state storage on the driver and every executor. The known ``s3.*`` keys are checked here.
 """
 
 from __future__ import annotations
@@ -223,6 +228,17 @@ OPTIONS = {
         Option("restart-strategy.exponential-delay.reset-backoff-threshold", 3_600_000, int, "a job that ran this long since its last restart starts again from the initial backoff", _duration(1)),
         Option("restart-strategy.exponential-delay.jitter-factor", 0.1, float, "random spread of each delay, +- this fraction (0..1)", _float(0.0, 1.0, low_open=False)),
         Option("restart-strategy.exponential-delay.attempts-before-reset-backoff", None, int, "restarts before the job fails, counted since the last reset; unset: unlimited", _int(1)),
+        # -- filesystem options of checkpoint and state storage (flowpoint.api.storage_options): the
+        # driver and every executor open storage with them; other s3./hdfs./gs./fs. keys pass as well
+        Option("s3.endpoint", None, str, "S3 endpoint URL of an S3-compatible store (MinIO, Ceph, ...); default AWS, or $AWS_ENDPOINT_URL"),
+        Option("s3.access-key", None, str, "S3 access key id; default the AWS credential chain of each process"),
+        Option("s3.secret-key", None, str, "S3 secret access key"),
+        Option("s3.session-token", None, str, "S3 session token of temporary credentials"),
+        Option("s3.region", None, str, "S3 region; default $AWS_REGION, else us-east-1 with a custom endpoint"),
+        Option("s3.path.style.access", None, bool, "true: path-style requests (endpoint/bucket/key); false: virtual-hosted (bucket.endpoint/key)", parse_bool),
+        Option("s3.connect-timeout", None, float, "seconds to wait for a connection to S3 (default 5)", _float(0.0, None, low_open=True)),
+        Option("s3.request-timeout", None, float, "seconds to wait for an S3 request (default 30)", _float(0.0, None, low_open=True)),
+        Option("s3.max-attempts", None, int, "attempts of each S3 request (default 3)", _int(1)),
         # -- control plane --
         Option("control.registry.dir", None, str, "directory of the local job registry the CLI reads (flowpoint list); default $FLOWPOINT_HOME/jobs, else ~/.flowpoint/jobs"),
         Option("control.port", "0", str, "port of a job process's control endpoint on 127.0.0.1: 0 (any free port), a port, or a range such as 50100-50200"),
@@ -239,7 +255,17 @@ ALIASES = {
     "execution.checkpointing.storage": "state.checkpoint-storage",
     "execution.checkpointing.unaligned.enabled": "execution.checkpointing.unaligned",
     "restart-strategy": "restart-strategy.type",
+    "s3.access.key": "s3.access-key",
+    "s3.secret.key": "s3.secret-key",
+    "s3.path-style-access": "s3.path.style.access",
 }
+
+# Keys flowpoint passes on without knowing them all: ``spark.*`` to the SparkSession it creates
+# (flowpoint.spark.session), filesystem options to checkpoint and state storage on the driver and
+# the executors (flowpoint.api.storage_options).
+SPARK_PREFIX = "spark."
+STORAGE_PREFIXES = ("s3.", "hdfs.", "gs.", "fs.")
+PASS_THROUGH_PREFIXES = (SPARK_PREFIX, *STORAGE_PREFIXES)
 
 
 def canonical_key(key: str) -> str:

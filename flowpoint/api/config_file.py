@@ -12,6 +12,9 @@ Keys are Flink's, flat (``state.backend.type: rocksdb``) or nested as in Flink 1
 ``config.yaml`` (``state: {backend: {type: rocksdb}}``); both are read as dotted keys. The file is
 YAML 1.2 as in Flink: only ``true``/``false`` are booleans (``restart-strategy.type: off`` is the
 string ``off``). Values are checked like ``-D`` values; errors name the file and the key.
+``spark.*`` keys go to the SparkSession flowpoint creates (``spark: {executor: {memory: 4g}}``
+is ``spark.executor.memory``); ``s3.*``, ``hdfs.*``, ``gs.*``, ``fs.*`` keys are filesystem
+options of checkpoint and state storage, on the driver and the executors.
 Relative directories are resolved against the current directory, as Flink does.
 """
 
@@ -26,7 +29,13 @@ from typing import Any
 
 import yaml
 
-from flowpoint.api.config import ALIASES, OPTIONS, canonical_key, parse_option
+from flowpoint.api.config import (
+    ALIASES,
+    OPTIONS,
+    PASS_THROUGH_PREFIXES,
+    canonical_key,
+    parse_option,
+)
 from flowpoint.errors import ConfigurationError
 
 FILE_NAME = "flowpoint.yaml"
@@ -133,9 +142,16 @@ _KNOWN = sorted({*OPTIONS, *ALIASES})
 
 
 def _warn_if_misspelt(key: str, path: str) -> None:
+    """An unknown key close to a known one is likely a typo. ``spark.*`` (passed to Spark) and
+    filesystem options (``s3.*``, ``hdfs.*``, ...) are compared only with known keys of their own
+    family, so ``spark.executor.memory`` or ``fs.s3a.connection.maximum`` pass quietly."""
     if key in OPTIONS or key in ALIASES:
         return
-    close = difflib.get_close_matches(key, _KNOWN, n=1, cutoff=0.85)
+    known = _KNOWN
+    family = next((p for p in PASS_THROUGH_PREFIXES if key.startswith(p)), None)
+    if family is not None:
+        known = [k for k in _KNOWN if k.startswith(family)]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
     if close:
         log.warning("%s: unknown key %r (did you mean %r?)", path, key, close[0])
 

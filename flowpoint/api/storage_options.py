@@ -1,13 +1,36 @@
-"""Filesystem options (S3, HDFS, ...) from the configuration: checkpoint storage uses them on the
-driver, and every task gets them, so executors reach the same storage."""
+"""Filesystem options (S3, HDFS, GCS, ...) from the configuration.
+
+Every key starting with ``s3.``, ``hdfs.``, ``gs.`` or ``fs.`` is a filesystem option:
+checkpoint and state storage opens its filesystem with them on the driver, and every task gets
+them too, so executors on other hosts reach the same storage with the same endpoint and
+credentials (``s3.endpoint``, ``s3.access-key``, ``s3.secret-key``, ``s3.region``,
+``s3.path.style.access``, ...; ``flowpoint.api.config`` checks the known ``s3.*`` keys). Set them
+like any setting: ``-D s3.endpoint=http://minio:9000``, ``flowpoint.yaml``, or a Configuration.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-PREFIXES = ("s3.", "hdfs.", "gs.", "fs.")
+from flowpoint.api.config import STORAGE_PREFIXES, canonical_key
+
+PREFIXES = STORAGE_PREFIXES
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def storage_options(config: Any) -> dict[str, str]:
-    items = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-    return {str(k): str(v) for k, v in items.items() if str(k).startswith(PREFIXES) and v is not None}
+    """The filesystem options of ``config`` (a Configuration or a dict), keys under their
+    canonical names (``s3.access.key`` -> ``s3.access-key``), values as strings
+    (booleans ``true``/``false``); unset (None) values are left out."""
+    items = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
+    options: dict[str, str] = {}
+    for key, value in items.items():
+        key = canonical_key(str(key))
+        if key.startswith(PREFIXES) and value is not None:
+            options[key] = _text(value)
+    return options

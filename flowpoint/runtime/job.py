@@ -147,7 +147,8 @@ def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
 
     # Spark starts in the caller's thread: a failure to start raises here, and the session is the
     # caller's active one (``SparkSession.getActiveSession()`` finds it after the job).
-    spark = get_spark_session(env.get_configuration().get("spark.master"), graph.job_name, env._spark)
+    config = env.get_configuration()
+    spark = get_spark_session(config.get("spark.master"), graph.job_name, env._spark, config)
     coordinator = Coordinator(graph, env, spark)
     thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
     coordinator.thread = thread

@@ -1,10 +1,20 @@
-"""Getting a SparkSession: an existing one, or the embedded default (local Spark)."""
+"""Getting a SparkSession: an existing one, or one flowpoint creates (local Spark by default).
+
+When flowpoint creates the session, every ``spark.*`` setting of the job's configuration
+(``-D spark.executor.memory=4g`` on ``flowpoint run``, the same keys in ``flowpoint.yaml`` or in
+the environment's Configuration) reaches the SparkSession builder as ``.config(key, value)``,
+after flowpoint's own defaults, so the user's value wins (``spark.master`` is the master). For a
+local master (``local``, ``local[...]``, ``local-cluster[...]``) the driver and its web UI bind
+to 127.0.0.1 unless ``spark.driver.bindAddress`` / ``spark.driver.host`` say otherwise; for a
+cluster master the driver's address is Spark's choice (executors on other hosts must reach it).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from flowpoint.errors import ConfigurationError
@@ -12,6 +22,7 @@ from flowpoint.errors import ConfigurationError
 log = logging.getLogger("flowpoint")
 
 DEFAULT_MASTER = "local[*,4]"  # local[*] with up to 4 attempts per task, so Spark retries failed tasks
+LOOPBACK = "127.0.0.1"
 
 
 def _python_path() -> str:
@@ -21,29 +32,74 @@ def _python_path() -> str:
     return os.pathsep.join(dict.fromkeys([*existing, *here]))
 
 
-def get_spark_session(master: str | None, app_name: str, existing: Any = None) -> Any:
-    if existing is not None:
+def is_local_master(master: str) -> bool:
+    """``local``, ``local[4]``, ``local[*,4]``, ``local-cluster[2,1,1024]``: every process on this host."""
+    return master.strip().startswith("local")
+
+
+def _spark_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def spark_settings(settings: Any) -> dict[str, str]:
+    """The ``spark.*`` keys of a Configuration or dict (but ``spark.master``), as strings."""
+    if settings is None:
+        return {}
+    items = settings.to_dict() if hasattr(settings, "to_dict") else dict(settings)
+    return {
+        str(k): _spark_value(v)
+        for k, v in items.items()
+        if str(k).startswith("spark.") and str(k) != "spark.master" and v is not None
+    }
+
+
+def session_config(master: str, app_name: str, settings: Any = None, python_path: str | None = None) -> dict[str, str]:
+    """Everything flowpoint gives the SparkSession builder for ``master``: its defaults, loopback
+    addresses for a local master, then the user's ``spark.*`` settings (which win)."""
+    user = spark_settings(settings)
+    config = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.executorEnv.PYTHONPATH": _python_path() if python_path is None else python_path,
+        "spark.python.worker.reuse": "true",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+    }
+    if is_local_master(master):
+        config["spark.driver.bindAddress"] = LOOPBACK
+        config["spark.driver.host"] = LOOPBACK
+    config.update(user)
+    return config
+
+
+def _bind_ui_to_loopback(master: str, config: Mapping[str, str]) -> None:
+    """Spark binds its web UI to ``$SPARK_LOCAL_IP`` (default: every interface); for a local
+    master whose driver binds to loopback, so does the UI (the JVM reads it when it starts)."""
+    if is_local_master(master) and config.get("spark.driver.bindAddress") == LOOPBACK:
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+
+
+def get_spark_session(master: str | None, app_name: str, existing: Any = None, settings: Any = None) -> Any:
+    """``existing``, else the active session, else a new one for ``master`` (default
+    ``$FLOWPOINT_SPARK_MASTER``, else ``local[*,4]``) with ``settings``' ``spark.*`` keys."""
+    if existing is not None or (existing := _active_session()) is not None:
         _check_classic(existing)
+        _warn_unapplied(existing, spark_settings(settings))
         return existing
     from pyspark.sql import SparkSession
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        _check_classic(active)
-        return active
     master = master or os.environ.get("FLOWPOINT_SPARK_MASTER") or DEFAULT_MASTER
     os.environ["PYTHONPATH"] = _python_path()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
-    )
+    config = session_config(master, app_name, settings, os.environ["PYTHONPATH"])
+    _bind_ui_to_loopback(master, config)
+    builder = SparkSession.builder
+    for key, value in config.items():
+        builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
     except Exception as e:
@@ -52,6 +108,25 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None) -
     spark.sparkContext.setLogLevel("ERROR")
     log.info("started Spark %s with master %s", spark.version, master)
     return spark
+
+
+def _active_session() -> Any:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+def _warn_unapplied(spark: Any, wanted: dict[str, str]) -> None:
+    """Spark settings cannot change on a running session: say which ones differ."""
+    if not wanted or not hasattr(spark, "sparkContext"):
+        return
+    conf = spark.sparkContext.getConf()
+    differ = sorted(k for k, v in wanted.items() if conf.get(k, None) != v)
+    if differ:
+        log.warning(
+            "the SparkSession already exists, so these settings were not applied: %s "
+            "(set them where that session is created, or let flowpoint create it)", ", ".join(differ),
+        )
 
 
 def _check_classic(spark: Any) -> None:
