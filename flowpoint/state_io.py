@@ -23,6 +23,7 @@ from flowpoint.checkpoint.savepoint import (
     PartState,
     load_operator_state,
     open_savepoint,
+    require_operator,
     savepoint_dir_name,
     write_savepoint,
 )
@@ -38,10 +39,10 @@ from flowpoint.state.keygroups import (
 class StateReader:
     """A savepoint or retained checkpoint opened for reading (see :func:`state_reader`)."""
 
-    def __init__(self, spark: Any, path: str):
+    def __init__(self, spark: Any, path: str, options: dict[str, str] | None = None):
         self.spark = spark
         self.path = path
-        self.access, self.metadata = open_savepoint(path)
+        self.access, self.metadata = open_savepoint(path, options)
 
     def operators(self) -> list[dict[str, Any]]:
         """``[{"uid", "name", "parallelism", "max_parallelism", "state_names", "states"}]``."""
@@ -59,37 +60,42 @@ class StateReader:
             })
         return out
 
+    def _executors_can_read(self) -> bool:
+        return not self.access.root_uri.startswith("memory://")  # driver-memory storage: only here
+
     def keyed_state_dict(self, uid: str, state_name: str | None = None) -> dict:
-        """``{key: value}`` of one state, or ``{state name: {key: value}}`` of all."""
-        tables = load_operator_state(self.access, self.metadata, uid)
+        """``{key: value}`` of one state, or ``{state name: {key: value}}`` of all (read by
+        Spark tasks, one per parallel instance, and merged here)."""
+        op = require_operator(self.access, self.metadata, uid)
+        if self._executors_can_read():
+            from flowpoint.spark.state_frames import keyed_state_tables
+
+            tables = keyed_state_tables(self.spark, self.access, op)
+        else:
+            tables = load_operator_state(self.access, self.metadata, uid)
         return tables if state_name is None else tables.get(state_name, {})
 
     def keyed_state(self, uid: str, state_name: str | None = None) -> Any:
         """The keyed state of operator ``uid`` as a Spark DataFrame: one row per key (MapState:
         per key and user key) with columns key, namespace, user_key, value (and state_name
-        when ``state_name`` is None)."""
-        from flowpoint.spark.state_frames import rows_to_dataframe
+        when ``state_name`` is None). Spark tasks read the files, one per parallel instance."""
+        from flowpoint.spark.state_frames import keyed_state_dataframe, rows_to_dataframe
 
-        op = self.metadata.operator(uid)
-        kinds = {n: s.get("kind") for n, s in (op.states or {}).items()} if op is not None else {}
+        op = require_operator(self.access, self.metadata, uid)
+        kinds = {n: s.get("kind") for n, s in (op.states or {}).items()}
+        if self._executors_can_read():
+            return keyed_state_dataframe(self.spark, self.access, op, kinds, state_name)
         tables = load_operator_state(self.access, self.metadata, uid)
-        names = sorted(tables) if state_name is None else [state_name]
-        rows = []
-        for name in names:
-            table = tables.get(name, {})
-            kind = kinds.get(name)
-            for key, value in table.items():
-                if kind == "map" or (kind is None and isinstance(value, dict)):
-                    for uk, v in value.items():
-                        rows.append((name, key, None, uk, v))
-                else:
-                    rows.append((name, key, None, None, value))
-        return rows_to_dataframe(self.spark, rows, with_state_name=state_name is None)
+        from flowpoint.spark.state_frames import state_rows
+
+        return rows_to_dataframe(self.spark, state_rows(tables, kinds, state_name), with_state_name=state_name is None)
 
 
-def state_reader(spark: Any, path: str) -> StateReader:
-    """Open a savepoint or retained checkpoint (directory or ``_metadata``) to read its state."""
-    return StateReader(spark, path)
+def state_reader(spark: Any, path: str, options: dict[str, str] | None = None) -> StateReader:
+    """Open a savepoint or retained checkpoint (directory or ``_metadata``) to read its state;
+    ``options`` are filesystem settings (``s3.endpoint``, ``s3.access-key``, ...), which the
+    Spark tasks reading the files get too."""
+    return StateReader(spark, path, options)
 
 
 @dataclass

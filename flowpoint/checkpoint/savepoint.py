@@ -495,31 +495,42 @@ def operator_kinds(op: OperatorState, declared_only: bool = False) -> dict[str, 
 
 def load_operator_state(access: CheckpointStorageAccess, meta: CheckpointMetadata, uid: str) -> dict[str, dict[Any, Any]]:
     """All keyed state of operator ``uid``: ``{state name: {key: value}}``, from a savepoint or a
-    retained checkpoint (HashMap snapshots or RocksDB files)."""
+    retained checkpoint (HashMap snapshots or RocksDB files), read in this process."""
+    op = require_operator(access, meta, uid)
+    merged: dict[str, dict[Any, Any]] = {}
+    for sub in op.subtasks:
+        for name, table in load_subtask_state(access, op, sub).items():
+            merged.setdefault(name, {}).update(table)
+    return merged
+
+
+def require_operator(access: CheckpointStorageAccess, meta: CheckpointMetadata, uid: str) -> OperatorState:
     op = meta.operator(uid)
     if op is None:
         msg = f"{meta.kind} {meta.checkpoint_id} at {access.uri()} has no state of operator uid {uid!r}; it has {sorted(o.uid for o in meta.operators)}"
         raise CheckpointError(msg)
+    return op
+
+
+def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: SubtaskState) -> dict[str, dict[Any, Any]]:
+    """One parallel instance's keyed state of operator ``op`` (run where the files are read:
+    a Spark task of the state reader, or this process)."""
     merged: dict[str, dict[Any, Any]] = {}
     if op.backend == CANONICAL:
         kinds = operator_kinds(op)
-        for sub in op.subtasks:
-            for f in sub.files:
-                for name, table in decode_rows(read_canonical(access, f, uid), kinds).items():
-                    merged.setdefault(name, {}).update(table)
+        for f in sub.files:
+            for name, table in decode_rows(read_canonical(access, f, op.uid), kinds).items():
+                merged.setdefault(name, {}).update(table)
         return merged
     if op.backend == "rocksdb":
-        for name, table in _read_rocksdb(access, op).items():
+        return _read_rocksdb(access, op, [sub])
+    for f in sub.files:
+        for name, table in pickle.loads(access.read_bytes(f.path)).items():  # noqa: S301 - our own checkpoint files
             merged.setdefault(name, {}).update(table)
-        return merged
-    for sub in op.subtasks:
-        for f in sub.files:
-            for name, table in pickle.loads(access.read_bytes(f.path)).items():  # noqa: S301 - our own checkpoint files
-                merged.setdefault(name, {}).update(table)
     return merged
 
 
-def _read_rocksdb(access: CheckpointStorageAccess, op: OperatorState) -> dict[str, dict[Any, Any]]:
+def _read_rocksdb(access: CheckpointStorageAccess, op: OperatorState, subtasks: list[SubtaskState]) -> dict[str, dict[Any, Any]]:
     import os
     import shutil
     import tempfile
@@ -531,7 +542,7 @@ def _read_rocksdb(access: CheckpointStorageAccess, op: OperatorState) -> dict[st
     out: dict[str, dict[Any, Any]] = {}
     tmp = tempfile.mkdtemp(prefix="flowpoint-inspect-")
     try:
-        for sub in op.subtasks:
+        for sub in subtasks:
             files = tuple((access.uri(f.path), f.local_name or f.path.rsplit("/", 1)[-1]) for f in sub.files)
             path = os.path.join(tmp, f"db-{sub.index}")
             restore_native(path, [RestoredFile(op.uid, access.uri(), sub.state_size, files=files)], access.options)

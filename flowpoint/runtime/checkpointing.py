@@ -13,6 +13,7 @@ epoch ``n+1`` commits with every part acknowledged, a background thread writes
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -271,6 +272,11 @@ class CheckpointCoordinator:
         cut, future = self.pending, self._future
         if cut is None or future is None:
             return None
+        if not future.done():
+            # the tasks wrote the parts; what is left is writing _metadata, usually milliseconds:
+            # a short wait lets the next checkpoint start at this epoch boundary
+            with contextlib.suppress(Exception):
+                future.result(timeout=0.2)
         if not future.done():
             elapsed = now_ms() - cut.stats.trigger_time_ms
             if not wait and elapsed <= self.settings.timeout_ms:

@@ -59,6 +59,67 @@ def rows_to_dataframe(spark: Any, rows: list[tuple], with_state_name: bool) -> A
     return spark.createDataFrame([tuple(r) for r in data], StructType(fields))
 
 
+def state_rows(tables: dict, kinds: dict, state_name: str | None) -> list[tuple]:
+    rows = []
+    for name in (sorted(tables) if state_name is None else [state_name]):
+        kind = kinds.get(name)
+        for key, value in tables.get(name, {}).items():
+            if kind == "map" or (kind is None and isinstance(value, dict)):
+                for uk, v in value.items():
+                    rows.append((name, key, None, uk, v))
+            else:
+                rows.append((name, key, None, None, value))
+    return rows
+
+
+def _subtask_reader(access: Any, op: Any):
+    def read(sub: Any) -> dict:
+        from flowpoint.checkpoint.savepoint import load_subtask_state
+
+        return load_subtask_state(access, op, sub)
+
+    return read
+
+
+def keyed_state_dataframe(spark: Any, access: Any, op: Any, kinds: dict, state_name: str | None, sample: int = 1000) -> Any:
+    """Operator ``op``'s keyed state as a DataFrame, read by one Spark task per parallel
+    instance (the driver reads only a sample of rows to choose the column types)."""
+    from pyspark.sql.types import DoubleType, StructField, StructType
+
+    with_name = state_name is None
+    columns = list(COLUMNS) if with_name else list(COLUMNS[1:])
+    offset = 0 if with_name else 1
+    read = _subtask_reader(access, op)
+    rdd = spark.sparkContext.parallelize(op.subtasks, max(1, len(op.subtasks))).flatMap(
+        lambda sub: ([_spark_value(v) for v in r[offset:]] for r in state_rows(read(sub), kinds, state_name))
+    )
+    head = rdd.take(sample)
+    fields, convert = [], []
+    for i, name in enumerate(columns):
+        t, as_text = _column_type([r[i] for r in head])
+        convert.append("text" if as_text else "float" if isinstance(t, DoubleType) else None)
+        fields.append(StructField(name, t, True))
+
+    def typed(r: list) -> tuple:
+        return tuple(
+            v if v is None or c is None else repr(v) if c == "text" else float(v)
+            for v, c in zip(r, convert, strict=True)
+        )
+
+    return spark.createDataFrame(rdd.map(typed), StructType(fields))
+
+
+def keyed_state_tables(spark: Any, access: Any, op: Any) -> dict:
+    """``{state name: {key: value}}`` of operator ``op``, read by Spark tasks and merged here
+    (the caller asked for the state in this process)."""
+    read = _subtask_reader(access, op)
+    merged: dict = {}
+    for tables in spark.sparkContext.parallelize(op.subtasks, max(1, len(op.subtasks))).map(read).toLocalIterator():
+        for name, table in tables.items():
+            merged.setdefault(name, {}).update(table)
+    return merged
+
+
 def dataframe_rows(df: Any) -> list[tuple]:
     """A DataFrame's rows as tuples of Python values (structs as tuples)."""
     return [tuple(_struct_as_tuple(v) for v in row) for row in df.toLocalIterator()]
