@@ -90,6 +90,19 @@ def test_a_configured_driver_address_wins_on_a_local_master():
     assert config["spark.driver.host"] == "10.0.0.5"
 
 
+def test_under_spark_submit_its_master_and_conf_stand_over_flowpoints_defaults():
+    submitted = {"spark.master": "yarn", "spark.sql.shuffle.partitions": "200", "spark.app.name": "etl",
+                 "spark.executorEnv.PYTHONPATH": "./deps"}
+    config = session_config("yarn", "job", {"spark.executor.memory": "8g"}, python_path="/driver", submitted=submitted)
+    assert config["spark.master"] == "yarn"
+    for key in ("spark.sql.shuffle.partitions", "spark.app.name", "spark.executorEnv.PYTHONPATH"):
+        assert key not in config  # the submitted value stays in effect
+    assert config["spark.executor.memory"] == "8g"  # a flowpoint setting of the user's still applies
+    assert config["spark.python.worker.reuse"] == "true"
+    local = session_config("local[2]", "job", None, python_path="", submitted={"spark.driver.host": "10.1.1.1"})
+    assert "spark.driver.host" not in local and local["spark.driver.bindAddress"] == "127.0.0.1"
+
+
 def test_dash_d_spark_keys_reach_the_session_config(cli_env):
     env = cli_env("-m", "spark://h:7077", "-D", "spark.executor.memory=2g", "-D",
                   "spark.executorEnv.FOO=a=b", "-D", "s3.endpoint=http://minio:9000")
@@ -177,6 +190,7 @@ def builder(monkeypatch):
     b = _Builder()
     monkeypatch.setattr(SparkSession, "builder", b)
     monkeypatch.setattr(session, "_active_session", lambda: None)
+    monkeypatch.setattr(session, "submitted_conf", lambda: None)
     for var in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP"):
         monkeypatch.setenv(var, os.environ.get(var, ""))  # restored after the test
     monkeypatch.delenv("SPARK_LOCAL_IP")
@@ -196,6 +210,18 @@ def test_a_local_session_binds_its_ui_to_loopback(builder):
     get_spark_session("local[2]", "job")
     assert builder.config_calls["spark.driver.bindAddress"] == "127.0.0.1"
     assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"  # Spark's web UI binds to $SPARK_LOCAL_IP
+
+
+def test_get_spark_session_takes_spark_submits_master(builder, monkeypatch):
+    monkeypatch.setattr(session, "submitted_conf", lambda: {"spark.master": "spark://h:7077", "spark.sql.shuffle.partitions": "64"})
+    get_spark_session(None, "job")
+    assert builder.config_calls["spark.master"] == "spark://h:7077"
+    assert "spark.sql.shuffle.partitions" not in builder.config_calls
+
+
+def test_not_under_spark_submit_there_is_no_submitted_conf(monkeypatch):
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert session.submitted_conf() is None
 
 
 def test_an_existing_session_keeps_its_settings_and_says_which_were_not_applied(caplog):
@@ -260,3 +286,28 @@ def test_flowpoint_run_settings_reach_spark_and_its_executors(tmp_path):
     assert out["conf"]["spark.driver.host"] == "127.0.0.1"
     assert out["listening"] and all(a in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for a in out["listening"]), out["listening"]
     assert out["storage"] == {"s3.endpoint": "http://127.0.0.1:1"}
+
+
+@pytest.mark.slow
+def test_spark_submit_keeps_its_master_and_conf(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP"}
+    env["FLOWPOINT_CONF_DIR"] = str(tmp_path)
+    (tmp_path / "flowpoint.yaml").write_text(f"state.working.dir: {tmp_path / 'w'}\ns3.region: eu-west-1\n")
+    submit = os.path.join(os.path.dirname(pyspark_file()), "bin", "spark-submit")
+    proc = subprocess.run(
+        [submit, "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=7",
+         "--conf", "spark.executorEnv.FLOWPOINT_PROBE=submitted", os.path.join(HERE, "deployment_probe_job.py")],
+        capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["conf"]["spark.master"] == "local[1]"  # not flowpoint's default local[*,4]
+    assert out["conf"]["spark.sql.shuffle.partitions"] == "7"  # not flowpoint's default 8
+    assert out["executor"] == ["submitted"]
+    assert out["storage"] == {"s3.region": "eu-west-1"}  # flowpoint settings from $FLOWPOINT_CONF_DIR
+
+
+def pyspark_file() -> str:
+    import pyspark
+
+    return pyspark.__file__

@@ -7,6 +7,8 @@ after flowpoint's own defaults, so the user's value wins (``spark.master`` is th
 local master (``local``, ``local[...]``, ``local-cluster[...]``) the driver and its web UI bind
 to 127.0.0.1 unless ``spark.driver.bindAddress`` / ``spark.driver.host`` say otherwise; for a
 cluster master the driver's address is Spark's choice (executors on other hosts must reach it).
+Under ``spark-submit`` the master and every ``--conf`` it was given stand: flowpoint's defaults
+fill in only what it did not set.
 """
 
 from __future__ import annotations
@@ -55,12 +57,17 @@ def spark_settings(settings: Any) -> dict[str, str]:
     }
 
 
-def session_config(master: str, app_name: str, settings: Any = None, python_path: str | None = None) -> dict[str, str]:
+def session_config(
+    master: str, app_name: str, settings: Any = None, python_path: str | None = None,
+    submitted: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """Everything flowpoint gives the SparkSession builder for ``master``: its defaults, loopback
-    addresses for a local master, then the user's ``spark.*`` settings (which win)."""
-    user = spark_settings(settings)
-    config = {
-        "spark.master": master,
+    addresses for a local master, then the user's ``spark.*`` settings (which win).
+
+    ``submitted``: the settings ``spark-submit`` already gave the driver's JVM (``--master``,
+    ``--conf``, ``--name``, ...); flowpoint's defaults do not override them."""
+    submitted = submitted or {}
+    defaults = {
         "spark.app.name": app_name,
         "spark.ui.showConsoleProgress": "false",
         "spark.executorEnv.PYTHONPATH": _python_path() if python_path is None else python_path,
@@ -69,10 +76,23 @@ def session_config(master: str, app_name: str, settings: Any = None, python_path
         "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
     }
     if is_local_master(master):
-        config["spark.driver.bindAddress"] = LOOPBACK
-        config["spark.driver.host"] = LOOPBACK
-    config.update(user)
+        defaults["spark.driver.bindAddress"] = LOOPBACK
+        defaults["spark.driver.host"] = LOOPBACK
+    config = {"spark.master": master}
+    config.update({k: v for k, v in defaults.items() if k not in submitted})
+    config.update(spark_settings(settings))
     return config
+
+
+def submitted_conf() -> dict[str, str] | None:
+    """The settings of the JVM ``spark-submit`` started for this driver (None: not under
+    ``spark-submit``, which hands its JVM to Python through ``$PYSPARK_GATEWAY_PORT``)."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM; starts none
+    return dict(SparkConf().getAll())
 
 
 def _bind_ui_to_loopback(master: str, config: Mapping[str, str]) -> None:
@@ -84,18 +104,20 @@ def _bind_ui_to_loopback(master: str, config: Mapping[str, str]) -> None:
 
 def get_spark_session(master: str | None, app_name: str, existing: Any = None, settings: Any = None) -> Any:
     """``existing``, else the active session, else a new one for ``master`` (default
-    ``$FLOWPOINT_SPARK_MASTER``, else ``local[*,4]``) with ``settings``' ``spark.*`` keys."""
+    ``$FLOWPOINT_SPARK_MASTER``, else spark-submit's ``--master``, else ``local[*,4]``) with
+    ``settings``' ``spark.*`` keys."""
     if existing is not None or (existing := _active_session()) is not None:
         _check_classic(existing)
         _warn_unapplied(existing, spark_settings(settings))
         return existing
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get("FLOWPOINT_SPARK_MASTER") or DEFAULT_MASTER
+    submitted = submitted_conf()
+    master = master or os.environ.get("FLOWPOINT_SPARK_MASTER") or (submitted or {}).get("spark.master") or DEFAULT_MASTER
     os.environ["PYTHONPATH"] = _python_path()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    config = session_config(master, app_name, settings, os.environ["PYTHONPATH"])
+    config = session_config(master, app_name, settings, os.environ["PYTHONPATH"], submitted)
     _bind_ui_to_loopback(master, config)
     builder = SparkSession.builder
     for key, value in config.items():
