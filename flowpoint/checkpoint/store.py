@@ -303,15 +303,22 @@ class CheckpointStore:
         self._delete_shared(referenced, set(), sweep_orphans=not others_in_progress)
 
     @_locked
-    def discard_all(self) -> None:
+    def discard_all(self, keep: tuple[str, ...] = ("taskowned",)) -> None:
         """Delete the job's checkpoint directory with every checkpoint in it (a finished job, or a
-        cancelled one under DELETE_ON_CANCELLATION)."""
+        cancelled one under DELETE_ON_CANCELLATION). ``keep``: entries owned by the running job's
+        tasks (its durable working state, removed by the job itself when the driver exits)."""
         if not self.job_access.exists():
             return
         for i in _chk_ids(self.job_access):
             self.job_access.delete(metadata_path(self.chk_dir(i)))
         self._cache.clear()
-        self.job_access.delete("")
+        entries = self.job_access.list_dir("")
+        if not any(name in keep for name, _is_dir, _size in entries):
+            self.job_access.delete("")
+            return
+        for name, _is_dir, _size in entries:
+            if name not in keep:
+                self.job_access.delete(name)
 
 
 # -- finding checkpoints -----------------------------------------------------------------------

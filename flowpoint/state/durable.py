@@ -16,6 +16,7 @@ local disk (one host, or executors sharing that directory).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import zlib
@@ -169,3 +170,10 @@ def delete_tree(uri: str, options: tuple = ()) -> None:
             a.delete(name)
     except Exception:  # noqa: BLE001 - best effort
         pass
+
+
+def remove_empty_dir(uri: str) -> None:
+    """Remove a local directory if nothing is left in it (object stores have no directories)."""
+    if is_local(uri):
+        with contextlib.suppress(OSError):
+            os.rmdir(local_path(uri))

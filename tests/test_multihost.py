@@ -1,0 +1,178 @@
+"""flowpoint on a Spark standalone cluster whose two workers share no working directory (as two
+hosts: tests/standalone_cluster.py), checkpoints and durable working state on an S3-compatible
+server (moto) on loopback. Each job runs as its own driver process (tests/cluster_state_job.py).
+
+What a user relies on: exact results with both backends, the same output as on one host, a
+worker lost mid-run costs no record and no double count, local files lost between epochs are
+rebuilt from shared storage, savepoints move between the cluster and one host at another
+parallelism, and without shared storage a job fails naming the file instead of computing a
+wrong number.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pyarrow.fs as pafs
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "cluster_state_job.py")
+BUCKET = "flowpoint-multihost"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on a loopback port (started and stopped by this fixture)."""
+    server_mod = pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one log line per request otherwise
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    admin = pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1",
+                              endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True)
+    admin.create_dir(BUCKET)
+    yield f"http://127.0.0.1:{port}", admin
+    server.stop()
+
+
+def _args(cluster, s3, backend: str, job: str = "count", *extra: str, local: bool = False) -> list[str]:
+    endpoint, _ = s3
+    prefix = f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
+    if local:
+        master, working, conf = "local[2,4]", os.path.join(cluster.base_dir, "driver-local", uuid.uuid4().hex[:6]), []
+    else:
+        master, working = cluster.master_url, cluster.working_dir
+        conf = [f"--conf={k}={v}" for k, v in cluster.driver_conf().items() if k != "spark.master"]
+    return [sys.executable, JOB, "--master", master, "--working-dir", working, "--checkpoints", f"{prefix}/ck",
+            "--s3-endpoint", endpoint, "--backend", backend, "--job", job, *conf, *extra]
+
+
+def _run(args: list[str], timeout: float = 600) -> dict:
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=HERE)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_keyed_count_is_exact_on_two_hosts(standalone_cluster, s3, backend):
+    out = _run(_args(standalone_cluster, s3, backend, "count", "-p", "4", "--events", "4000"))
+    assert out["exact_state"] and out["exact_outputs"]
+    assert out["metrics"]["stateTasks"] == 4 * out["epochs"]
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_windows_on_two_hosts_equal_one_host(standalone_cluster, s3, backend):
+    extra = ("-p", "3", "--events", "6000", "--max-records", "500")
+    cluster = _run(_args(standalone_cluster, s3, backend, "windows", *extra))
+    local = _run(_args(standalone_cluster, s3, backend, "windows", *extra, local=True))
+    assert cluster["windows"] == local["windows"]
+    assert cluster["late"] == local["late"]
+    assert sum(w[4] for w in cluster["windows"]) + cluster["late"] == 6000
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
+
+
+def _wait_for_epoch(proc: subprocess.Popen, epoch: int, timeout: float = 300) -> list[str]:
+    """Read the driver's progress lines until epoch ``epoch`` is reported."""
+    lines = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if f"epoch {epoch}:" in line:
+            return lines
+    raise AssertionError("the job did not reach epoch %d:\n%s" % (epoch, "".join(lines[-40:])))
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_a_worker_killed_mid_run_costs_no_record(standalone_cluster, s3, backend):
+    cluster = standalone_cluster
+    proc = _start(_args(cluster, s3, backend, "count", "-p", "4", "--events", "6000", "--rate", "400"))
+    try:
+        _wait_for_epoch(proc, 4)
+        cluster.kill_worker(1)  # the host is lost with its executor, working files and shuffle output
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.ensure_workers()
+    assert proc.returncode == 0, stderr[-4000:]
+    out = json.loads(stdout.strip().splitlines()[-1])
+    assert out["exact_state"] and out["exact_outputs"]
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_local_files_removed_between_epochs_are_rebuilt_from_shared_storage(standalone_cluster, s3, backend):
+    cluster = standalone_cluster
+    proc = _start(_args(cluster, s3, backend, "count", "-p", "2", "--events", "5000", "--rate", "500",
+                        "--conf=execution.progress.interval=0"))
+    try:
+        _wait_for_epoch(proc, 3)
+        for i in range(cluster.workers):  # every executor loses its local working files
+            for name in os.listdir(cluster.private_dir(i)):
+                shutil.rmtree(os.path.join(cluster.private_dir(i), name), ignore_errors=True)
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-4000:]
+    out = json.loads(stdout.strip().splitlines()[-1])
+    assert out["exact_state"] and out["exact_outputs"]
+
+
+def test_savepoints_move_between_the_cluster_and_one_host(standalone_cluster, s3):
+    cluster = standalone_cluster
+    target = f"s3://{BUCKET}/savepoints-{uuid.uuid4().hex[:6]}"
+    # taken on the cluster at parallelism 2 (RocksDB), restored on one host at 3 (HashMap)
+    taken = _run(_args(cluster, s3, "rocksdb", "count", "-p", "2", "--events", "3000", "--savepoint-dir", target))
+    assert taken["exact_state"]
+    restored = _run(_args(cluster, s3, "hashmap", "count", "-p", "3", "--events", "3000", "--restore", taken["savepoint"], local=True))
+    assert restored["exact_state"]
+    # and back: taken on one host at 3, restored on the cluster at 2
+    taken = _run(_args(cluster, s3, "hashmap", "count", "-p", "3", "--events", "3000", "--savepoint-dir", target, local=True))
+    restored = _run(_args(cluster, s3, "rocksdb", "count", "-p", "2", "--events", "3000", "--restore", taken["savepoint"]))
+    assert restored["exact_state"]
+
+
+def test_without_shared_storage_a_moved_partition_fails_naming_the_file(standalone_cluster, s3, tmp_path):
+    """Checkpoints on the driver's local disk and no state.working.remote-dir: the durable working
+    files are on each worker's private disk. When a worker is lost, its partitions move to the
+    other one, which cannot read them: the job fails with the file's name, never a wrong count."""
+    cluster = standalone_cluster
+    args = _args(cluster, s3, "hashmap", "count", "-p", "2", "--events", "6000", "--rate", "400",
+                 "--conf=restart-strategy.type=none")
+    args[args.index("--checkpoints") + 1] = str(tmp_path / "ck")
+    args[args.index("--s3-endpoint"):args.index("--s3-endpoint") + 2] = []
+    proc = _start(args)
+    try:
+        lines = _wait_for_epoch(proc, 3)
+        held = [root for root, _dirs, files in os.walk(cluster.private_dir(1)) if any(f.startswith(("delta-", "base-")) for f in files)]
+        assert held, "worker 1 should hold some partition's durable working files"
+        cluster.kill_worker(1)
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.ensure_workers()
+    stderr = "".join(lines) + stderr
+    assert proc.returncode != 0, stdout
+    assert "only correct if every executor sees the same directory" in stderr  # warned at start
+    assert "StateNotFoundError" in stderr or "cannot read the committed working" in stderr, stderr[-4000:]
+    assert "durable/" in stderr and ".pkl" in stderr  # the file is named
