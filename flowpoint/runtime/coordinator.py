@@ -343,7 +343,11 @@ class Coordinator:
         remove_job_dir(self.working_dir, self.job_id)
 
     def _remove_durable_state(self) -> None:
-        durable.delete_tree(durable.join(self.durable_root, self.job_id), tuple(sorted(self.storage_options.items())))
+        options = tuple(sorted(self.storage_options.items()))
+        durable.delete_tree(durable.join(self.durable_root, self.job_id), options)
+        if self.durable_root.endswith(f"/{self.job_id}/taskowned"):  # inside the job's checkpoint directory
+            durable.delete_tree(self.durable_root, options)
+            durable.remove_empty_dir(self.durable_root.rsplit("/", 1)[0])
         remove_job_dir(self.working_dir, self.job_id)
 
     def _initial_restore(self) -> RestoredJob | None:
