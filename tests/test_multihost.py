@@ -68,9 +68,13 @@ def _run(args: list[str], timeout: float = 600) -> dict:
 
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
 def test_keyed_count_is_exact_on_two_hosts(standalone_cluster, s3, backend):
-    out = _run(_args(standalone_cluster, s3, backend, "count", "-p", "4", "--events", "4000"))
+    cluster = standalone_cluster
+    before = {i: set(os.listdir(cluster.private_dir(i))) for i in range(cluster.workers)}
+    out = _run(_args(cluster, s3, backend, "count", "-p", "4", "--events", "4000"))
     assert out["exact_state"] and out["exact_outputs"]
     assert out["metrics"]["stateTasks"] == 4 * out["epochs"]
+    for i in range(cluster.workers):  # the job's working files are gone on every host
+        assert set(os.listdir(cluster.private_dir(i))) <= before[i]
 
 
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])

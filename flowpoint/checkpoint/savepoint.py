@@ -522,7 +522,9 @@ def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: 
             for name, table in decode_rows(read_canonical(access, f, op.uid), kinds).items():
                 merged.setdefault(name, {}).update(table)
         return merged
-    if op.backend == "rocksdb":
+    from flowpoint.state.backend import writes_native_files
+
+    if writes_native_files(op.backend):
         return _read_rocksdb(access, op, [sub])
     for f in sub.files:
         for name, table in pickle.loads(access.read_bytes(f.path)).items():  # noqa: S301 - our own checkpoint files

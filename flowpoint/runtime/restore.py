@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from flowpoint.checkpoint.metadata import CheckpointMetadata
 from flowpoint.checkpoint.storage import read_uri_bytes
 from flowpoint.errors import CheckpointError
+from flowpoint.state.backend import can_restore_checkpoint, writes_native_files
 from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.state.working import CommittedChain, RestoredFile
 
@@ -48,7 +49,7 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
     chains: dict[tuple[int, int], list[RestoredFile]] = {}
     dropped: list[str] = []
     native = [op for op in meta.operators if op.backend != "canonical"]
-    if native and meta.backend != backend and not (meta.backend == "hashmap" and backend == "rocksdb"):
+    if native and not can_restore_checkpoint(meta.backend, backend):
         msg = (
             f"{where} was written by the {meta.backend} state backend and cannot be restored into {backend}: "
             f"its files are in {meta.backend}'s native format. Restore with state.backend.type: {meta.backend}, "
@@ -79,7 +80,7 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
         if op.backend == "canonical":
             _plan_canonical(op, base, stage, meta.epoch, chains)
             continue
-        if op.backend == "rocksdb":
+        if writes_native_files(op.backend):
             if op.parallelism != stage.parallelism:
                 msg = (
                     f"{where}: operator uid {op.uid!r} was checkpointed by RocksDB with parallelism {op.parallelism}, "

@@ -68,8 +68,15 @@ def partition_backend(location: StateLocation, max_parallelism: int, stateful: b
 
 
 def writes_native_files(backend: str) -> bool:
-    """Whether the backend's checkpoints are files only filesystem checkpoint storage can hold."""
+    """Whether the backend's checkpoints are a native DB's files (restored only by that backend
+    at the parallelism they were written with), which only filesystem storage can hold."""
     return backend == "rocksdb"
+
+
+def can_restore_checkpoint(written_by: str, backend: str) -> bool:
+    """Whether ``backend`` restores a checkpoint written by ``written_by`` (a full HashMap
+    snapshot is tables any backend loads; native DB files only their own backend)."""
+    return written_by == backend or not writes_native_files(written_by)
 
 
 class PartitionBackend:
