@@ -43,6 +43,9 @@ Use from a script or benchmark::
 
 ``python tests/standalone_cluster.py`` starts one and prints its URLs until Ctrl-C.
 
+The daemons die with the thread that started them (``PR_SET_PDEATHSIG``), so a crashed test run
+leaves no cluster behind: start the cluster from a thread that outlives its use (the main one).
+
 The driver settings (:meth:`~StandaloneCluster.driver_conf`) give each worker exactly one
 executor: ``spark.executor.cores=1`` on 1-core workers, ``spark.cores.max`` = the number of
 workers, and ``spark.scheduler.minRegisteredResourcesRatio=1.0`` so the first job waits until
