@@ -827,3 +827,23 @@ def test_superseded_files_are_deleted_by_the_next_task_only(tmp_path):
     assert (tmp_path / "base-00000002-b2.pkl").exists()
     ts, _ = w.acquire(chain)
     assert _count_table(ts) == {"a": 2}
+
+
+def test_remote_durable_files_are_cached_locally_and_a_bad_copy_is_refetched(tmp_path):
+    """Durable storage on a remote filesystem (memory:// stands in for S3): the writer keeps a
+    local copy for the executor's other workers; a copy that does not match the committed
+    checksum is dropped and the file read again, never used."""
+    location = StateLocation(JOB, str(tmp_path / "local"), f"memory://durable-{tmp_path.name}")
+    writer = HashMapPartitionBackend(location, 128, TaskStateCache())
+    uri, size, crc = writer.write(1, 0, "delta-00000001-t1.pkl", dumps(("delta", {"op-uid": {"count": ({"a": 1}, [])}})))
+    chain = CommittedChain().committed(1, "t1", _ack(1, "t1", CommittedFile(1, "t1", uri, size, crc)))
+    copy = tmp_path / "local" / JOB / "stage-1" / "part-0" / "durable" / "delta-00000001-t1.pkl"
+    assert copy.exists()
+    durable._RECENT.clear()  # another worker process
+    ts, fresh = HashMapPartitionBackend(location, 128, TaskStateCache()).acquire(1, 0, chain, ["op-uid"])
+    assert fresh and _count_table(ts) == {"a": 1}
+    copy.write_bytes(b"not the committed bytes")
+    durable._RECENT.clear()
+    ts, _ = HashMapPartitionBackend(location, 128, TaskStateCache()).acquire(1, 0, chain, ["op-uid"])
+    assert _count_table(ts) == {"a": 1}
+    assert copy.read_bytes() != b"not the committed bytes"  # refetched

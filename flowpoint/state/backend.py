@@ -96,8 +96,22 @@ class PartitionBackend:
     def durable_dir(self, stage_id: int, partition: int) -> str:
         return durable.join(self.location.durable_uri, self.location.run_key, f"stage-{stage_id}", f"part-{partition}")
 
-    def read(self, f: CommittedFile, what: str) -> bytes:
-        return durable.read_file(f.path or "", f.size, f.crc, self.options, what)
+    def cache_path(self, stage_id: int, partition: int, uri: str) -> str:
+        """This executor's local copy of a durable file of the partition."""
+        return os.path.join(self.local_dir(stage_id, partition), "durable", uri.rstrip("/").rsplit("/", 1)[-1])
+
+    def read(self, f: CommittedFile, what: str, stage_id: int, partition: int) -> bytes:
+        uri = f.path or ""
+        return durable.read_file(uri, f.size, f.crc, self.options, what, self.cache_path(stage_id, partition, uri))
+
+    def write(self, stage_id: int, partition: int, name: str, data: bytes) -> tuple[str, int, int]:
+        uri = durable.join(self.durable_dir(stage_id, partition), name)
+        size, crc = durable.write_file(uri, data, self.options, self.cache_path(stage_id, partition, uri))
+        return uri, size, crc
+
+    def prune(self, stage_id: int, partition: int, chain: CommittedChain) -> None:
+        if chain.base is not None:
+            durable.prune_cache(os.path.join(self.local_dir(stage_id, partition), "durable"), chain.base.epoch)
 
     # -- the task's steps ----------------------------------------------------------------------
 
@@ -108,6 +122,7 @@ class PartitionBackend:
         """Delete the durable files the last commit superseded."""
         if s.chain.obsolete:
             durable.delete(s.chain.obsolete, self.options)
+        self.prune(s.stage_id, s.partition, s.chain)
 
     def end_epoch(self, ts: TaskState, s: TaskSlice, epoch: int, token: str) -> TaskStateAck:
         raise NotImplementedError
@@ -130,8 +145,7 @@ class PartitionBackend:
         if not changed:
             return None, changed, total
         per_uid = {uid: b.delta() for uid, b in ts.backends.items()}
-        uri = durable.join(self.durable_dir(s.stage_id, s.partition), f"delta-{epoch:08d}-{token}.pkl")
-        size, crc = durable.write_file(uri, dumps(("delta", per_uid)), self.options)
+        uri, size, crc = self.write(s.stage_id, s.partition, f"delta-{epoch:08d}-{token}.pkl", dumps(("delta", per_uid)))
         return CommittedFile(epoch, token, uri, size, crc), changed, total
 
 
@@ -161,8 +175,8 @@ class HashMapPartitionBackend(PartitionBackend):
 
         return HeapKeyedStateBackend(name)
 
-    def _apply_file(self, ts: TaskState, f: CommittedFile, what: str) -> None:
-        kind, per_uid = pickle.loads(self.read(f, what))
+    def _apply_file(self, ts: TaskState, f: CommittedFile, what: str, stage_id: int, partition: int) -> None:
+        kind, per_uid = pickle.loads(self.read(f, what, stage_id, partition))
         for uid, data in per_uid.items():
             b = ts.backend(uid, uid)
             if kind == "base":
@@ -189,7 +203,7 @@ class HashMapPartitionBackend(PartitionBackend):
             ts = TaskState(self, "", self.max_parallelism)
             fresh = True
             if chain.base is not None and chain.base.path:
-                self._apply_file(ts, chain.base, "base snapshot")
+                self._apply_file(ts, chain.base, "base snapshot", stage_id, partition)
             elif chain.restored:
                 for uid, tables in load_restored(chain.restored, self.location.options).items():
                     ts.backend(uid, uid).restore(tables)
@@ -203,7 +217,7 @@ class HashMapPartitionBackend(PartitionBackend):
         for f in chain.deltas:
             if f.epoch > ts.version:
                 if f.path:
-                    self._apply_file(ts, f, "delta")
+                    self._apply_file(ts, f, "delta", stage_id, partition)
                 ts.commit()
                 ts.version = f.epoch
         ts.version = chain.version  # epochs without deltas changed no state here
@@ -215,8 +229,7 @@ class HashMapPartitionBackend(PartitionBackend):
             changed = sum(b.changed_keys() for b in ts.backends.values())
             total = sum(b.num_keys() for b in ts.backends.values())
             per_uid = {uid: b.snapshot() for uid, b in ts.backends.items()}
-            uri = durable.join(self.durable_dir(s.stage_id, s.partition), f"base-{epoch:08d}-{token}.pkl")
-            size, crc = durable.write_file(uri, dumps(("base", per_uid)), self.options)
+            uri, size, crc = self.write(s.stage_id, s.partition, f"base-{epoch:08d}-{token}.pkl", dumps(("base", per_uid)))
             return TaskStateAck(epoch, token, None, CommittedFile(epoch, token, uri, size, crc), changed, total)
         delta, changed, total = self._write_delta(ts, s, epoch, token)
         return TaskStateAck(epoch, token, delta, None, changed, total)
@@ -314,7 +327,7 @@ class RocksDBPartitionBackend(PartitionBackend):
                 if f.path:
                     per_uid = cache.get(f.path)
                     if per_uid is None:
-                        per_uid = cache[f.path] = pickle.loads(self.read(f, "delta"))[1]
+                        per_uid = cache[f.path] = pickle.loads(self.read(f, "delta", stage_id, partition))[1]
                     delta = per_uid.get(uid)
                 b.apply(delta, version=f.epoch)
         ts.version = chain.version

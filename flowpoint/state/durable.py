@@ -71,25 +71,71 @@ def join(root: str, *parts: str) -> str:
     return "/".join([root.rstrip("/"), *parts])
 
 
-def write_file(uri: str, data: bytes, options: tuple = ()) -> tuple[int, int]:
-    """Write ``data`` atomically; returns ``(size, crc32)``."""
+def _write_local(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def write_file(uri: str, data: bytes, options: tuple = (), cache: str | None = None) -> tuple[int, int]:
+    """Write ``data`` atomically; returns ``(size, crc32)``. ``cache``: a local path that keeps
+    a copy of a remote file for this executor's other Python workers."""
     if is_local(uri):
-        path = local_path(uri)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        _write_local(local_path(uri), data)
     else:
         root, name = _split(uri)
         _access(root, options).write_bytes(name, data)
+        if cache:
+            with contextlib.suppress(OSError):
+                _write_local(cache, data)
     _remember(uri, data)
     return len(data), zlib.crc32(data)
 
 
-def read_file(uri: str, size: int | None, crc: int | None, options: tuple = (), what: str = "state file") -> bytes:
-    """The bytes of a durable file, checked against its recorded size and CRC-32."""
+def _cached(cache: str | None, size: int | None, crc: int | None) -> bytes | None:
+    """A local copy that matches the committed size and CRC-32 (else it is dropped)."""
+    if not cache:
+        return None
+    try:
+        with open(cache, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if (size is not None and len(data) != size) or (crc is not None and zlib.crc32(data) != crc):
+        with contextlib.suppress(OSError):
+            os.remove(cache)
+        return None
+    return data
+
+
+def prune_cache(directory: str, before_epoch: int) -> None:
+    """Drop local copies of files older than the committed base (named ``<kind>-<epoch>-...``)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        try:
+            epoch = int(name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if epoch < before_epoch:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(directory, name))
+
+
+def read_file(uri: str, size: int | None, crc: int | None, options: tuple = (), what: str = "state file", cache: str | None = None) -> bytes:
+    """The bytes of a durable file, checked against its recorded size and CRC-32 (``cache``: a
+    local copy to try first, and to keep)."""
     data = _RECENT.get(uri)
+    if data is None and not is_local(uri):
+        data = _cached(cache, size, crc)
+        if data is None and cache:
+            data = _read_remote(uri, options, what)
+            with contextlib.suppress(OSError):
+                _write_local(cache, data)
     if data is None:
         try:
             if is_local(uri):
@@ -109,6 +155,14 @@ def read_file(uri: str, size: int | None, crc: int | None, options: tuple = (), 
         msg = f"working {what} {uri} does not match the checksum recorded when its epoch committed: it is corrupt; restore the job from a checkpoint"
         raise StateNotFoundError(msg)
     return data
+
+
+def _read_remote(uri: str, options: tuple, what: str) -> bytes:
+    try:
+        root, name = _split(uri)
+        return _access(root, options).read_bytes(name)
+    except Exception as e:  # noqa: BLE001 - missing or unreadable: named below
+        raise _not_found(uri, what, e) from e
 
 
 def _not_found(uri: str, what: str, e: BaseException) -> StateNotFoundError:
