@@ -1,4 +1,11 @@
-"""The exceptions flowpoint raises. Every one derives from :class:`FlowpointError`."""
+"""The exceptions flowpoint raises. Every one derives from :class:`FlowpointError`.
+
+Each class says whether a restart can get past it (``recoverable``). A job whose epoch fails
+with a recoverable error goes to its restart strategy; one that fails with a non-recoverable
+error (a wrong job, configuration, key, state use or value; a missing state file) fails at
+once with the error's message, since every restart would fail the same way. Errors keep
+their class when they cross Spark from a task to the driver (``flowpoint.runtime.failures``).
+"""
 
 from __future__ import annotations
 
@@ -6,43 +13,79 @@ from __future__ import annotations
 class FlowpointError(Exception):
     """Root of every error flowpoint raises on purpose."""
 
+    #: True when a restart of the job (from its last checkpoint) may get past the error;
+    #: False when the same job would fail the same way again.
+    recoverable: bool = True
+
 
 class ConfigurationError(FlowpointError):
     """A setting, option or argument has a value flowpoint cannot use."""
+
+    recoverable = False
 
 
 class JobGraphError(FlowpointError):
     """The job graph is invalid: rejected before anything runs."""
 
+    recoverable = False
+
 
 class SerializationError(JobGraphError):
-    """A user function or value cannot be serialized to be sent to executors."""
+    """A user function, or a value of the job (a record, a state value), cannot be serialized:
+    to be sent to executors, to the next operator, or into state."""
+
+    recoverable = False
 
 
 class InvalidKeyError(FlowpointError):
     """A key selector returned a value that cannot be a key."""
 
-
-class StateAccessError(FlowpointError):
-    """State was used where it is not available (e.g. keyed state outside a keyed stream)."""
+    recoverable = False
 
 
-class UserFunctionError(FlowpointError):
-    """A user function raised; the message names the operator and the function."""
+class StateError(FlowpointError):
+    """Keyed, operator or broadcast state cannot be used or found as the job asks."""
+
+    recoverable = False
+
+
+class StateAccessError(StateError):
+    """State was used where it is not available (e.g. keyed state outside a keyed stream), or in
+    a way it does not support (one name declared as two kinds of state, a None list element)."""
+
+    recoverable = False
+
+
+class StateNotFoundError(StateError):
+    """A task cannot find (or verify) its partition's committed state file; names the file.
+    No restart can fix it: a partition never starts from empty state."""
+
+    recoverable = False
 
 
 class JobExecutionError(FlowpointError):
     """A job failed while running; ``__cause__`` or the message carries the reason."""
 
+    recoverable = True
+
+
+class UserFunctionError(JobExecutionError):
+    """A user function raised; the message names the operator, the function (file:line), the
+    exception and the record. Restartable, as in Flink: the restart strategy's limits apply
+    when it recurs."""
+
+    recoverable = True
+
 
 class JobCancelledError(JobExecutionError):
     """The job was cancelled before it finished."""
 
+    recoverable = False
+
 
 class CheckpointError(FlowpointError):
-    """Checkpoint storage or a checkpoint/savepoint cannot be read or written; names the URI."""
+    """Checkpoint storage or a checkpoint/savepoint cannot be read or written; names the URI.
+    Recoverable: storage may come back (more failed checkpoints than tolerated fail the job
+    over to its restart strategy, as in Flink)."""
 
-
-class StateNotFoundError(FlowpointError):
-    """A task cannot find (or verify) its partition's committed state file; names the file.
-    No restart can fix it: a partition never starts from empty state."""
+    recoverable = True

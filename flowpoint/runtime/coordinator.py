@@ -17,13 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.metadata import SplitPosition
-from flowpoint.errors import (
-    CheckpointError,
-    ConfigurationError,
-    FlowpointError,
-    JobExecutionError,
-    JobGraphError,
-)
+from flowpoint.errors import CheckpointError, FlowpointError, JobExecutionError
 from flowpoint.runtime.checkpointing import CheckpointCoordinator, now_ms
 from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
 from flowpoint.runtime.restore import RestoredJob, find_restore_point, pack_position, plan_restore
@@ -60,8 +54,11 @@ class SplitState:
 
 
 def restartable(error: BaseException) -> bool:
-    """Failures a restart can get past; a wrong job or configuration fails at once."""
-    return isinstance(error, Exception) and not isinstance(error, (JobGraphError, ConfigurationError))
+    """Failures a restart can get past. A non-recoverable error (a wrong job, configuration, key,
+    state use or value; a missing state file) fails the job at once with its message."""
+    from flowpoint.runtime.failures import is_recoverable
+
+    return is_recoverable(error)
 
 
 class Coordinator:

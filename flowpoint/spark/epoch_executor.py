@@ -9,7 +9,6 @@ through an accumulator, which Spark merges only for successful task attempts.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import cloudpickle
@@ -135,18 +134,10 @@ class SparkEpochExecutor:
             pass
 
 
-_FLOWPOINT_ERROR = re.compile(r"flowpoint\.errors\.(\w+): (.*?)(?:\n\n|\n\tat |\Z)", re.S)
+def spark_failure(e: Exception, epoch: int) -> Exception:
+    """The error a failed Spark job raises on the driver: the task's flowpoint error, with its
+    class and message, read out of Spark's text (``flowpoint.runtime.failures.task_error``);
+    else a JobExecutionError (or SerializationError) naming the Python or Spark cause."""
+    from flowpoint.runtime.failures import task_error
 
-
-def spark_failure(e: Exception, epoch: int) -> JobExecutionError:
-    """Turn a Spark job failure into a JobExecutionError carrying the Python error's message."""
-    text = str(e)
-    m = _FLOWPOINT_ERROR.search(text)
-    if m:
-        msg = f"epoch {epoch} failed: {m.group(2).strip()}"
-    else:
-        tail = [ln for ln in text.splitlines() if ln.strip()]
-        py = [ln for ln in tail if re.match(r"^\w[\w.]*(Error|Exception)\b", ln)]
-        reason = py[-1] if py else (tail[0] if tail else repr(e))
-        msg = f"epoch {epoch} failed: {reason[:2000]}"
-    return JobExecutionError(msg)
+    return task_error(str(e), epoch)
