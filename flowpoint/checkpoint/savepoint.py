@@ -537,8 +537,8 @@ def _read_rocksdb(access: CheckpointStorageAccess, op: OperatorState, subtasks: 
     import shutil
     import tempfile
 
-    from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
     from flowpoint.state.backend import restore_native
+    from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
     from flowpoint.state.working import RestoredFile
 
     out: dict[str, dict[Any, Any]] = {}

@@ -194,7 +194,12 @@ class Coordinator:
     def _write_savepoint(self, target: str) -> str:
         """Every stateful task writes its canonical part (a Spark job over the partitions, run
         where their state is); the driver writes ``_metadata`` from the parts' entries."""
-        from flowpoint.checkpoint.savepoint import assemble_operator, complete_savepoint, create_savepoint_dir, discard_incomplete
+        from flowpoint.checkpoint.savepoint import (
+            assemble_operator,
+            complete_savepoint,
+            create_savepoint_dir,
+            discard_incomplete,
+        )
         from flowpoint.spark.state_jobs import write_savepoint_parts
 
         t0 = time.perf_counter()

@@ -51,7 +51,8 @@ def _make_task(job_id: str, stage_id: int, plans_bc: Any, spec: EpochSpec, acc: 
         task_slice = None
         inputs = []
         if plan.source_reader is not None:
-            for task_slice, reads in iterator:  # one element: this partition's slice and split reads
+            for element_slice, reads in iterator:  # one element: this partition's slice and split reads
+                task_slice = element_slice
                 inputs.extend(reads)
         else:
             for _, payload in iterator:

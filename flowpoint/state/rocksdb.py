@@ -58,7 +58,7 @@ from flowpoint.api.state import (
     ValueState,
     ValueStateDescriptor,
 )
-from flowpoint.errors import StateAccessError
+from flowpoint.errors import JobExecutionError, StateAccessError
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
 from flowpoint.tasks.batches import dumps
 
@@ -384,7 +384,7 @@ class RocksDBKeyedStateBackend:
                         f"locked by another process (or another open backend) and was not released within "
                         f"{timeout:g} s: {e}"
                     )
-                    raise StateAccessError(msg) from e
+                    raise JobExecutionError(msg) from e  # recoverable: a retry may find it released
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, 0.5)
         self._write_opts = _write_options()

@@ -27,9 +27,12 @@ import shutil
 import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowpoint.state.keygroups import assign_to_key_group
+
+if TYPE_CHECKING:
+    from flowpoint.tasks.protocol import TaskStateAck
 
 
 @dataclass(frozen=True)

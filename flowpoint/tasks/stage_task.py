@@ -18,7 +18,7 @@ from flowpoint.api.operator_state import (
 from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK
 from flowpoint.api.watermarks import Watermark
 from flowpoint.connectors.source import TimestampedBatch
-from flowpoint.errors import FlowpointError, UserFunctionError
+from flowpoint.errors import FlowpointError
 from flowpoint.state.backend import partition_backend
 from flowpoint.state.working import TaskState
 from flowpoint.tasks.batches import KeyedBatch, decode, num_records
@@ -291,8 +291,8 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
             rt.close()
             ts.operators = None
     except FlowpointError as e:
-        if isinstance(e, UserFunctionError):
-            raise
+        if getattr(e, "recoverable", True):
+            raise  # Spark retries the task; a user function's error too, as Flink restarts on them
         if ts is not None:
             ts.operators = None
         ack.error = e
