@@ -107,7 +107,8 @@ class SparkEpochExecutor:
                 for e in stage.inputs:
                     up_stage = self.graph.nodes[e.upstream].stage_id
                     parts.append(rdds[up_stage].filter(lambda x, eid=e.edge_id: x[0] == eid).map(lambda x: (x[1], x[2])))
-                parts.append(sc.parallelize([(s.partition, s) for s in slices[stage.id]], p))
+                # one small task routes every partition its own slice (through the same shuffle)
+                parts.append(sc.parallelize([(s.partition, s) for s in slices[stage.id]], 1))
                 union = sc.union(parts)
                 base = union.partitionBy(p, _identity)
             out = base.mapPartitionsWithIndex(_make_task(self.job_id, stage.id, self.plans_bc, spec, self.acc))
