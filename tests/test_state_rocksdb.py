@@ -27,7 +27,7 @@ from flowpoint import (
     ValueStateDescriptor,
 )
 from flowpoint.api.row import Row
-from flowpoint.errors import FlowpointError, StateAccessError
+from flowpoint.errors import FlowpointError, JobExecutionError, StateAccessError
 from flowpoint.state.heap import HeapKeyedStateBackend
 from flowpoint.state.keygroups import assign_to_key_group
 from flowpoint.state.rocksdb import (
@@ -706,7 +706,7 @@ def test_second_open_times_out_on_the_lock(rocks, tmp_path):
     rocks(path=path)
     other = RocksDBKeyedStateBackend("op2", path, MAXP)
     start = time.perf_counter()
-    with pytest.raises(StateAccessError) as info:
+    with pytest.raises(JobExecutionError) as info:
         other.open(timeout=0.3)
     assert time.perf_counter() - start >= 0.3
     assert path in str(info.value) and "locked" in str(info.value)
@@ -724,7 +724,7 @@ def test_open_times_out_on_a_lock_held_by_another_process(rocks, tmp_path):
     try:
         assert holder.stdout.readline().strip() == "ready"
         b = RocksDBKeyedStateBackend("op", path, MAXP, lock_timeout=0.3)
-        with pytest.raises(StateAccessError) as info:
+        with pytest.raises(JobExecutionError) as info:
             b.open()
         assert path in str(info.value)
     finally:

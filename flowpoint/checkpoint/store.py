@@ -313,11 +313,12 @@ class CheckpointStore:
             self.job_access.delete(metadata_path(self.chk_dir(i)))
         self._cache.clear()
         entries = self.job_access.list_dir("")
-        if not any(name in keep for name, _is_dir, _size in entries):
+        kept = {name for name, is_dir, _size in entries if name in keep and is_dir and self.job_access.list_dir(name)}
+        if not kept:
             self.job_access.delete("")
             return
         for name, _is_dir, _size in entries:
-            if name not in keep:
+            if name not in kept:
                 self.job_access.delete(name)
 
 
