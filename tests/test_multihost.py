@@ -102,7 +102,8 @@ def _wait_for_epoch(proc: subprocess.Popen, epoch: int, timeout: float = 300) ->
         lines.append(line)
         if f"epoch {epoch}:" in line:
             return lines
-    raise AssertionError("the job did not reach epoch %d:\n%s" % (epoch, "".join(lines[-40:])))
+    msg = f"the job did not reach epoch {epoch}:\n" + "".join(lines[-40:])
+    raise AssertionError(msg)
 
 
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
