@@ -63,6 +63,18 @@ class StateNotFoundError(StateError):
     recoverable = False
 
 
+class CorruptStateError(StateError):
+    """A checkpoint's or savepoint's file (its ``_metadata`` included) does not match the size or
+    checksum recorded for it, or cannot be decoded; names the file. Raised before any task starts.
+    No restart can fix it: restore from another (e.g. the previous retained) checkpoint."""
+
+    recoverable = False
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
 class JobExecutionError(FlowpointError):
     """A job failed while running; ``__cause__`` or the message carries the reason."""
 
