@@ -240,7 +240,7 @@ def run_recovery(spark, m: dict) -> dict:
     expected = _expected_counts(m["users"], m["events"])
     want_out = sorted((k, i) for k, n in expected.items() for i in range(1, n + 1))
     got_out = sorted(sink.results)
-    return {"epochs": result.epochs, "restarts": getattr(c, "restarts", None), "exact_state": counts == expected,
+    return {"epochs": result.epochs, "restarts": getattr(c, "restarts", None), "keys": len(expected), "exact_state": counts == expected,
             "exact_outputs": got_out == want_out, "outputs": len(got_out), "expected_outputs": len(want_out),
             "checkpoints_completed": sum(1 for s in result.get_checkpoint_stats() if s.status == "COMPLETED"),
             "metrics": {k: v for k, v in result.get_metrics().items() if k.startswith("stateTasks")}}
@@ -361,7 +361,8 @@ def main() -> int:
     p.add_argument("--events", type=int, default=1_000_000, help="keyed_count events")
     p.add_argument("--windowed-events", type=int, default=10_000_000)
     p.add_argument("--tiny-events", type=int, default=100, help="events per epoch of the per-epoch-overhead job")
-    p.add_argument("--recovery-rate", type=float, default=2_000.0)
+    p.add_argument("--recovery-rate", type=float, default=4_000.0)
+    p.add_argument("--recovery-users", type=int, default=200_000, help="distinct keys of the recovery job (as keyed_count.py)")
     p.add_argument("--recovery-seconds", type=float, default=60.0)
     p.add_argument("--kill-after", type=float, default=20.0, help="seconds of committed epochs before the kill")
     p.add_argument("--restart-worker", action="store_true", help="start the killed worker again right away")
@@ -451,7 +452,7 @@ def main() -> int:
                     settings = {"state.working.dir": cluster.working_dir, "state.checkpoints.dir": f"{prefix}/ck",
                                 "state.backend.type": b, **s3.settings()}
                     n = int(args.recovery_rate * args.recovery_seconds)
-                    m = {"kind": "recovery", "events": n, "rate": args.recovery_rate, "users": 20_000,
+                    m = {"kind": "recovery", "events": n, "rate": args.recovery_rate, "users": args.recovery_users,
                          "per_epoch": int(args.recovery_rate * 5), "parallelism": 2, "checkpoint_ms": 2000,
                          "backend": b, "settings": settings, "warmup": True,
                          # the warm-up job has no checkpoints: its durable state needs a shared place too
@@ -529,12 +530,15 @@ def print_tables(out: dict) -> None:
                   f"{r['wall_per_epoch_s']:>14.3f}{r['stateTasksInMemory']:>8}/{r['stateTasks']:<4}{frac:>6.1%}{r['exact']!s:>7}")
     if out["recovery"]:
         print("\nRecovery after kill -9 of worker 1 (cluster, checkpoints every 2 s on S3)")
-        print(f"{'backend':<9}{'epoch interval s':>17}{'first commit s':>15}{'full rate s':>12}{'restarts':>9}{'exact state':>12}{'exact outputs':>14}")
+        print(f"{'backend':<9}{'keys':>8}{'epoch interval s':>17}{'first commit s':>15}{'full rate s':>12}{'restarts':>9}"
+              f"{'rebuilt tasks':>14}{'exact state':>12}{'exact outputs':>14}")
         for r in out["recovery"]:
             def f(x):
                 return f"{x:.1f}" if isinstance(x, (int, float)) else str(x)
-            print(f"{r['backend']:<9}{f(r.get('normal_epoch_interval_s')):>17}{f(r.get('first_commit_after_kill_s')):>15}"
-                  f"{f(r.get('back_at_full_rate_after_s')):>12}{r.get('restarts')!s:>9}{r['exact_state']!s:>12}{r['exact_outputs']!s:>14}")
+            met = r.get("metrics", {})
+            rebuilt = f"{met.get('stateTasks', 0) - met.get('stateTasksInMemory', 0)}/{met.get('stateTasks', 0)}"
+            print(f"{r['backend']:<9}{r.get('keys', 0):>8,}{f(r.get('normal_epoch_interval_s')):>17}{f(r.get('first_commit_after_kill_s')):>15}"
+                  f"{f(r.get('back_at_full_rate_after_s')):>12}{r.get('restarts')!s:>9}{rebuilt:>14}{r['exact_state']!s:>12}{r['exact_outputs']!s:>14}")
 
 
 if __name__ == "__main__":
