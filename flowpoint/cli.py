@@ -93,14 +93,26 @@ def _control_commands(sub: Any) -> None:
     inspect.add_argument("path", metavar="PATH", help="savepoint or chk-<n> directory, or its _metadata file (path or URI)")
 
 
-def _settings(args: argparse.Namespace) -> dict:
+def _dynamic_settings(items: list[str]) -> dict:
+    """``-D key=value`` settings. Their keys are checked strictly unless ``-D config.strict=false``:
+    an unknown key (other than ``spark.*`` and filesystem options) or a misspelt one is an error."""
+    from flowpoint.api.config import STRICT_KEY, check_key, parse_option
+
     settings: dict = {}
-    for item in args.dynamic:
+    for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             msg = f"-D takes key=value; got {item!r}"
             raise FlowpointError(msg)
         settings[key.strip()] = value.strip()
+    strict = parse_option(STRICT_KEY, settings[STRICT_KEY]) if STRICT_KEY in settings else True
+    for key in settings:
+        check_key(key, strict, "-D", f"pass -D {STRICT_KEY}=false")
+    return settings
+
+
+def _settings(args: argparse.Namespace) -> dict:
+    settings = _dynamic_settings(args.dynamic)
     if args.parallelism is not None:
         if args.parallelism < 1:
             msg = f"-p/--parallelism must be >= 1; got {args.parallelism}"

@@ -10,11 +10,20 @@ Two families of keys pass through: ``spark.*`` reach the SparkSession flowpoint 
 (``spark.executor.memory``, ``spark.submit.pyFiles``, ...), and filesystem options
 (``s3.*``, ``hdfs.*``, ``gs.*``, ``fs.*``; see ``flowpoint.api.storage_options``) reach checkpoint
 and state storage on the driver and every executor. The known ``s3.*`` keys are checked here.
+
+Key names are checked too (:func:`check_key`): a key close to a known one (``state.backend.typ``)
+is a typo, warned about with the known key's name; where ``config.strict`` is on, it is a
+:class:`~flowpoint.errors.ConfigurationError`, and so is every other unknown key outside the
+pass-through families. ``config.strict`` defaults to on for ``flowpoint run -D`` and off for a
+``Configuration``/dict and ``flowpoint.yaml``; a pass-through key is only flagged when it is close
+to a known key of its own family (``s3.endpont``, ``spark.mastr``).
 """
 
 from __future__ import annotations
 
 import datetime
+import difflib
+import logging
 import math
 import os
 import re
@@ -25,6 +34,8 @@ from typing import Any
 
 from flowpoint.api.time import Duration
 from flowpoint.errors import ConfigurationError
+
+log = logging.getLogger("flowpoint")
 
 # -- value parsers: each returns the value to keep, or raises ValueError(what is allowed) ------
 
@@ -215,6 +226,9 @@ OPTIONS = {
         Option("state.checkpoint-storage", None, str, "jobmanager | filesystem; default filesystem when state.checkpoints.dir is set, else jobmanager", _choice(_names("jobmanager", "filesystem"))),
         Option("execution.savepoint.path", None, str, "checkpoint or savepoint to restore the job from (-s)"),
         Option("execution.savepoint.ignore-unclaimed-state", False, bool, "restore even when some state has no operator (--allow-non-restored-state)", parse_bool),
+        Option("execution.state-recovery.from-latest", False, bool, "restore the newest retained checkpoint of this job's previous run under state.checkpoints.dir (--resume): the run of the same job name and fingerprint (operator uids, max parallelism) not yet resumed by another", parse_bool),
+        Option("execution.state-recovery.from-job", None, str, "restore the newest retained checkpoint of this run (a job id or a unique prefix of one) under state.checkpoints.dir (--resume <job-id>)"),
+        Option("execution.state-recovery.fallback-on-corruption", False, bool, "with --resume: when the newest retained checkpoint does not verify (a checksum or size mismatch), restore the newest one that does (--resume-fallback); false: fail naming the file and the previous checkpoint", parse_bool),
         # -- restart strategies --
         Option("restart-strategy.type", None, str, "none | fixed-delay | failure-rate | exponential-delay (also off, disable, fixeddelay, failurerate, exponentialdelay); unset: exponential-delay with checkpointing, else none", _choice(RESTART_STRATEGY_TYPES)),
         Option("restart-strategy.fixed-delay.attempts", 1, int, "restarts before the job fails", _int(0)),
@@ -242,6 +256,8 @@ OPTIONS = {
         # -- control plane --
         Option("control.registry.dir", None, str, "directory of the local job registry the CLI reads (flowpoint list); default $FLOWPOINT_HOME/jobs, else ~/.flowpoint/jobs"),
         Option("control.port", "0", str, "port of a job process's control endpoint on 127.0.0.1: 0 (any free port), a port, or a range such as 50100-50200"),
+        # -- the configuration itself --
+        Option("config.strict", None, bool, "unknown configuration keys fail (true) or are warned about when close to a known key (false); unset: true for -D, false for a configuration dict and flowpoint.yaml", parse_bool),
     ]
 }
 
@@ -258,6 +274,8 @@ ALIASES = {
     "s3.access.key": "s3.access-key",
     "s3.secret.key": "s3.secret-key",
     "s3.path-style-access": "s3.path.style.access",
+    "execution.state-recovery.path": "execution.savepoint.path",
+    "execution.state-recovery.ignore-unclaimed-state": "execution.savepoint.ignore-unclaimed-state",
 }
 
 # Keys flowpoint passes on without knowing them all: ``spark.*`` to the SparkSession it creates
@@ -270,6 +288,73 @@ PASS_THROUGH_PREFIXES = (SPARK_PREFIX, *STORAGE_PREFIXES)
 
 def canonical_key(key: str) -> str:
     return ALIASES.get(key, key)
+
+
+# -- unknown keys: a typo is warned about, or refused where config.strict is on -----------------
+
+STRICT_KEY = "config.strict"
+KNOWN_KEYS = tuple(sorted({*OPTIONS, *ALIASES}))
+_TYPO_CUTOFF = 0.85  # similarity above which an unknown key is taken for a misspelt known one
+_HINT_CUTOFF = 0.6  # similarity above which a known key is worth naming in an error
+
+# Set by ``flowpoint run -D config.strict=...``: how a configuration dict and flowpoint.yaml
+# check their keys when they do not set config.strict themselves (None: warn).
+_cli_strict: bool | None = None
+
+
+def set_cli_strict(value: Any) -> None:
+    global _cli_strict
+    _cli_strict = None if value is None else parse_option(STRICT_KEY, value)
+
+
+def cli_strict() -> bool | None:
+    return _cli_strict
+
+
+def nearest_known_key(key: str, cutoff: float = _HINT_CUTOFF) -> str | None:
+    """The known key most like ``key`` (a ``spark.*`` or filesystem key is compared only with
+    known keys of its own family), None if none is at least ``cutoff`` similar."""
+    family = next((p for p in PASS_THROUGH_PREFIXES if key.startswith(p)), None)
+    known = [k for k in KNOWN_KEYS if k.startswith(family)] if family else list(KNOWN_KEYS)
+    folded = {k.lower(): k for k in known}
+    if key.lower() in folded:  # only the case differs: keys are case-sensitive, as Flink's
+        return folded[key.lower()]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def unknown_key_problem(key: str, strict: bool) -> str | None:
+    """What is wrong with ``key`` (None: nothing). A known key (any spelling) is fine. A key of a
+    pass-through family (``spark.*`` for Spark, ``s3.*``/``hdfs.*``/``gs.*``/``fs.*`` for
+    storage) is flowpoint's to pass on, so only one close to a known key of its family is taken
+    for a typo. Any other unknown key is a typo when close to a known key; with ``strict`` it is
+    an error either way, since flowpoint does not read it."""
+    if not isinstance(key, str):
+        return f"configuration keys are strings; got {type(key).__name__} {key!r}"
+    if key in OPTIONS or key in ALIASES:
+        return None
+    passed_on = key.startswith(PASS_THROUGH_PREFIXES)
+    typo = nearest_known_key(key, _TYPO_CUTOFF)
+    if typo is not None:
+        return f"unknown key {key!r} (did you mean {typo!r}?)"
+    if passed_on or not strict:
+        return None
+    hint = nearest_known_key(key)
+    known = f"the nearest known key is {hint!r}" if hint else "no known key is like it"
+    return f"unknown key {key!r}: flowpoint does not read it ({known})"
+
+
+def check_key(key: str, strict: bool, where: str, relax: str) -> None:
+    """Warn about an unknown or misspelt ``key`` of ``where`` (a configuration dict, -D,
+    flowpoint.yaml), or raise ConfigurationError when ``strict``; ``relax`` says how to make
+    it a warning."""
+    problem = unknown_key_problem(key, strict)
+    if problem is None:
+        return
+    if strict:
+        msg = f"{where}: {problem}. Correct the key, or {relax} to only warn about unknown keys"
+        raise ConfigurationError(msg)
+    log.warning("%s: %s", where, problem)
 
 
 def parse_option(key: str, value: Any) -> Any:
@@ -289,20 +374,40 @@ def parse_option(key: str, value: Any) -> Any:
 
 
 class Configuration:
-    """A set of ``key: value`` settings; unknown keys are kept for later layers and user code."""
+    """A set of ``key: value`` settings; unknown keys are kept for later layers and user code.
+
+    ``set`` (and the constructor) check each key: a misspelt known key is warned about, or
+    refused with ConfigurationError where ``config.strict`` is true (set in this configuration,
+    else by ``flowpoint run -D config.strict=true``; default false)."""
 
     def __init__(self, values: dict[str, Any] | None = None):
         self._values: dict[str, Any] = {}
-        for k, v in (values or {}).items():
+        values = dict(values or {})
+        if STRICT_KEY in values:  # first: it decides how the other keys are checked
+            self.set(STRICT_KEY, values.pop(STRICT_KEY))
+        for k, v in values.items():
             self.set(k, v)
 
     def set(self, key: str, value: Any) -> Configuration:
-        self._values[canonical_key(key)] = parse_option(key, value)
-        return self
+        check_key(key, self.strict(), "configuration", f"set {STRICT_KEY}: false")
+        return self.put(key, value)
 
     set_string = set
     set_integer = set
     set_boolean = set
+
+    def put(self, key: str, value: Any) -> Configuration:
+        """Set a key whose name its source has already checked (-D, flowpoint.yaml): the value
+        is checked and converted, the name is not checked again."""
+        self._values[canonical_key(key)] = parse_option(key, value)
+        return self
+
+    def strict(self) -> bool:
+        """Whether unknown keys set on this configuration are errors (``config.strict``)."""
+        own = self._values.get(STRICT_KEY)
+        if own is not None:
+            return bool(own)
+        return bool(_cli_strict)
 
     def get(self, key: str, default: Any = None) -> Any:
         key = canonical_key(key)
@@ -320,4 +425,6 @@ class Configuration:
         return dict(self._values)
 
     def copy(self) -> Configuration:
-        return Configuration(self._values)
+        other = Configuration()
+        other._values = dict(self._values)
+        return other

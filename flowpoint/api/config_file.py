@@ -14,13 +14,15 @@ YAML 1.2 as in Flink: only ``true``/``false`` are booleans (``restart-strategy.t
 string ``off``). Values are checked like ``-D`` values; errors name the file and the key.
 ``spark.*`` keys go to the SparkSession flowpoint creates (``spark: {executor: {memory: 4g}}``
 is ``spark.executor.memory``); ``s3.*``, ``hdfs.*``, ``gs.*``, ``fs.*`` keys are filesystem
-options of checkpoint and state storage, on the driver and the executors.
+options of checkpoint and state storage, on the driver and the executors. A key close to a known
+one (``state.backend.typ``) is warned about, naming the known key; with ``config.strict: true``
+in the file (or ``flowpoint run -D config.strict=true``) every unknown key outside those
+pass-through families, and every misspelt one, fails with ConfigurationError.
 Relative directories are resolved against the current directory, as Flink does.
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import re
@@ -30,10 +32,10 @@ from typing import Any
 import yaml
 
 from flowpoint.api.config import (
-    ALIASES,
-    OPTIONS,
-    PASS_THROUGH_PREFIXES,
+    STRICT_KEY,
     canonical_key,
+    check_key,
+    cli_strict,
     parse_option,
 )
 from flowpoint.errors import ConfigurationError
@@ -112,6 +114,7 @@ def read_config_file(path: str) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     _flatten(data, "", settings, path)
     seen: dict[str, str] = {}
+    strict = _strict(settings, path)
     for key, value in settings.items():
         other = seen.setdefault(canonical_key(key), key)
         if other != key:
@@ -122,8 +125,20 @@ def read_config_file(path: str) -> dict[str, Any]:
         except ConfigurationError as e:
             msg = f"configuration file {path!r}: {e}"
             raise ConfigurationError(msg) from None
-        _warn_if_misspelt(key, path)
+        check_key(key, strict, f"configuration file {path!r}", f"set {STRICT_KEY}: false in it")
     return settings
+
+
+def _strict(settings: dict[str, Any], path: str) -> bool:
+    """Unknown keys of the file are errors when it sets ``config.strict: true`` (or, when it does
+    not set it, ``flowpoint run -D config.strict=true`` did); otherwise typos are warned about."""
+    if STRICT_KEY in settings:
+        try:
+            return bool(parse_option(STRICT_KEY, settings[STRICT_KEY]))
+        except ConfigurationError as e:
+            msg = f"configuration file {path!r}: {e}"
+            raise ConfigurationError(msg) from None
+    return bool(cli_strict())
 
 
 def _flatten(data: dict, prefix: str, out: dict[str, Any], path: str) -> None:
@@ -136,24 +151,6 @@ def _flatten(data: dict, prefix: str, out: dict[str, Any], path: str) -> None:
                 msg = f"configuration file {path!r} sets {key!r} twice (once nested, once as a dotted key)"
                 raise ConfigurationError(msg)
             out[key] = v
-
-
-_KNOWN = sorted({*OPTIONS, *ALIASES})
-
-
-def _warn_if_misspelt(key: str, path: str) -> None:
-    """An unknown key close to a known one is likely a typo. ``spark.*`` (passed to Spark) and
-    filesystem options (``s3.*``, ``hdfs.*``, ...) are compared only with known keys of their own
-    family, so ``spark.executor.memory`` or ``fs.s3a.connection.maximum`` pass quietly."""
-    if key in OPTIONS or key in ALIASES:
-        return
-    known = _KNOWN
-    family = next((p for p in PASS_THROUGH_PREFIXES if key.startswith(p)), None)
-    if family is not None:
-        known = [k for k in _KNOWN if k.startswith(family)]
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
-    if close:
-        log.warning("%s: unknown key %r (did you mean %r?)", path, key, close[0])
 
 
 class _Loader(yaml.SafeLoader):

@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from flowpoint.api.checkpointing import CheckpointConfig, CheckpointingMode
-from flowpoint.api.config import Configuration
+from flowpoint.api.config import STRICT_KEY, Configuration, set_cli_strict
 from flowpoint.api.config_file import get_conf_path, job_path_from_argv, load_config_file
 from flowpoint.api.datastream import DataStream
 from flowpoint.api.restart import (
@@ -34,6 +34,8 @@ _CLI_DEFAULTS: dict[str, Any] = {}
 def set_cli_defaults(values: dict[str, Any]) -> None:
     _CLI_DEFAULTS.clear()
     _CLI_DEFAULTS.update({k: v for k, v in values.items() if v is not None})
+    # -D config.strict=... also decides how configuration dicts and flowpoint.yaml check keys
+    set_cli_strict(_CLI_DEFAULTS.get(STRICT_KEY))
 
 
 class ExecutionConfig:
@@ -70,7 +72,7 @@ class StreamExecutionEnvironment:
         self._config = configuration.copy() if configuration else Configuration()
         for k, v in _CLI_DEFAULTS.items():
             if not self._config.contains_key(k):
-                self._config.set(k, v)
+                self._config.put(k, v)  # -D keys were checked by flowpoint run
         self._spark = spark_session
         self._transformations: list[Transformation] = []
         self._execution_config = ExecutionConfig(self)
@@ -88,7 +90,7 @@ class StreamExecutionEnvironment:
         env = StreamExecutionEnvironment(configuration, spark_session)
         for k, v in file_settings.items():
             if not env._config.contains_key(k):
-                env._config.set(k, v)
+                env._config.put(k, v)  # checked when the file was read
         return env
 
     # -- settings ------------------------------------------------------------------------------
