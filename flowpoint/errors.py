@@ -5,17 +5,32 @@ with a recoverable error goes to its restart strategy; one that fails with a non
 error (a wrong job, configuration, key, state use or value; a missing state file) fails at
 once with the error's message, since every restart would fail the same way. Errors keep
 their class when they cross Spark from a task to the driver (``flowpoint.runtime.failures``).
+``retryable`` is another name of ``recoverable``, on classes and instances alike.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+
+class _Retryable:
+    """``retryable``: reads and writes ``recoverable`` (of the class, or of one error)."""
+
+    def __get__(self, error: Any, cls: type) -> bool:
+        return bool((cls if error is None else error).recoverable)
+
+    def __set__(self, error: Any, value: bool) -> None:
+        error.recoverable = bool(value)
 
 
 class FlowpointError(Exception):
     """Root of every error flowpoint raises on purpose."""
 
     #: True when a restart of the job (from its last checkpoint) may get past the error;
-    #: False when the same job would fail the same way again.
+    #: False when the same job would fail the same way again. Subclasses set this one.
     recoverable: bool = True
+    #: The same flag under the name DESIGN 10a and issue 10 use.
+    retryable = _Retryable()
 
 
 class ConfigurationError(FlowpointError):
