@@ -39,6 +39,14 @@ class ConfigurationError(FlowpointError):
     recoverable = False
 
 
+class InsecurePathError(ConfigurationError):
+    """A local file or directory flowpoint would trust (the working directory, the control
+    token) is owned by another user, open to other users, or below a directory they can
+    replace. The message names the path and says what to do."""
+
+    recoverable = False
+
+
 class JobGraphError(FlowpointError):
     """The job graph is invalid: rejected before anything runs."""
 

@@ -8,7 +8,9 @@ state files and the sinks' output become the base of the next epoch. It never to
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -23,7 +25,15 @@ from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
 from flowpoint.runtime.restore import RestoredJob, find_restore_point, pack_position, plan_restore
 from flowpoint.state import durable
 from flowpoint.state.keygroups import key_group_range_for_operator
-from flowpoint.state.working import CommittedChain, default_working_dir, remove_job_dir
+from flowpoint.state.working import (
+    CommittedChain,
+    JobLock,
+    claim_leftovers,
+    ensure_working_dir,
+    lock_path,
+    remove_job_dir,
+    resolve_working_dir,
+)
 from flowpoint.tasks.protocol import EpochSpec, StateLocation, TaskAck, TaskSlice
 
 if TYPE_CHECKING:
@@ -81,7 +91,12 @@ class Coordinator:
         self.records_read = 0
         self.chains: dict[tuple[int, int], CommittedChain] = {}
         self.splits: dict[int, list[SplitState]] = {}
-        self.working_dir = self.config.get("state.working.dir") or default_working_dir()
+        # state.working.dir, else a per-user default that each process (driver, executor) finds
+        # itself; created private (0700) and checked when the job starts (state/working.py)
+        self._working_configured = self.config.get("state.working.dir") or None
+        self.working_dir = resolve_working_dir(self._working_configured)
+        self._lock: JobLock | None = None
+        self._predecessor: str | None = None  # the job whose checkpoint this run restored
         self._started = 0.0
         self._ended = 0.0
         self._executor: Any = None
@@ -268,6 +283,8 @@ class Coordinator:
             from flowpoint.api.storage_options import storage_options
 
             self.storage_options = storage_options(self.config)
+            self.working_dir = ensure_working_dir(self._working_configured)
+            self._lock = JobLock(self.working_dir, self.job_id)
             self.durable_root = durable_root(self.config, self.settings, self.job_id, self.working_dir)
             _warn_unshared(spark, self.durable_root)
             restore = self._initial_restore()
@@ -312,6 +329,9 @@ class Coordinator:
             if self._executor is not None:
                 self._executor.close()
                 self._remove_local_state()
+                self._remove_leftovers_of_predecessor()
+            if self._lock is not None:
+                self._lock.release()  # the lock file stays until the durable files go at exit
             self._final_progress()
             with self._savepoint_lock:
                 self.done.set()
@@ -327,11 +347,11 @@ class Coordinator:
     def location(self) -> StateLocation:
         """Where this run's working state lives (shipped to every task)."""
         return StateLocation(
-            self.run_key, self.working_dir, self.durable_root, self.settings.backend,
+            self.run_key, self.working_dir if self._working_configured else "", self.durable_root, self.settings.backend,
             tuple(sorted(self.storage_options.items())), bool(self.settings.incremental),
         )
 
-    def _remove_local_state(self) -> None:
+    def _remove_local_state(self, job_id: str | None = None) -> None:
         """The job ended: its executor-local working files and cached state go, on every host
         (a task per executor core; durable files stay for get_keyed_state until exit)."""
         try:
@@ -339,18 +359,37 @@ class Coordinator:
 
             sc = self.spark.sparkContext
             tasks = max(2, 2 * int(sc.defaultParallelism))
-            remove_local_state(sc, self.location(), self.job_id, tasks)
+            remove_local_state(sc, self.location(), job_id or self.job_id, tasks)
         except Exception:  # noqa: BLE001 - Spark may be stopping; local files are a cache
-            log.debug("could not remove the local working state of job %s", self.job_id, exc_info=True)
-        remove_job_dir(self.working_dir, self.job_id)
+            log.debug("could not remove the local working state of job %s", job_id or self.job_id, exc_info=True)
+        remove_job_dir(self.working_dir, job_id or self.job_id)
 
-    def _remove_durable_state(self) -> None:
+    def _remove_leftovers_of_predecessor(self) -> None:
+        """After a run restored from another run's checkpoint (``--resume``, ``-s``): if that run
+        was killed on this host (its lock file is there and no process holds it), its working
+        files go too: local files on the driver and every executor, and its durable files."""
+        old = self._predecessor
+        if not old or not claim_leftovers(self.working_dir, old):
+            return
+        self._remove_local_state(old)
+        self._remove_durable_state(old)
+        self._progress(f"removed the working files job {old} left behind (its process ended without removing them)")
+
+    def _remove_durable_state(self, job_id: str | None = None) -> None:
+        """The durable working files of this job (at exit), or of ``job_id``, and its lock file."""
+        job_id = job_id or self.job_id
         options = tuple(sorted(self.storage_options.items()))
-        durable.delete_tree(durable.join(self.durable_root, self.job_id), options)
-        if self.durable_root.endswith(f"/{self.job_id}/taskowned"):  # inside the job's checkpoint directory
-            durable.delete_tree(self.durable_root, options)
-            durable.remove_empty_dir(self.durable_root.rsplit("/", 1)[0])
-        remove_job_dir(self.working_dir, self.job_id)
+        root = self.durable_root if job_id == self.job_id else durable_root(self.config, self.settings, job_id, self.working_dir)
+        durable.delete_tree(durable.join(root, job_id), options)
+        if root.endswith(f"/{job_id}/taskowned"):  # inside the job's checkpoint directory
+            durable.delete_tree(root, options)
+            durable.remove_empty_dir(root.rsplit("/", 1)[0])
+        remove_job_dir(self.working_dir, job_id)
+        if job_id == self.job_id and self._lock is not None:
+            self._lock.release(remove=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(lock_path(self.working_dir, job_id))
 
     def _initial_restore(self) -> RestoredJob | None:
         found = find_restore_point(self.config, self.settings, self.job_name)
@@ -360,6 +399,7 @@ class Coordinator:
         allow = bool(self.config.get("execution.savepoint.ignore-unclaimed-state"))
         restore = plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow)
         self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
+        self._predecessor = meta.job_id if meta.job_id != self.job_id else None
         self._progress(f"restoring {meta.kind} {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
         for uid in restore.dropped_uids:
             log.warning("dropping state of uid %r: the job has no such stateful operator (--allow-non-restored-state)", uid)

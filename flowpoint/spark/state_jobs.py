@@ -96,11 +96,11 @@ def remove_local_state(sc: Any, location: StateLocation, job_id: str, tasks: int
     local_dir = location.local_dir
 
     def task(iterator: Any):
-        from flowpoint.state.working import CACHE
+        from flowpoint.state.working import CACHE, resolve_working_dir
 
         list(iterator)
         CACHE.drop(job_id)
-        path = os.path.join(local_dir, job_id)
+        path = os.path.join(resolve_working_dir(local_dir or None), job_id)  # "": this host's default
         existed = os.path.isdir(path)
         shutil.rmtree(path, ignore_errors=True)
         return iter([1 if existed else 0])

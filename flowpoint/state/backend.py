@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from flowpoint import private_files
 from flowpoint.state import durable
 from flowpoint.state.working import (
     CACHE,
@@ -38,6 +39,7 @@ from flowpoint.state.working import (
     RestoredFile,
     TaskState,
     TaskStateCache,
+    ensure_working_dir,
     load_restored,
     partition_dir,
     read_uri,
@@ -87,11 +89,20 @@ class PartitionBackend:
         self.max_parallelism = max_parallelism
         self.options = location.storage_options
         self.cache = CACHE if cache is None else cache  # this process's partitions (tests pass their own)
+        self._root: str | None = None
 
     # -- places --------------------------------------------------------------------------------
 
+    @property
+    def root(self) -> str:
+        """This host's working directory: ``state.working.dir`` or this user's default here,
+        created private (0700) or checked (refused if another user owns it or can write it)."""
+        if self._root is None:
+            self._root = ensure_working_dir(self.location.local_dir or None)
+        return self._root
+
     def local_dir(self, stage_id: int, partition: int) -> str:
-        return partition_dir(self.location.local_dir, self.location.run_key, stage_id, partition)
+        return partition_dir(self.root, self.location.run_key, stage_id, partition)
 
     def durable_dir(self, stage_id: int, partition: int) -> str:
         return durable.join(self.location.durable_uri, self.location.run_key, f"stage-{stage_id}", f"part-{partition}")
@@ -362,7 +373,7 @@ class RocksDBPartitionBackend(PartitionBackend):
         ts.backends = {}
         ts.operators = None
         shutil.rmtree(directory, ignore_errors=True)
-        os.makedirs(directory, exist_ok=True)
+        private_files.makedirs(directory)
         base_epoch = chain.base_epoch
         if chain.base is not None:
             by_uid: dict[str, list[tuple[str, str, int, int]]] = {}
@@ -387,19 +398,18 @@ class RocksDBPartitionBackend(PartitionBackend):
                 restore_tables(b, tables, self.location.options)
             b.set_version(base_epoch)
         ts.db_id = uuid.uuid4().hex[:12]
-        with open(os.path.join(directory, _LINEAGE), "w") as f:
-            f.write(ts.db_id)
+        private_files.write_private(os.path.join(directory, _LINEAGE), ts.db_id.encode(), atomic=False)
 
     def _download(self, path: str, files: list[tuple[str, str, int, int]]) -> None:
         from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
         staging = path + ".download"
         shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(staging)
+        private_files.makedirs(staging)
         try:
             for uri, name, size, crc in files:
-                with open(os.path.join(staging, name), "wb") as out:
-                    out.write(durable.read_file(uri, size, crc, self.options, "base snapshot file"))
+                data = durable.read_file(uri, size, crc, self.options, "base snapshot file")
+                private_files.write_private(os.path.join(staging, name), data, atomic=False)
             RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from typing import Any
 
 from flowpoint.errors import StateNotFoundError
+from flowpoint.private_files import write_private
 
 _ACCESS: dict[tuple[str, tuple], Any] = {}
 _RECENT: OrderedDict[str, bytes] = OrderedDict()  # files this process wrote lately (read-your-writes)
@@ -72,11 +73,7 @@ def join(root: str, *parts: str) -> str:
 
 
 def _write_local(path: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    write_private(path, data)  # 0600 in new 0700 directories, whatever the umask; atomic
 
 
 def write_file(uri: str, data: bytes, options: tuple = (), cache: str | None = None) -> tuple[int, int]:
@@ -182,12 +179,7 @@ def upload_dir(local_dir: str, uri: str, options: tuple = ()) -> list[tuple[str,
             data = f.read()
         target = join(uri, name)
         if is_local(target):
-            path = local_path(target)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = path + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            _write_local(local_path(target), data)
         else:
             root, n = _split(target)
             _access(root, options).write_bytes(n, data)

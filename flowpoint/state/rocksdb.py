@@ -387,6 +387,8 @@ class RocksDBKeyedStateBackend:
                     raise JobExecutionError(msg) from e  # recoverable: a retry may find it released
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, 0.5)
+        if os.name == "posix":
+            os.chmod(self.db_path, 0o700)  # RocksDB creates its files with the umask's mode: close the directory
         self._write_opts = _write_options()
         db.set_write_options(self._write_opts)
         self._db = db

@@ -21,10 +21,11 @@ backends (HashMap, RocksDB) implement these steps in backend.py. See docs/state.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
-import tempfile
+import stat
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -224,9 +225,115 @@ def read_uri(uri: str, options: dict | None = None) -> bytes:
     return read_uri_bytes(uri, options)
 
 
+# -- the working directory: private to the user (see flowpoint/private_files.py) ---------------
+
+
+def _runtime_dir() -> str | None:
+    """``$XDG_RUNTIME_DIR`` when it is usable: an absolute path to a directory of this user that
+    no one else can write (as systemd makes it), which this process can write."""
+    d = os.environ.get("XDG_RUNTIME_DIR")
+    if not d or not os.path.isabs(d):
+        return None
+    try:
+        st = os.stat(d)
+    except OSError:
+        return None
+    owned = not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
+    if not stat.S_ISDIR(st.st_mode) or not owned or st.st_mode & 0o022 or not os.access(d, os.W_OK | os.X_OK):
+        return None
+    return d
+
+
 def default_working_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), f"flowpoint-state-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
+    """Where working state lives when ``state.working.dir`` is not set, computed by each process
+    (the driver, and every executor on its own host): ``$XDG_RUNTIME_DIR/flowpoint`` if
+    ``$XDG_RUNTIME_DIR`` is usable, else ``$XDG_CACHE_HOME/flowpoint`` (default
+    ``~/.cache/flowpoint``)."""
+    runtime = _runtime_dir()
+    if runtime:
+        return os.path.join(runtime, "flowpoint")
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if not cache or not os.path.isabs(cache):
+        cache = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "flowpoint")
+
+
+def resolve_working_dir(configured: str | None) -> str:
+    """The working directory's path (not created): ``state.working.dir``, else the default."""
+    return os.path.abspath(os.path.expanduser(configured)) if configured else default_working_dir()
+
+
+def ensure_working_dir(configured: str | None) -> str:
+    """The working directory, created with mode 0700 or checked: refused with
+    :class:`~flowpoint.errors.InsecurePathError` naming it if another user owns it or can write
+    it. The default location is also made unreadable by others; a configured one keeps its
+    mode (what flowpoint creates in it is 0700/0600)."""
+    from flowpoint.private_files import private_dir
+
+    what = "working directory (state.working.dir)" if configured else "default working directory"
+    return private_dir(resolve_working_dir(configured), what, tighten=not configured)
 
 
 def remove_job_dir(root: str, job_id: str) -> None:
     shutil.rmtree(os.path.join(root, job_id), ignore_errors=True)
+
+
+# -- which job runs hold their working files: a lock per job in the working directory ------------
+
+
+def lock_path(root: str, job_id: str) -> str:
+    return os.path.join(root, f"{job_id}.lock")
+
+
+class JobLock:
+    """``<working dir>/<job id>.lock``, locked (``flock``) by the driver while its job runs. The
+    kernel releases the lock when the process dies, however it dies (kill -9), so a later run
+    knows that a job whose lock file it can lock has no process left: its working files are
+    leftovers (:func:`claim_leftovers`). The file stays, unlocked, after the job ends until the
+    driver removes the job's durable files at exit."""
+
+    def __init__(self, root: str, job_id: str) -> None:
+        self.path = lock_path(root, job_id)
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): leftovers are never claimed
+            return
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(self.path, flags, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def release(self, remove: bool = False) -> None:
+        if remove:
+            with contextlib.suppress(OSError):
+                os.remove(self.path)
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor releases the lock
+            self._fd = None
+
+
+def claim_leftovers(root: str, job_id: str) -> bool:
+    """True when job ``job_id`` left a lock file in ``root`` that no process holds: its run ended
+    without cleaning up (killed) and its working files may go. False when the lock is held (the
+    run is alive), or there is no lock file (the run was elsewhere, or has cleaned up)."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fd = os.open(lock_path(root, job_id), os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True

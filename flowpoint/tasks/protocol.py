@@ -23,7 +23,7 @@ class StateLocation:
     """Where a job's working state lives: the executor-local cache and the durable copy."""
 
     run_key: str  # "<job id>/run-<n>": a restart begins a new run
-    local_dir: str  # state.working.dir on the executor's own disk (a cache)
+    local_dir: str  # state.working.dir on the executor's own disk (a cache); "": each host's per-user default
     durable_uri: str  # shared storage every executor can read: committed bases and deltas
     backend: str = "hashmap"
     storage_options: tuple[tuple[str, str], ...] = ()  # s3.endpoint, credentials, ...

@@ -1,0 +1,176 @@
+"""Local files only their owner can read or replace (DESIGN 10a: 0700 directories, 0600 files,
+ownership checked).
+
+flowpoint unpickles its working files and trusts its control token, so another local user who
+could create, replace or read them could run code as the job's user or control the job. Every
+directory flowpoint keeps such files in is checked by :func:`private_dir` before use: it must be
+a directory owned by the current user that no one else can write, below directories that only
+the user or root can change (a directory anyone can write is accepted only with the sticky bit,
+as ``/tmp``). Files are written by :func:`write_private` with mode 0600 whatever the umask.
+
+On systems without POSIX ownership (Windows) the checks are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from flowpoint.errors import InsecurePathError
+
+POSIX = os.name == "posix"
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def _uid() -> int:
+    return os.geteuid() if POSIX else 0
+
+
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _check_ancestors(path: str, what: str) -> None:
+    """No one but the user (or root) can rename or replace ``path`` through a parent directory."""
+    me = _uid()
+    parent = os.path.dirname(path)
+    while True:
+        st = os.stat(parent)
+        if st.st_uid not in (me, 0):
+            msg = (
+                f"{what} {path} is below {parent}, which belongs to {_owner(st.st_uid)}: that user could replace it. "
+                f"Use a directory below one you own"
+            )
+            raise InsecurePathError(msg)
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            msg = (
+                f"{what} {path} is below {parent}, which other users can write (mode {stat.S_IMODE(st.st_mode):04o}, "
+                f"no sticky bit): they could replace it. Run `chmod go-w {parent}` or use another directory"
+            )
+            raise InsecurePathError(msg)
+        up = os.path.dirname(parent)
+        if up == parent:
+            return
+        parent = up
+
+
+def _check_links(path: str, what: str) -> None:
+    """A symbolic link on the way to ``path`` must belong to the user or root."""
+    me = _uid()
+    current = os.sep if os.path.isabs(path) else ""
+    for part in [p for p in path.split(os.sep) if p]:
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
+            msg = f"{what} {path} goes through the symbolic link {current} of {_owner(st.st_uid)}: refused. Use a path without it"
+            raise InsecurePathError(msg)
+
+
+def check_private_dir(path: str, what: str = "directory") -> None:
+    """Refuse an existing ``path`` that another user owns or can write (see the module doc)."""
+    if not POSIX:
+        return
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        msg = f"{what} {path} is not a directory"
+        raise InsecurePathError(msg)
+    if st.st_uid != _uid():
+        msg = (
+            f"{what} {path} belongs to {_owner(st.st_uid)}, not to you ({_owner(_uid())}): flowpoint would read files another "
+            f"user can replace. Remove it, or choose another directory (state.working.dir)"
+        )
+        raise InsecurePathError(msg)
+    if st.st_mode & 0o022:
+        msg = (
+            f"{what} {path} can be written by other users (mode {stat.S_IMODE(st.st_mode):04o}): flowpoint would read files "
+            f"they can replace. Run `chmod 700 {path}`, or choose another directory (state.working.dir)"
+        )
+        raise InsecurePathError(msg)
+
+
+def private_dir(path: str, what: str = "directory", tighten: bool = True) -> str:
+    """``path`` (absolute, symbolic links resolved) as a directory only the user can use: created
+    with mode 0700 if missing (missing parents too), else checked (owner, not writable by
+    others); ``tighten``: an existing directory readable by others becomes 0700 too. Raises
+    :class:`InsecurePathError` naming the directory, or it with the OSError that stopped it."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if not POSIX:
+        os.makedirs(path, exist_ok=True)
+        return path
+    _check_links(path, what)
+    real = os.path.realpath(path)
+    try:
+        makedirs(real)  # missing parents too are 0700, whatever the umask (~/.cache included)
+        _check_ancestors(real, what)
+        check_private_dir(real, what)
+        if tighten and stat.S_IMODE(os.stat(real).st_mode) != DIR_MODE:
+            os.chmod(real, DIR_MODE)
+    except InsecurePathError:
+        raise
+    except OSError as e:
+        msg = f"cannot use {what} {path}: {e.strerror or e}. Choose a local directory you can write (state.working.dir)"
+        raise InsecurePathError(msg) from e
+    return real
+
+
+def makedirs(path: str) -> None:
+    """``os.makedirs`` whose new directories have mode 0700 whatever the umask (inside a
+    private directory; existing ones are left as they are)."""
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        up = os.path.dirname(p)
+        if up == p:
+            break
+        p = up
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, DIR_MODE)
+            if POSIX:
+                os.chmod(d, DIR_MODE)
+
+
+def write_private(path: str, data: bytes, atomic: bool = True) -> None:
+    """Write ``data`` to ``path`` with mode 0600 (whatever the umask), through ``<path>.tmp`` and a
+    rename when ``atomic``; missing parent directories are created with mode 0700."""
+    makedirs(os.path.dirname(path))
+    target = path + ".tmp" if atomic else path
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(target, flags, FILE_MODE)
+    try:
+        if POSIX:
+            os.fchmod(fd, FILE_MODE)  # an existing file keeps its mode on open: set it
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    if atomic:
+        os.replace(target, path)
+
+
+def chmod_tree(path: str, dir_mode: int = DIR_MODE, file_mode: int = FILE_MODE) -> None:
+    """Directories 0700 and files 0600 below ``path`` (for files a library created, e.g. RocksDB;
+    best effort: a file that went meanwhile is skipped)."""
+    if not POSIX:
+        return
+    with contextlib.suppress(OSError):
+        os.chmod(path, dir_mode)
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, d), dir_mode)
+        for f in files:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, f), file_mode)
