@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import traceback
@@ -24,17 +27,14 @@ from flowpoint import (
     CollectSink,
     KeyedProcessFunction,
     ListStateDescriptor,
+    MapStateDescriptor,
     RestartStrategies,
     ValueStateDescriptor,
 )
 from flowpoint.errors import (
-    CheckpointError,
-    ConfigurationError,
     FlowpointError,
     InvalidKeyError,
-    JobCancelledError,
     JobExecutionError,
-    JobGraphError,
     SerializationError,
     StateAccessError,
     StateError,
@@ -295,28 +295,43 @@ def test_spark_failure_uses_the_mapping():
 
 # -- unit: which errors a restart can fix ------------------------------------------------------------
 
-RECOVERABLE = {
-    FlowpointError: True,
-    ConfigurationError: False,
-    JobGraphError: False,
-    SerializationError: False,
-    InvalidKeyError: False,
-    StateError: False,
-    StateAccessError: False,
-    StateNotFoundError: False,
-    JobExecutionError: True,
-    UserFunctionError: True,
-    JobCancelledError: False,
-    CheckpointError: True,
+RECOVERABLE = {  # by class name: every error class must be here (its flag decided)
+    "FlowpointError": True,
+    "ConfigurationError": False,
+    "InsecurePathError": False,
+    "JobGraphError": False,
+    "SerializationError": False,
+    "InvalidKeyError": False,
+    "StateError": False,
+    "StateAccessError": False,
+    "StateNotFoundError": False,
+    "CorruptStateError": False,
+    "JobExecutionError": True,
+    "UserFunctionError": True,
+    "JobCancelledError": False,
+    "CheckpointError": True,
 }
 
 
 def test_every_error_class_says_whether_a_restart_can_fix_it():
-    assert set(RECOVERABLE) == set(ALL_ERRORS), "a new error class needs its recoverable flag decided"
-    for cls, recoverable in RECOVERABLE.items():
+    undecided = {c.__name__ for c in ALL_ERRORS} - set(RECOVERABLE)
+    assert not undecided, f"a new error class needs its recoverable flag decided: {undecided}"
+    for cls in ALL_ERRORS:
+        recoverable = RECOVERABLE[cls.__name__]
         assert cls.recoverable is recoverable, cls
         assert is_recoverable(cls("x")) is recoverable, cls
         assert coordinator_module.restartable(cls("x")) is recoverable, cls
+
+
+@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
+def test_retryable_is_another_name_of_recoverable(cls):
+    """DESIGN 10a and issue 10 call the flag ``retryable``: the same flag, class and instance."""
+    assert cls.retryable is RECOVERABLE[cls.__name__]
+    error = cls("x")
+    assert error.retryable is error.recoverable is RECOVERABLE[cls.__name__]
+    error.retryable = not error.retryable  # one error may say otherwise than its class
+    assert error.recoverable is (not RECOVERABLE[cls.__name__]) and is_recoverable(error) is error.retryable
+    assert cls.retryable is RECOVERABLE[cls.__name__]  # the class is unchanged
 
 
 def test_state_not_found_is_a_state_error_naming_the_file():
@@ -399,6 +414,58 @@ def test_an_invalid_key_fails_at_once_with_checkpointing_and_restarts(make_env, 
     assert calls(selector_calls) == 3  # one run, one attempt: neither Spark nor the job retried
 
 
+LIST_KEY_JOB = """
+import sys
+from flowpoint import CollectSink, KeyedProcessFunction, StreamExecutionEnvironment, ValueStateDescriptor
+
+class Count(KeyedProcessFunction):
+    def open(self, ctx):
+        self.n = ctx.get_state(ValueStateDescriptor("n"))
+
+    def process_element(self, value, ctx):
+        self.n.update((self.n.value() or 0) + 1)
+        yield value
+
+CALLS = sys.argv[1]
+
+def list_key(x):
+    with open(CALLS, "a") as f:
+        f.write("x")
+    return [x % 3]
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+env.enable_checkpointing(100)
+env.from_collection(list(range(6))).key_by(list_key).process(Count()).name("counting").uid("counting").sink_to(CollectSink())
+env.execute("list key")
+"""
+
+
+@pytest.mark.parametrize("strategy", [
+    [],  # the default with checkpointing: exponential delay, unlimited attempts
+    ["-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.attempts=7", "-D", "restart-strategy.fixed-delay.delay=1 s"],
+], ids=["default-exponential-delay", "fixed-delay-7"])
+def test_the_issue_s_list_key_job_fails_once_quickly_on_local_2(tmp_path, strategy):
+    """Issue 10, case 8, as reported: `flowpoint run` on local[2], checkpointing on, a key selector
+    returning a list, a restart strategy with several attempts. It fails once, at once, with
+    InvalidKeyError's message naming the operator and the selector; nothing restarts."""
+    job = tmp_path / "list_key_job.py"
+    job.write_text(textwrap.dedent(LIST_KEY_JOB))
+    selector_calls = tmp_path / "selector-calls"
+    cli = [sys.executable, "-m", "flowpoint.cli", "run", "-m", "local[2]", "-D", f"state.checkpoints.dir={tmp_path / 'ck'}",
+           "-D", f"state.working.dir={tmp_path / 'w'}", *strategy, str(job), str(selector_calls)]
+    started = time.monotonic()
+    proc = subprocess.run(cli, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("flowpoint: error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert "key selector (list_key at " in errors[0] and "operator 'counting'" in errors[0] and "got a list" in errors[0]
+    assert "Restarting" not in proc.stderr and "FAILED" in proc.stderr
+    assert calls(str(selector_calls)) == 6  # each record once: one run, one attempt (local[2]: no task retries)
+    assert elapsed < 90
+
+
 class TwoKindsOfOneState(KeyedProcessFunction):
     """Declares one state name as value state and as list state: a state type error."""
 
@@ -442,6 +509,53 @@ def test_a_record_that_cannot_be_pickled_fails_at_once(make_env, tmp_path, verdi
     assert "cannot pickle '_thread.lock' object" in str(info.value)
     assert [(type(e), v) for e, v in verdicts] == [(SerializationError, False)]
     assert 3 <= calls(maps) <= 3 * 4  # Spark's attempts of one run, no restart of the job
+
+
+class KeepsALock(KeyedProcessFunction):
+    """Puts a threading.Lock into keyed state (value state, or a map state entry): it cannot be
+    pickled, so the epoch's state cannot be written."""
+
+    def __init__(self, kind: str, calls_path: str):
+        self.kind = kind
+        self.calls_path = calls_path
+
+    def open(self, ctx):
+        count_call(self.calls_path)
+        if self.kind == "value":
+            self.guard = ctx.get_state(ValueStateDescriptor("guard"))
+        else:
+            self.guards = ctx.get_map_state(MapStateDescriptor("guards"))
+
+    def process_element(self, value, ctx):
+        if self.kind == "value":
+            self.guard.update(threading.Lock() if value == 7 else value)
+        else:
+            self.guards.put(f"entry-{value}", threading.Lock() if value == 7 else value)
+        yield value
+
+
+@pytest.mark.parametrize(("backend", "kind"), [("hashmap", "value"), ("rocksdb", "value"), ("rocksdb", "map"), ("hashmap", "map")])
+def test_a_state_value_that_cannot_be_pickled_names_operator_uid_state_key_and_function(make_env, tmp_path, verdicts, backend, kind):
+    """Issue 10, case 9: a lock in keyed state fails the job at once with a SerializationError
+    naming the operator, its uid, the user function, the state name and the key (and the map
+    entry's user key), on both backends, with checkpointing and restarts on."""
+    opens = str(tmp_path / "opens")
+    env = restarting_env(make_env, tmp_path, parallelism=1)
+    env.get_configuration().set("state.backend.type", backend)
+    (env.from_collection(list(range(10))).key_by(lambda x: f"key-{x % 3}")
+        .process(KeepsALock(kind, opens)).name("locking").uid("locking-uid").sink_to(CollectSink()))
+    with pytest.raises(SerializationError) as info:
+        env.execute(f"unpicklable state value ({backend}, {kind})")
+    msg = str(info.value)
+    assert "operator 'locking'" in msg and "uid 'locking-uid'" in msg, msg
+    assert f"KeepsALock at {__file__}:" in msg, msg
+    state = "'guard'" if kind == "value" else "'guards'"
+    assert f"state {state} for key 'key-1'" in msg, msg  # 7 % 3 == 1
+    if kind == "map":
+        assert "user key 'entry-7'" in msg, msg
+    assert "cannot pickle '_thread.lock' object" in msg and "open()" in msg, msg
+    assert [(type(e), v) for e, v in verdicts] == [(SerializationError, False)]
+    assert calls(opens) == 1  # one run, one attempt: not restarted
 
 
 EVENTS = 600

@@ -75,6 +75,11 @@ def describe_function(function: Any) -> str:
         return f"{name} at {file}:{line}"
     except (TypeError, OSError):
         code = getattr(target, "__code__", None)
+        if code is None and inspect.isclass(target):
+            # a class whose source cannot be found (e.g. from a job's __main__, pickled by value
+            # to an executor): its first method's code still names the file and a line in it
+            codes = [f.__code__ for f in vars(target).values() if inspect.isfunction(f)]
+            code = min(codes, key=lambda c: c.co_firstlineno) if codes else None
         if code is not None:
             return f"{name} at {code.co_filename}:{code.co_firstlineno}"
         return name

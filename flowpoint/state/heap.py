@@ -107,6 +107,16 @@ class HeapKeyedStateBackend:
     def changed_keys(self) -> int:
         return sum(len(u) for u in self.undo.values())
 
+    def changed_values(self) -> Iterator[tuple[str, Any, Any]]:
+        """``(state name, key, value)`` of every value written in the current epoch (what
+        :meth:`delta` will pickle): to name the one that cannot be pickled."""
+        for name, undo in self.undo.items():
+            table = self.tables[name]
+            for key in undo:
+                value = table.get(key, _MISSING)
+                if value is not _MISSING:
+                    yield name, key, value
+
     def commit(self) -> None:
         for undo in self.undo.values():
             undo.clear()

@@ -666,6 +666,24 @@ class RocksDBKeyedStateBackend:
         """The changes of the current epoch (the overlay) as a picklable :class:`RocksDBDelta`."""
         return self._diff(True)
 
+    def changed_values(self) -> Iterator[tuple[str, Any, Any]]:
+        """``(state name, key, value)`` of every value written in the current epoch (what
+        :meth:`delta` will pickle; a MapState entry's value as ``{user key: value}``): to name
+        the one that cannot be pickled."""
+        for table in self._tables.values():
+            if table.kind != "map":
+                absent = None if table.kind == "value" else _ABSENT
+                for key in table.dirty:
+                    value = table.cache.get(key, absent)
+                    if value is not absent:
+                        yield table.name, key, value
+                continue
+            for key, mo in table.maps.items():
+                for uk in mo.dirty:
+                    value = mo.entries.get(uk, _ABSENT)
+                    if value is not _ABSENT and type(value) is not _Raw:
+                        yield table.name, key, {uk: value}
+
     def changed_keys(self) -> int:
         n = 0
         for table in self._tables.values():

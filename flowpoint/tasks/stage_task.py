@@ -28,6 +28,7 @@ from flowpoint.tasks.operators import EXCHANGE_WRITERS, ExchangeWriter, Operator
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import EpochSpec, OperatorPart, TaskAck, TaskSlice
 from flowpoint.tasks.registry import operator_class
+from flowpoint.tasks.state_values import unpicklable_state_error
 
 __all__ = ["ChainRuntime", "EpochSpec", "TaskAck", "TaskSlice", "run_stage_task"]
 
@@ -277,7 +278,13 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
             if payload is not None:
                 ack.sink_payloads[nid] = payload
         if uids:
-            ack.state = backend.end_epoch(ts, s, spec.epoch, token)
+            try:
+                ack.state = backend.end_epoch(ts, s, spec.epoch, token)
+            except Exception as e:
+                unpicklable = None if isinstance(e, FlowpointError) else unpicklable_state_error(plan, ts)
+                if unpicklable is None:
+                    raise
+                raise unpicklable from e
         if upload is not None:
             try:
                 ack.snapshot = upload.result()
