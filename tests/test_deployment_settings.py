@@ -191,9 +191,11 @@ def builder(monkeypatch):
     monkeypatch.setattr(SparkSession, "builder", b)
     monkeypatch.setattr(session, "_active_session", lambda: None)
     monkeypatch.setattr(session, "submitted_conf", lambda: None)
-    for var in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP"):
+    for var in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP", session.UI_MARK):
         monkeypatch.setenv(var, os.environ.get(var, ""))  # restored after the test
     monkeypatch.delenv("SPARK_LOCAL_IP")
+    monkeypatch.delenv(session.UI_MARK)
+    monkeypatch.setattr(session, "spark_default_driver_host", lambda conf=None: "10.1.2.3")  # no JVM here
     return b
 
 
@@ -202,8 +204,21 @@ def test_get_spark_session_gives_the_builder_the_config(builder):
     assert builder.config_calls["spark.master"] == "spark://h:7077"
     assert builder.config_calls["spark.executor.memory"] == "2g"
     assert builder.config_calls["spark.sql.shuffle.partitions"] == "3"
+    # the web UI binds to $SPARK_LOCAL_IP: loopback; the driver keeps the address Spark would choose
+    assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert builder.config_calls["spark.driver.host"] == "10.1.2.3"
+    assert "spark.driver.bindAddress" not in builder.config_calls
+
+
+def test_a_cluster_driver_keeps_the_users_address_and_spark_local_ip(builder, monkeypatch):
+    get_spark_session("spark://h:7077", "job", None, {"spark.driver.host": "driver.example"})
+    assert builder.config_calls["spark.driver.host"] == "driver.example"
+    assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"
+    monkeypatch.setenv("SPARK_LOCAL_IP", "10.9.9.9")  # the user's choice: UI and driver follow it, as in Spark
+    builder.config_calls.clear()
+    get_spark_session("yarn", "job")
+    assert os.environ["SPARK_LOCAL_IP"] == "10.9.9.9"
     assert "spark.driver.host" not in builder.config_calls
-    assert "SPARK_LOCAL_IP" not in os.environ  # a cluster driver's UI: Spark's default
 
 
 def test_a_local_session_binds_its_ui_to_loopback(builder):

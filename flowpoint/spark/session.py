@@ -4,11 +4,19 @@ When flowpoint creates the session, every ``spark.*`` setting of the job's confi
 (``-D spark.executor.memory=4g`` on ``flowpoint run``, the same keys in ``flowpoint.yaml`` or in
 the environment's Configuration) reaches the SparkSession builder as ``.config(key, value)``,
 after flowpoint's own defaults, so the user's value wins (``spark.master`` is the master). For a
-local master (``local``, ``local[...]``, ``local-cluster[...]``) the driver and its web UI bind
-to 127.0.0.1 unless ``spark.driver.bindAddress`` / ``spark.driver.host`` say otherwise; for a
-cluster master the driver's address is Spark's choice (executors on other hosts must reach it).
+local master (``local``, ``local[...]``, ``local-cluster[...]``) the driver binds to 127.0.0.1
+unless ``spark.driver.bindAddress`` / ``spark.driver.host`` say otherwise; for a cluster master
+the driver keeps the address Spark would choose (executors on other hosts must reach it).
+
+Spark's web UI binds to ``$SPARK_LOCAL_IP``, else to every interface. For the driver JVM it
+starts, flowpoint sets ``SPARK_LOCAL_IP=127.0.0.1`` unless the user set ``SPARK_LOCAL_IP``
+(then the UI, and Spark's default driver address, follow the user's value); since that variable
+is also Spark's default driver address, a cluster master's ``spark.driver.host`` is then set to
+the address Spark would have chosen without it (:func:`spark_default_driver_host`), unless the
+user set it. ``spark.ui.enabled=false`` turns the UI off.
+
 Under ``spark-submit`` the master and every ``--conf`` it was given stand: flowpoint's defaults
-fill in only what it did not set.
+fill in only what it did not set, and the JVM it started keeps its environment.
 """
 
 from __future__ import annotations
@@ -95,11 +103,52 @@ def submitted_conf() -> dict[str, str] | None:
     return dict(SparkConf().getAll())
 
 
-def _bind_ui_to_loopback(master: str, config: Mapping[str, str]) -> None:
-    """Spark binds its web UI to ``$SPARK_LOCAL_IP`` (default: every interface); for a local
-    master whose driver binds to loopback, so does the UI (the JVM reads it when it starts)."""
-    if is_local_master(master) and config.get("spark.driver.bindAddress") == LOOPBACK:
-        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+UI_MARK = "FLOWPOINT_SPARK_LOCAL_IP"  # set beside SPARK_LOCAL_IP when flowpoint chose its value
+
+
+def bind_ui_to_loopback(submitted: Mapping[str, str] | None) -> bool:
+    """Set ``SPARK_LOCAL_IP=127.0.0.1`` for the driver JVM about to start, so that Spark's web UI
+    binds to loopback (the JVM reads it when it starts). Not when the user set ``SPARK_LOCAL_IP``
+    (their choice of address), nor under ``spark-submit`` (its JVM is running). True when the
+    value is flowpoint's."""
+    if submitted is not None:
+        return False
+    current = os.environ.get("SPARK_LOCAL_IP")
+    if current is not None and os.environ.get(UI_MARK) != current:
+        return False
+    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+    os.environ[UI_MARK] = LOOPBACK
+    return True
+
+
+def spark_default_driver_host(launch_conf: Mapping[str, str] | None = None) -> str:
+    """The driver address Spark chooses when ``$SPARK_LOCAL_IP`` is unset (its
+    ``Utils.localCanonicalHostName``): ``$SPARK_LOCAL_HOSTNAME``, else the canonical name of this
+    host's address, where a name that resolves to loopback is replaced by the first address of
+    the last network interface that has one that is neither loopback nor link-local (IPv4
+    first). Asked of the driver JVM (started here with ``launch_conf``, the settings a new
+    session's JVM starts with, if it is not running yet), so names resolve as Spark's do."""
+    custom = os.environ.get("SPARK_LOCAL_HOSTNAME")
+    if custom:
+        return custom
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(list((launch_conf or {}).items())))
+    jvm = SparkContext._jvm
+    java_net, collections = jvm.java.net, jvm.java.util.Collections
+    address = java_net.InetAddress.getLocalHost()
+    if address.isLoopbackAddress():
+        interfaces = list(collections.list(java_net.NetworkInterface.getNetworkInterfaces()))
+        if os.name != "nt":
+            interfaces.reverse()  # as Spark does on Unix
+        for ni in interfaces:
+            found = [a for a in collections.list(ni.getInetAddresses()) if not a.isLinkLocalAddress() and not a.isLoopbackAddress()]
+            if found:
+                v4 = [a for a in found if a.getClass().getSimpleName() == "Inet4Address"]
+                address = java_net.InetAddress.getByAddress((v4 or found)[0].getAddress())
+                break
+    host = str(address.getCanonicalHostName())
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def get_spark_session(master: str | None, app_name: str, existing: Any = None, settings: Any = None) -> Any:
@@ -118,7 +167,9 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     config = session_config(master, app_name, settings, os.environ["PYTHONPATH"], submitted)
-    _bind_ui_to_loopback(master, config)
+    if bind_ui_to_loopback(submitted) and not is_local_master(master) and "spark.driver.host" not in config:
+        # SPARK_LOCAL_IP would also be the driver's default address: keep the one executors reach
+        config["spark.driver.host"] = spark_default_driver_host(config)
     builder = SparkSession.builder
     for key, value in config.items():
         builder = builder.config(key, value)
