@@ -195,11 +195,15 @@ def test_control_port_setting_is_checked():
 
 
 def call(address: str, method: str, path: str, body=None, timeout: float = 120) -> tuple[int, dict]:
+    """A request as the job's owner sends it: with the token of this process's endpoint (the
+    control token file under the FLOWPOINT_HOME it started with; see test_control_security.py)."""
     host, port = address.rsplit(":", 1)
+    server = endpoint.current_server()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {server.token if server else ''}"}
     conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
         data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        conn.request(method, path, body=data, headers=headers)
         r = conn.getresponse()
         return r.status, json.loads(r.read() or b"{}")
     finally:
@@ -207,7 +211,7 @@ def call(address: str, method: str, path: str, body=None, timeout: float = 120) 
 
 
 def start_unbounded(make_env, tmp_path, name: str):
-    env = make_env(parallelism=2, execution_epoch_interval=50)
+    env = make_env(parallelism=2, execution_epoch_interval=50, state_savepoints_dir=str(tmp_path / "sp"))
     env.enable_checkpointing(300)
     env.get_checkpoint_config().set_checkpoint_storage(f"file://{tmp_path}/checkpoints")
     sink = CollectSink()
@@ -259,6 +263,9 @@ def test_endpoint_routes_of_a_running_job(make_env, tmp_path, monkeypatch):
         status, err = call(address, "POST", f"/jobs/{job_id}/stop", {"drain": "yes"})
         assert status == 400 and '"drain" must be true or false' in err["errors"][0]
 
+        status, err = call(address, "POST", f"/jobs/{job_id}/savepoints", {"target-directory": str(tmp_path / "elsewhere")})
+        assert status == 403 and "not within the job's state.savepoints.dir" in err["errors"][0]
+        assert not (tmp_path / "elsewhere").exists()
         status, sp = call(address, "POST", f"/jobs/{job_id}/savepoints", {"target-directory": str(tmp_path / "sp")})
         assert status == 200, sp
         assert re.search(rf"savepoint-{job_id[:6]}-[0-9a-f]{{12}}$", sp["location"])

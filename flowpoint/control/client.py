@@ -1,12 +1,16 @@
-"""What the CLI uses to reach a running job: find it in the registry, call its endpoint."""
+"""What the CLI uses to reach a running job: find it in the registry, call its endpoint with
+the installation's control token (flowpoint/control/auth.py)."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
+import re
 import time
 from typing import Any
 
+from flowpoint.control import auth
 from flowpoint.control.registry import JobEntry, JobNotFoundError, JobRegistry
 from flowpoint.errors import FlowpointError
 
@@ -17,9 +21,10 @@ ACTION_TIMEOUT_S = 3600.0  # a savepoint of a large state takes as long as it ta
 class ControlClient:
     """Calls the control endpoint of one job (``entry``) found in ``registry``."""
 
-    def __init__(self, entry: JobEntry, registry: JobRegistry):
+    def __init__(self, entry: JobEntry, registry: JobRegistry, token: str | None = None):
         self.entry = entry
         self.registry = registry
+        self._token = token
 
     @classmethod
     def for_job(cls, job_id: str, registry: JobRegistry | None = None) -> ControlClient:
@@ -28,7 +33,7 @@ class ControlClient:
         if not entry.endpoint:
             msg = f"job {entry.job_id} ({entry.job_name!r}) has no control endpoint in {registry.path(entry.job_id)}; run `flowpoint list`"
             raise JobNotFoundError(msg)
-        return cls(entry, registry)
+        return cls(entry, registry, auth.read_token())
 
     @property
     def job_id(self) -> str:
@@ -38,9 +43,15 @@ class ControlClient:
         host, _, port = self.entry.endpoint.rpartition(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
         e = self.entry
+        if self._token is None:
+            self._token = auth.read_token()
+        if body is None and method != "GET":
+            body = {}  # every request that acts on a job is JSON
         try:
             data = json.dumps(body).encode("utf-8") if body is not None else None
-            headers = {"Content-Type": "application/json"} if data is not None else {}
+            headers = {"Authorization": f"Bearer {self._token}"}
+            if data is not None:
+                headers["Content-Type"] = "application/json"
             conn.request(method, path, body=data, headers=headers)
             response = conn.getresponse()
             raw = response.read()
@@ -78,13 +89,11 @@ class ControlClient:
         return self.request("GET", f"/jobs/{self.job_id}")[1]
 
     def trigger_savepoint(self, target_directory: str | None) -> str:
-        body = {"target-directory": target_directory} if target_directory else {}
+        body = owner_target(target_directory)
         return self.request("POST", f"/jobs/{self.job_id}/savepoints", body, ACTION_TIMEOUT_S)[1]["location"]
 
     def stop_with_savepoint(self, target_directory: str | None, drain: bool) -> str:
-        body: dict = {"drain": drain}
-        if target_directory:
-            body["target-directory"] = target_directory
+        body: dict = {"drain": drain, **owner_target(target_directory)}
         return self.request("POST", f"/jobs/{self.job_id}/stop", body, ACTION_TIMEOUT_S)[1]["location"]
 
     def cancel(self, wait_s: float = 60.0) -> str:
@@ -102,3 +111,20 @@ class ControlClient:
                 return status
             time.sleep(0.2)
         return status
+
+
+def owner_target(target_directory: str | None) -> dict:
+    """The request fields for a savepoint directory the CLI's user typed: a local path made
+    absolute here (the job's process has another working directory), a URI as given, and marked
+    ``explicit`` (the owner's choice, not limited to ``state.savepoints.dir``). A URI with ``..``
+    segments is refused here, as the endpoint would."""
+    if not target_directory:
+        return {}
+    target = target_directory
+    if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", target):
+        target = os.path.abspath(os.path.expanduser(target))
+    try:
+        target = auth.canonical_target(target)
+    except auth.TargetRefused as e:
+        raise FlowpointError(str(e)) from None
+    return {"target-directory": target, "explicit": True}

@@ -15,8 +15,15 @@ Routes (the names of Flink's REST API, which the control-plane issue grows this 
     POST  /jobs/<id>/stop              {"target-directory": dir?, "drain": b} -> {"location": path}
     PATCH /jobs/<id>   or  POST /jobs/<id>/cancel                            -> 202 {"status"}
 
-Errors are JSON ``{"errors": [message]}`` with an HTTP status: 400 bad request, 404 no such
-job or route, 409 the job has ended, 500 the operation failed (the message says why).
+Every request is checked first (:mod:`flowpoint.control.auth`): 403 when its ``Host`` is not
+the endpoint's own address or it carries a foreign ``Origin``, 401 without the installation's
+token (``Authorization: Bearer <token>``), 415 when a body (or any non-GET request) is not
+``Content-Type: application/json``. A savepoint target must lie within ``state.savepoints.dir``
+unless the request marks it ``"explicit": true`` (the CLI does, for a directory its user typed).
+
+Errors are JSON ``{"errors": [message]}`` with an HTTP status: 400 bad request, 401/403/415
+refused (above), 404 no such job or route, 409 the job has ended, 413 a body over 1 MiB, 500
+the operation failed (the message says why).
 """
 
 from __future__ import annotations
@@ -32,8 +39,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.control import auth
 from flowpoint.control.registry import LOST, JobEntry, JobRegistry, now_ms, registry_dir
-from flowpoint.errors import ConfigurationError, FlowpointError
+from flowpoint.errors import ConfigurationError, FlowpointError, InsecurePathError
 
 if TYPE_CHECKING:
     from flowpoint.runtime.job import JobClient
@@ -43,6 +51,7 @@ log = logging.getLogger("flowpoint")
 HOST = "127.0.0.1"  # loopback only, never 0.0.0.0
 POLL_S = 1.0  # how often a job's registry entry is refreshed
 EXIT_GRACE_S = 30.0  # at interpreter exit, how long requests in flight may still take
+MAX_BODY = 1 << 20  # request bodies are small JSON objects
 
 
 class ApiError(FlowpointError):
@@ -72,6 +81,7 @@ class JobControl:
             pid=os.getpid(),
             host=socket.gethostname(),
             endpoint=endpoint,
+            fingerprint=getattr(self.coordinator, "fingerprint", None),  # the job's identity for --resume
         )
         self.registered = False
         self._warned = False
@@ -87,7 +97,10 @@ class JobControl:
         status = self.client.get_job_status().value
         latest = self.last_completed_checkpoint()
         cp_id = latest.checkpoint_id if latest is not None else None
-        if status == e.status and cp_id == e.last_checkpoint_id:
+        resumed = getattr(self.coordinator, "resumed_from", None)  # (job id, checkpoint id) it restored
+        if resumed is not None and e.resumed_from is None:
+            e.resumed_from, e.resumed_checkpoint_id = resumed
+        elif status == e.status and cp_id == e.last_checkpoint_id:
             return False
         e.status = status
         if latest is not None:
@@ -177,8 +190,15 @@ class JobControl:
 
 
 def _body(handler: BaseHTTPRequestHandler) -> dict:
-    length = int(handler.headers.get("Content-Length") or 0)
-    if not length:
+    try:
+        length = int(handler.headers.get("Content-Length") or 0)
+    except ValueError:
+        msg = "the Content-Length header is not a number"
+        raise ApiError(HTTPStatus.BAD_REQUEST, msg) from None
+    if length > MAX_BODY:
+        msg = f"the request body has {length} bytes; at most {MAX_BODY} are read"
+        raise ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, msg)
+    if length <= 0:
         return {}
     raw = handler.rfile.read(length)
     try:
@@ -192,12 +212,21 @@ def _body(handler: BaseHTTPRequestHandler) -> dict:
     return data
 
 
-def _target_directory(body: dict) -> str | None:
+def _target_directory(body: dict, config: Any) -> str | None:
+    """The body's savepoint target, checked (see flowpoint/control/auth.py); None: the job's
+    ``state.savepoints.dir``."""
     target = body.get("target-directory", body.get("targetDirectory"))
     if target is not None and (not isinstance(target, str) or not target.strip()):
         msg = f'"target-directory" must be a directory path or URI; got {target!r}'
         raise ApiError(HTTPStatus.BAD_REQUEST, msg)
-    return target
+    explicit = body.get("explicit", False)
+    if not isinstance(explicit, bool):
+        msg = f'"explicit" must be true or false; got {explicit!r}'
+        raise ApiError(HTTPStatus.BAD_REQUEST, msg)
+    try:
+        return auth.check_target(target, explicit, config)
+    except auth.TargetRefused as e:
+        raise ApiError(HTTPStatus.FORBIDDEN if e.forbidden else HTTPStatus.BAD_REQUEST, str(e)) from None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -224,6 +253,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.begin_request()
         try:
             try:
+                self._authorize(method)
                 status, payload = self._route(method)
             except ApiError as e:
                 status, payload = e.status, {"errors": [str(e)]}
@@ -234,12 +264,39 @@ class _Handler(BaseHTTPRequestHandler):
                 status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"errors": [f"{type(e).__name__}: {e}"]}
             data = json.dumps(payload).encode("utf-8")
             self.send_response(status)
+            if status == HTTPStatus.UNAUTHORIZED:
+                self.send_header("WWW-Authenticate", 'Bearer realm="flowpoint"')
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
         finally:
             self.server.end_request()
+
+    def _authorize(self, method: str) -> None:
+        """Refuse, before anything else, a request that is not the owner's own (module doc)."""
+        port = self.server.server_address[1]
+        host = self.headers.get("Host")
+        if not auth.host_allowed(host, port):
+            msg = (
+                f"refused: the Host header {host!r} is not this endpoint's address (127.0.0.1:{port} or localhost:{port}); "
+                "requests through other names are refused (DNS rebinding)"
+            )
+            raise ApiError(HTTPStatus.FORBIDDEN, msg)
+        origin = self.headers.get("Origin")
+        if not auth.origin_allowed(origin, port):
+            msg = f"refused: a request from the web page origin {origin!r}"
+            raise ApiError(HTTPStatus.FORBIDDEN, msg)
+        if not auth.token_matches(self.headers.get("Authorization"), self.server.token):
+            msg = (
+                "refused: no valid control token (Authorization: Bearer <token>). Use the flowpoint CLI as the job's "
+                f"user: it sends the token from {auth.TOKEN_FILE} in {auth.HOME_VARIABLE} (~/.flowpoint)"
+            )
+            raise ApiError(HTTPStatus.UNAUTHORIZED, msg)
+        has_body = bool(self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get("Transfer-Encoding"))
+        if (method != "GET" or has_body) and not auth.is_json(self.headers.get("Content-Type")):
+            msg = f"refused: {method} {self.path} takes Content-Type: application/json; got {self.headers.get('Content-Type')!r}"
+            raise ApiError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, msg)
 
     def _route(self, method: str) -> tuple[HTTPStatus, dict]:
         parts = [p for p in self.path.split("?", 1)[0].split("/") if p]
@@ -260,16 +317,18 @@ class _Handler(BaseHTTPRequestHandler):
             return HTTPStatus.ACCEPTED, {"status": job.client.get_job_status().value}
         if action == "savepoints" and method == "POST":
             body = _body(self)
+            target = _target_directory(body, job.coordinator.config)
             job.require_running("take a savepoint of")
-            return HTTPStatus.OK, {"location": job.client.trigger_savepoint(_target_directory(body))}
+            return HTTPStatus.OK, {"location": job.client.trigger_savepoint(target)}
         if action == "stop" and method == "POST":
             body = _body(self)
             drain = body.get("drain", False)
             if not isinstance(drain, bool):
                 msg = f'"drain" must be true or false; got {drain!r}'
                 raise ApiError(HTTPStatus.BAD_REQUEST, msg)
+            target = _target_directory(body, job.coordinator.config)
             job.require_running("stop")
-            return HTTPStatus.OK, {"location": job.client.stop_with_savepoint(_target_directory(body), drain=drain)}
+            return HTTPStatus.OK, {"location": job.client.stop_with_savepoint(target, drain=drain)}
         if action in (None, "savepoints", "stop", "cancel"):
             raise self._not_allowed(method)
         msg = f"no route {method} {self.path}"
@@ -283,8 +342,9 @@ class ControlServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, token: str):
         super().__init__((HOST, port), _Handler)
+        self.token = token
         self._jobs: dict[str, JobControl] = {}
         self._lock = threading.Lock()
         self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="flowpoint-control", daemon=True)
@@ -353,12 +413,31 @@ def _parse_port(value: Any) -> list[int]:
     return ports
 
 
+def _server_token() -> str:
+    """The installation's control token (created on first use). A token file others own or can
+    read fails the submission (InsecurePathError); one that cannot be created leaves the
+    endpoint with a token no one has: the job runs, the CLI cannot reach it."""
+    try:
+        return auth.load_or_create_token()
+    except InsecurePathError:
+        raise
+    except OSError as e:
+        log.warning(
+            "cannot create the control token %s (%s); the flowpoint CLI will not be able to control this process's jobs. "
+            "Set %s to a directory you can write", auth.token_path(), e, auth.HOME_VARIABLE,
+        )
+        import secrets
+
+        return secrets.token_urlsafe(32)
+
+
 def _start_server(port_setting: Any) -> ControlServer:
     ports = _parse_port(port_setting if port_setting is not None else 0)
+    token = _server_token()
     last: OSError | None = None
     for port in ports:
         try:
-            server = ControlServer(port)
+            server = ControlServer(port, token)
         except OSError as e:
             last = e
             continue
