@@ -86,16 +86,6 @@ class StateNotFoundError(StateError):
     recoverable = False
 
 
-class CorruptStateError(StateError):
-    """A checkpoint's or savepoint's file (its ``_metadata`` included) does not match the size or
-    checksum recorded for it, or cannot be decoded; names the file. Raised before any task starts.
-    No restart can fix it: restore from another (e.g. the previous retained) checkpoint."""
-
-    recoverable = False
-
-    def __init__(self, message: str, path: str | None = None):
-        super().__init__(message)
-        self.path = path
 
 
 class JobExecutionError(FlowpointError):
@@ -124,3 +114,20 @@ class CheckpointError(FlowpointError):
     over to its restart strategy, as in Flink)."""
 
     recoverable = True
+
+
+class CorruptStateError(StateError, CheckpointError):
+    """A checkpoint's or savepoint's file (its ``_metadata`` included) does not match the size or
+    checksum recorded for it, is missing, or cannot be decoded; names the file (``path``).
+    Raised on the driver before any task starts, and by a task that reads such a file. No
+    restart can fix it: restore from another (e.g. the previous retained) checkpoint. Also a
+    :class:`CheckpointError` (a checkpoint that cannot be read), but not recoverable."""
+
+    recoverable = False
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+    def __reduce__(self):  # keeps ``path`` when a task returns it to the driver
+        return (type(self), (str(self), self.path))

@@ -159,18 +159,3 @@ def write_private(path: str, data: bytes, atomic: bool = True) -> None:
     if atomic:
         os.replace(target, path)
 
-
-def chmod_tree(path: str, dir_mode: int = DIR_MODE, file_mode: int = FILE_MODE) -> None:
-    """Directories 0700 and files 0600 below ``path`` (for files a library created, e.g. RocksDB;
-    best effort: a file that went meanwhile is skipped)."""
-    if not POSIX:
-        return
-    with contextlib.suppress(OSError):
-        os.chmod(path, dir_mode)
-    for root, dirs, files in os.walk(path):
-        for d in dirs:
-            with contextlib.suppress(OSError):
-                os.chmod(os.path.join(root, d), dir_mode)
-        for f in files:
-            with contextlib.suppress(OSError):
-                os.chmod(os.path.join(root, f), file_mode)

@@ -3,6 +3,7 @@ paths, memory:// and s3:// (a local moto server), and `flowpoint checkpoints`. N
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -33,7 +34,9 @@ from flowpoint.checkpoint.store import (
     resolve_restore_path,
 )
 from flowpoint.cli import main
-from flowpoint.errors import CheckpointError, FlowpointError
+from flowpoint.checkpoint.integrity import metadata_checksum
+from flowpoint.checkpoint.values import PickledValue
+from flowpoint.errors import CheckpointError, CorruptStateError, FlowpointError
 
 JOB = "0123456789abcdef0123456789abcdef"
 
@@ -44,9 +47,13 @@ class Offset:  # a non-JSON source position (module level: picklable by referenc
     offset: int
 
 
-def make_meta(n: int, files: list[str], job_id: str = JOB, sizes: dict[str, int] | None = None, position=None) -> CheckpointMetadata:
-    sizes = sizes or {}
-    state_files = [StateFile(p, sizes.get(p, len(p)), "sst" if p.startswith("shared/") else "full", p.rsplit("/", 1)[-1]) for p in files]
+def make_meta(n: int, files: list[str], job_id: str = JOB, contents: dict[str, bytes] | None = None, position=None) -> CheckpointMetadata:
+    """Metadata of files whose content is their path (or ``contents[path]``), with their sizes and SHA-256."""
+    data = {p: (contents or {}).get(p, p.encode()) for p in files}
+    state_files = [
+        StateFile(p, len(data[p]), "sst" if p.startswith("shared/") else "full", p.rsplit("/", 1)[-1], sha256=hashlib.sha256(data[p]).hexdigest())
+        for p in files
+    ]
     total = sum(f.size for f in state_files)
     return CheckpointMetadata(
         checkpoint_id=n,
@@ -231,24 +238,40 @@ def test_failed_write_leaves_no_partial_metadata(access):
 # -- metadata ----------------------------------------------------------------------------------
 
 
-def test_metadata_round_trip_with_pickled_values():
-    meta = make_meta(7, ["chk-7/op-count-part-0.pkl", "shared/3f2a.sst"], position=(Offset(3, 42), "tail"))
-    meta.sources.append(SplitPosition("src", 1, "split-1", Offset(1, 9), True))
-    meta.sources.append(SplitPosition("src", 2, "split-2", [1, "two", None, 2.5, {"k": True}], False))
+def test_metadata_round_trip_as_data():
+    meta = make_meta(7, ["chk-7/op-count-part-0.pkl", "shared/3f2a.sst"], position=(3, "tail", b"\x00\xff"))
+    meta.sources.append(SplitPosition("src", 2, "split-2", [1, "two", None, 2.5, {"k": True}, float("inf")], False))
     meta.sinks["files"] = {"pending": {b"bytes-key": ["part-0.inprogress"]}}
     meta.sinks["weird"] = {"__pickle__": "not really"}  # a dict that looks like an encoded value
     text = meta.to_json()
     back = CheckpointMetadata.from_json(text)
     assert back == meta
-    assert back.sources[0].position == (Offset(3, 42), "tail")
+    assert back.sources[0].position == (3, "tail", b"\x00\xff")  # tuples and bytes come back as such
     assert CheckpointMetadata.from_json(back.to_json().encode()) == meta
 
     raw = json.loads(text)
-    assert raw["format_version"] == 1
-    assert "__pickle__" in raw["sources"][0]["position"]  # a tuple is not JSON: pickled
-    assert raw["sources"][2]["position"] == [1, "two", None, 2.5, {"k": True}]  # JSON stays readable
-    assert raw["operators"][0]["subtasks"][0]["files"][1] == {"path": "shared/3f2a.sst", "size": 15, "kind": "sst", "local_name": "3f2a.sst"}
+    assert raw["format_version"] == 2
+    assert raw["sources"][0]["position"] == {"__tuple__": [3, "tail", {"__bytes__": "AP8="}]}
+    assert raw["sources"][1]["position"] == [1, "two", None, 2.5, {"k": True}, {"__float__": "inf"}]  # JSON stays readable
+    assert raw["sinks"]["weird"] == {"__map__": [["__pickle__", "not really"]]}
+    sst = hashlib.sha256(b"shared/3f2a.sst").hexdigest()
+    assert raw["operators"][0]["subtasks"][0]["files"][1] == {"path": "shared/3f2a.sst", "size": 15, "kind": "sst", "local_name": "3f2a.sst", "sha256": sst}
+    assert len(raw["metadata_sha256"]) == 64
     assert "\n" in text  # indented, human-readable
+
+
+def test_metadata_holds_no_pickles_but_user_values_that_are_not_data():
+    with pytest.raises(CheckpointError, match="position of split 'split-0'.*Offset.*not data"):
+        make_meta(1, [], position=Offset(3, 42)).to_json()  # source positions: data only
+    meta = make_meta(1, [])
+    meta.sinks["custom"] = Offset(1, 9)  # a user sink's driver state: kept pickled, opaque until a restore
+    back = CheckpointMetadata.from_json(meta.to_json())
+    assert isinstance(back.sinks["custom"], PickledValue) and back.sinks["custom"].load() == Offset(1, 9)
+    raw = json.loads(meta.to_json())
+    raw["sources"][0]["position"] = raw["sinks"]["custom"]  # a pickle where only data may be
+    raw["metadata_sha256"] = metadata_checksum(raw)
+    with pytest.raises(CheckpointError, match="pickled value where checkpoint metadata holds only data"):
+        CheckpointMetadata.from_json(json.dumps(raw))
 
 
 def test_metadata_rejects_absolute_paths_and_unknown_kinds():
@@ -271,27 +294,45 @@ def test_read_metadata_missing_corrupt_and_wrong_version(tmp_path):
 
     good = access.read_bytes("chk-1/_metadata")
     access.write_bytes("chk-1/_metadata", good[: len(good) // 2])
-    with pytest.raises(CheckpointError, match="corrupt or truncated") as e:
+    with pytest.raises(CorruptStateError, match="corrupt or truncated") as e:
         read_metadata(access, "chk-1")
-    assert access.uri("chk-1/_metadata") in str(e.value)
+    assert access.uri("chk-1/_metadata") in str(e.value) and e.value.path == access.uri("chk-1/_metadata")
+
+    def rewrite(d: dict) -> None:  # a consistent file: its checksum matches
+        d["metadata_sha256"] = metadata_checksum(d)
+        access.write_bytes("chk-1/_metadata", json.dumps(d).encode())
 
     newer = json.loads(good)
-    newer["format_version"] = 2
-    access.write_bytes("chk-1/_metadata", json.dumps(newer).encode())
+    newer["format_version"] = 3
+    rewrite(newer)
     with pytest.raises(CheckpointError, match="newer flowpoint") as e:
         read_metadata(access, "chk-1")
     assert access.uri("chk-1/_metadata") in str(e.value)
 
     del newer["format_version"]
-    access.write_bytes("chk-1/_metadata", json.dumps(newer).encode())
+    rewrite(newer)
     with pytest.raises(CheckpointError, match="format_version"):
+        read_metadata(access, "chk-1")
+
+    older = json.loads(good)
+    older["format_version"] = 1
+    del older["metadata_sha256"]
+    access.write_bytes("chk-1/_metadata", json.dumps(older).encode())
+    with pytest.raises(CheckpointError, match="format version 1 was written by an earlier flowpoint.*pre-1.0"):
         read_metadata(access, "chk-1")
 
     lacking = json.loads(good)
     del lacking["operators"]
-    access.write_bytes("chk-1/_metadata", json.dumps(lacking).encode())
+    rewrite(lacking)
     with pytest.raises(CheckpointError, match="operators"):
         read_metadata(access, "chk-1")
+
+    changed = json.loads(good)
+    changed["epoch"] += 1  # the checksum no longer matches
+    access.write_bytes("chk-1/_metadata", json.dumps(changed).encode())
+    with pytest.raises(CorruptStateError, match="does not match its metadata_sha256") as e:
+        read_metadata(access, "chk-1")
+    assert e.value.path == access.uri("chk-1/_metadata")
 
 
 # -- retention ---------------------------------------------------------------------------------
@@ -480,7 +521,7 @@ def test_moved_job_dir_restores(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="job's checkpoint directory"):
         resolve_restore_path("job-copy")
     (moved / "shared" / "b").unlink()
-    with pytest.raises(CheckpointError, match="shared/b is missing"):
+    with pytest.raises(CorruptStateError, match="shared/b .*is missing"):
         resolve_restore_path("job-copy/chk-2")
     shutil.move(str(moved / "chk-1"), str(moved / "chk-9"))
     with pytest.raises(CheckpointError, match="rename it back to chk-1"):
@@ -492,7 +533,7 @@ def test_moved_job_dir_restores(tmp_path, monkeypatch):
 def test_savepoint_dir_resolves_to_itself(tmp_path):
     sp = CheckpointStorageAccess(str(tmp_path / "savepoint-012345-abcdefabcdef"))
     sp.write_bytes("op-count.parquet", b"rows")
-    meta = make_meta(5, ["op-count.parquet"], sizes={"op-count.parquet": 4})
+    meta = make_meta(5, ["op-count.parquet"], contents={"op-count.parquet": b"rows"})
     meta.kind = "savepoint"
     write_metadata(sp, "", meta)
     access, back = resolve_restore_path(str(tmp_path / "savepoint-012345-abcdefabcdef" / "_metadata"))

@@ -18,7 +18,7 @@ import pytest
 from checkpoint_jobs import build, expected_outputs, expected_state
 
 from flowpoint.checkpoint.savepoint import describe, dispose_savepoint
-from flowpoint.errors import CheckpointError, ConfigurationError, JobCancelledError
+from flowpoint.errors import CheckpointError, ConfigurationError, CorruptStateError, JobCancelledError
 
 EVENTS = 2_000
 
@@ -170,7 +170,7 @@ def test_truncated_file_and_corrupt_metadata_are_refused(make_env, tmp_path):
         f.truncate(os.path.getsize(f.name) - 10)
     env = env_for(make_env, restore=writer_path)
     build(env, 100)
-    with pytest.raises(CheckpointError, match=re.escape(data_file)):
+    with pytest.raises(CorruptStateError, match=re.escape(data_file)):
         env.execute("truncated")
     # the same size, other bytes: the checksum refuses it
     other = write_counts(tmp_path / "sp-b", {k: 5 for k in range(13)})
@@ -180,15 +180,17 @@ def test_truncated_file_and_corrupt_metadata_are_refused(make_env, tmp_path):
     open(target, "wb").write(bytes(raw))
     env = env_for(make_env, restore=other)
     build(env, 100)
-    with pytest.raises(CheckpointError, match="checksum"):
+    with pytest.raises(CorruptStateError, match="does not match the SHA-256 recorded in _metadata") as e:
         env.execute("corrupt")
+    assert e.value.path.endswith(os.path.basename(target))
     bad = write_counts(tmp_path / "sp-c", {1: 1})
     with open(os.path.join(bad, "_metadata"), "r+b") as f:
         f.truncate(40)
     env = env_for(make_env, restore=bad)
     build(env, 100)
-    with pytest.raises(CheckpointError, match="_metadata"):
+    with pytest.raises(CorruptStateError, match="_metadata") as e:
         env.execute("corrupt-metadata")
+    assert e.value.path.endswith("/_metadata")
 
 
 # -- uids --------------------------------------------------------------------------------------

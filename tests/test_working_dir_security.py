@@ -334,7 +334,7 @@ def test_private_files_and_no_leftovers_after_kill_and_resume(tmp_path, other_ui
         first.wait(timeout=60)
     assert os.path.exists(work / f"{old}.lock") and files_below(work / old) and files_below(work / "durable" / old)
 
-    second = subprocess.run([*cmd, "-D", "execution.progress.interval=60000", "--resume", *args, "100000", "100000"], capture_output=True, text=True, env=env,
+    second = subprocess.run([*cmd, "--resume", "-D", "execution.progress.interval=60000", *args, "100000", "100000"], capture_output=True, text=True, env=env,
                             cwd=str(tmp_path), timeout=300)
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"of job {old}" in second.stderr  # it restored the killed run's checkpoint

@@ -1,86 +1,68 @@
 """The ``_metadata`` file of a checkpoint or savepoint (DESIGN section 7).
 
-JSON in UTF-8, indented so a person can read it, with ``"format_version": 1``. It is written
-atomically and written last: a checkpoint is COMPLETE exactly when its ``_metadata`` exists and
-parses with a format version this code reads.
+JSON in UTF-8, indented so a person can read it, with ``"format_version": 2``. It is written
+atomically and written last: a checkpoint is COMPLETE exactly when its ``_metadata`` exists,
+parses, matches its own checksum and has a format version this code reads.
 
 Every :class:`StateFile` path is relative to the directory the metadata is read against (for a
 checkpoint the job's checkpoint directory: ``chk-7/op-0.pkl``, ``shared/<uuid>.sst``), never
-absolute, so the directory can be moved or copied elsewhere and still restores.
+absolute, so the directory can be moved or copied elsewhere and still restores. Every file
+records its size and SHA-256, and ``metadata_sha256`` is the SHA-256 of the file's own
+canonical form (:mod:`flowpoint.checkpoint.integrity`): a mismatch is a
+:class:`~flowpoint.errors.CorruptStateError` naming the file.
 
-Values that JSON cannot hold exactly (source positions, pending sink transactions, tuples,
-objects) are stored as ``{"__pickle__": "<base64 of a cloudpickle>"}`` and come back equal.
+Values are data (:mod:`flowpoint.checkpoint.values`): reading ``_metadata`` runs no code.
+Source positions and statistics must be data; a sink's driver state and operator state that
+are not data are kept pickled and opaque until a restore loads them.
+
+Format version 1 (flowpoint before integrity checks: base64 pickles in source positions, no
+checksums) is refused with a message saying so: flowpoint is pre-1.0 and keeps no reader for it.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import math
-import pickle
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.errors import CheckpointError
+from flowpoint.checkpoint.integrity import CHECKSUM_FIELD, is_sha256, metadata_checksum
+from flowpoint.checkpoint.values import NotData, from_data, to_data, user_to_data
+from flowpoint.errors import CheckpointError, CorruptStateError
 
 if TYPE_CHECKING:
     from flowpoint.checkpoint.storage import CheckpointStorageAccess
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+OLD_FORMAT_VERSIONS = (1,)
 METADATA_FILE = "_metadata"
-PICKLE_KEY = "__pickle__"
 KINDS = ("checkpoint", "savepoint")
 FILE_KINDS = ("full", "sst", "private", "canonical")
 
 
-# -- values: JSON when exact, pickled otherwise ------------------------------------------------
-
-
-def _plain(value: Any) -> bool:
-    """True if ``value`` survives a JSON round trip unchanged (types included)."""
-    t = type(value)
-    if value is None or t in (bool, int, str):
-        return True
-    if t is float:
-        return math.isfinite(value)
-    if t is list:
-        return all(_plain(v) for v in value)
-    if t is dict:
-        if PICKLE_KEY in value:
-            return False
-        return all(type(k) is str and _plain(v) for k, v in value.items())
-    return False
-
-
-def encode_value(value: Any) -> Any:
-    """``value`` itself if JSON holds it exactly, else ``{"__pickle__": base64}``."""
-    if _plain(value):
-        return value
-    import cloudpickle
-
+def _data(value: Any, where: str) -> Any:
     try:
-        data = cloudpickle.dumps(value, protocol=pickle.DEFAULT_PROTOCOL)
-    except Exception as e:
-        msg = f"cannot store {type(value).__name__} value {value!r:.200} in checkpoint metadata: it is neither JSON nor picklable ({e})"
+        return to_data(value, where)
+    except NotData as e:
+        msg = f"cannot store {e}: checkpoint metadata holds only data (None, bool, int, float, str, bytes, lists, tuples, dicts)"
         raise CheckpointError(msg) from e
-    return {PICKLE_KEY: base64.b64encode(data).decode("ascii")}
 
 
-def decode_value(value: Any) -> Any:
-    if type(value) is dict and PICKLE_KEY in value:
-        if len(value) != 1 or not isinstance(value[PICKLE_KEY], str):
-            msg = f"malformed pickled value in checkpoint metadata: {value!r:.200}"
-            raise CheckpointError(msg)
-        return pickle.loads(base64.b64decode(value[PICKLE_KEY]))  # noqa: S301 - our own checkpoint files
-    return value
+def _user_map(values: dict[str, Any], where: str) -> dict[str, Any]:
+    return {str(k): user_to_data(v, f"{where} {k!r}") for k, v in values.items()}
 
 
-def _encode_map(values: dict[str, Any]) -> dict[str, Any]:
-    return {str(k): encode_value(v) for k, v in values.items()}
+def _read_user_map(values: Any) -> dict[str, Any]:
+    if not isinstance(values, dict):
+        msg = f"expected an object, not {type(values).__name__}"
+        raise CheckpointError(msg)
+    return {str(k): from_data(v, user=True) for k, v in values.items()}
 
 
-def _decode_map(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: decode_value(v) for k, v in values.items()}
+def _read_data_map(values: Any) -> dict[str, Any]:
+    if not isinstance(values, dict):
+        msg = f"expected an object, not {type(values).__name__}"
+        raise CheckpointError(msg)
+    return {str(k): from_data(v) for k, v in values.items()}
 
 
 # -- the records -------------------------------------------------------------------------------
@@ -95,7 +77,7 @@ class StateFile:
     kind: str  # "full" (a whole snapshot), "sst" (shared RocksDB file), "private" (MANIFEST, CURRENT, OPTIONS, ...), "canonical" (savepoint Parquet rows)
     local_name: str | None = None  # the file's name inside the task's local DB directory (RocksDB restore)
     rows: int | None = None  # canonical files: the Parquet row count (checked against the footer on restore)
-    sha256: str | None = None  # canonical files: checksum of the whole file (checked on restore)
+    sha256: str | None = None  # SHA-256 of the whole file (required; checked before a restore and by the task reading it)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"path": self.path, "size": self.size, "kind": self.kind}
@@ -188,7 +170,7 @@ class SplitPosition:
     source_uid: str
     split_index: int
     split_id: str
-    position: Any  # a JSON value, or anything picklable
+    position: Any  # data (Source.encode_position): the split's payload and start, and the position
     finished: bool
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,13 +178,13 @@ class SplitPosition:
             "source_uid": self.source_uid,
             "split_index": self.split_index,
             "split_id": self.split_id,
-            "position": encode_value(self.position),
+            "position": _data(self.position, f"the position of split {self.split_id!r} of source {self.source_uid!r}"),
             "finished": self.finished,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SplitPosition:
-        return cls(str(d["source_uid"]), int(d["split_index"]), str(d["split_id"]), decode_value(d["position"]), bool(d["finished"]))
+        return cls(str(d["source_uid"]), int(d["split_index"]), str(d["split_id"]), from_data(d["position"]), bool(d["finished"]))
 
 
 @dataclass
@@ -222,7 +204,7 @@ class CheckpointMetadata:
     operators: list[OperatorState]
     sources: list[SplitPosition]
     sinks: dict[str, Any]  # pending sink transactions per sink uid
-    watermarks: dict[str, Any]  # "channels": {channel: [watermark, idle]}, "generators": {key: pickled state}
+    watermarks: dict[str, Any]  # "channels": {channel: [watermark, idle]}, "generators": {key: pickled state as bytes}, "operator_state": {...}
     stats: dict[str, Any]  # sync_ms, async_ms, state_size, incremental_size, tasks_acknowledged, ...
     format_version: int = FORMAT_VERSION
 
@@ -260,17 +242,20 @@ class CheckpointMetadata:
             "max_parallelism": self.max_parallelism,
             "backend": self.backend,
             "incremental": self.incremental,
-            "stats": _encode_map(self.stats),
-            "watermarks": _encode_map(self.watermarks),
+            "stats": {str(k): _data(v, f"statistic {k!r}") for k, v in self.stats.items()},
+            "watermarks": _user_map(self.watermarks, "watermark state"),
             "sources": [s.to_dict() for s in self.sources],
-            "sinks": _encode_map(self.sinks),
+            "sinks": _user_map(self.sinks, "the driver state of sink"),
             "operators": [op.to_dict() for op in self.operators],
         }
         return d
 
     def to_json(self) -> str:
+        """The file's text: the JSON object with ``metadata_sha256`` over its canonical form."""
         self.validate()
-        return json.dumps(self.to_dict(), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+        d = self.to_dict()
+        d[CHECKSUM_FIELD] = metadata_checksum(d)
+        return json.dumps(d, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
     def to_bytes(self) -> bytes:
         return self.to_json().encode("utf-8")
@@ -284,6 +269,13 @@ class CheckpointMetadata:
         if version != FORMAT_VERSION:
             if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
                 msg = f"checkpoint metadata format version {version} was written by a newer flowpoint; this one reads version {FORMAT_VERSION}: upgrade flowpoint"
+            elif version in OLD_FORMAT_VERSIONS:
+                msg = (
+                    f"checkpoint metadata format version {version} was written by an earlier flowpoint, before checkpoints "
+                    f"carried checksums and kept source positions as data (pickles were run when it was read). flowpoint is "
+                    f"pre-1.0 and does not read it: start the job without restoring, or restore it with the flowpoint that "
+                    f"wrote it and take a new savepoint with this one (format version {FORMAT_VERSION})"
+                )
             else:
                 msg = f"not flowpoint checkpoint metadata of format version {FORMAT_VERSION} (format_version: {version!r})"
             raise CheckpointError(msg)
@@ -301,9 +293,9 @@ class CheckpointMetadata:
                 incremental=bool(d["incremental"]),
                 operators=[OperatorState.from_dict(op) for op in d["operators"]],
                 sources=[SplitPosition.from_dict(s) for s in d["sources"]],
-                sinks=_decode_map(d["sinks"]),
-                watermarks=_decode_map(d["watermarks"]),
-                stats=_decode_map(d["stats"]),
+                sinks=_read_user_map(d["sinks"]),
+                watermarks=_read_user_map(d["watermarks"]),
+                stats=_read_data_map(d["stats"]),
                 format_version=version,
             )
         except CheckpointError:
@@ -319,14 +311,30 @@ class CheckpointMetadata:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> CheckpointMetadata:
+        """Parse and check a ``_metadata`` file's content: CorruptStateError if it is not JSON or
+        does not match its checksum, CheckpointError if it is of another format version or
+        malformed. Runs no code (no unpickling)."""
         try:
             if isinstance(text, (bytes, bytearray, memoryview)):
                 text = bytes(text).decode("utf-8")
             data = json.loads(text)
-        except (UnicodeDecodeError, ValueError) as e:
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             msg = f"checkpoint metadata is not valid UTF-8 JSON ({e}); the file is corrupt or truncated"
-            raise CheckpointError(msg) from e
-        return cls.from_dict(data)
+            raise CorruptStateError(msg) from e
+        if not isinstance(data, dict):
+            msg = f"checkpoint metadata must be a JSON object, not {type(data).__name__}; the file is corrupt"
+            raise CorruptStateError(msg)
+        claimed = data.get(CHECKSUM_FIELD)
+        version = data.get("format_version")
+        if claimed is None:
+            old = version in OLD_FORMAT_VERSIONS or (isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION)
+            if not old:
+                msg = f"checkpoint metadata has no {CHECKSUM_FIELD}; the file is corrupt or not written by flowpoint"
+                raise CorruptStateError(msg)
+        elif claimed != metadata_checksum(data):
+            msg = f"checkpoint metadata does not match its {CHECKSUM_FIELD}: the file is corrupt or was changed"
+            raise CorruptStateError(msg)
+        return cls.from_dict({k: v for k, v in data.items() if k != CHECKSUM_FIELD})
 
     def validate(self) -> None:
         """Refuse metadata that could not be restored (wrong kind, absolute or escaping paths)."""
@@ -337,6 +345,9 @@ class CheckpointMetadata:
             p = f.path
             if not p or p.startswith("/") or "://" in p or ".." in p.split("/") or "\\" in p:
                 msg = f"state file path {p!r} of checkpoint {self.checkpoint_id} must be relative to the checkpoint directory (no '/', '..' or scheme)"
+                raise CheckpointError(msg)
+            if not is_sha256(f.sha256):
+                msg = f"state file {p!r} of {self.kind} {self.checkpoint_id} has no SHA-256 checksum ({f.sha256!r}): every file must have one"
                 raise CheckpointError(msg)
 
 
@@ -364,8 +375,16 @@ def read_metadata(access: CheckpointStorageAccess, rel_dir: str) -> CheckpointMe
         msg = f"{access.uri(rel)} does not exist: {where} is not a completed checkpoint or savepoint (it may be still in progress, aborted, or deleted by retention)"
         raise CheckpointError(msg)
     data = access.read_bytes(rel)
+    return parse_metadata(data, access.uri(rel))
+
+
+def parse_metadata(data: bytes, uri: str) -> CheckpointMetadata:
+    """:meth:`CheckpointMetadata.from_json` with errors naming the file ``uri``."""
     try:
         return CheckpointMetadata.from_json(data)
+    except CorruptStateError as e:
+        msg = f"{uri}: {e}; restore from another checkpoint or savepoint"
+        raise CorruptStateError(msg, path=uri) from e
     except CheckpointError as e:
-        msg = f"cannot use {access.uri(rel)}: {e}"
+        msg = f"cannot use {uri}: {e}"
         raise CheckpointError(msg) from e

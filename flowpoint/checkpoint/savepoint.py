@@ -17,14 +17,21 @@ state is recorded in the operator's ``states`` entry of ``_metadata``; ``declare
 the kind is known from the state's descriptor (RocksDB, the state writer) or inferred from the
 values (the HashMap backend keeps no kinds: a dict is taken for MapState, a list for ListState).
 
-Every file's size, row count and SHA-256 are recorded, and checked before a restore starts: a
-truncated or corrupt file is refused with its name, never half-restored.
+Every file's size, row count and SHA-256 are recorded, and checked before a restore starts
+(:mod:`flowpoint.checkpoint.integrity`), and again by the task that reads the file: a truncated
+or corrupt file is refused with its name (CorruptStateError), never half-restored.
+
+The pickled columns are user values: restoring or reading a savepoint's state unpickles them,
+so a savepoint must be trusted before it is restored or read. :func:`describe` and
+:func:`dispose_savepoint` read only ``_metadata`` (data) and never unpickle anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import json
 import logging
 import pickle
 import uuid
@@ -45,13 +52,14 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
+from flowpoint.checkpoint.integrity import check_bytes, corrupt
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
-from flowpoint.errors import CheckpointError, ConfigurationError
+from flowpoint.errors import CheckpointError, ConfigurationError, CorruptStateError
 from flowpoint.state.keygroups import assign_to_key_group
 from flowpoint.tasks.batches import dumps
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
 log = logging.getLogger("flowpoint")
 
@@ -204,7 +212,7 @@ def read_parquet(data: bytes, where: str) -> pa.Table:
         return pq.read_table(pa.BufferReader(data))
     except Exception as e:
         msg = f"savepoint file {where} is not a readable Parquet file ({type(e).__name__}: {e}); it is corrupt or truncated. Restore from another savepoint or checkpoint"
-        raise CheckpointError(msg) from e
+        raise CorruptStateError(msg, path=where) from e
 
 
 # -- writing a savepoint -----------------------------------------------------------------------
@@ -385,37 +393,45 @@ def open_savepoint(path: str, options: Mapping[str, Any] | None = None) -> tuple
     return directory, meta
 
 
-def verify_savepoint(access: CheckpointStorageAccess, meta: CheckpointMetadata) -> None:
-    """Check every canonical file before anything is restored: size, checksum, Parquet footer,
-    schema and row count. CheckpointError naming the file otherwise."""
-    for op in meta.operators:
-        if op.backend != CANONICAL:
-            continue
-        for sub in op.subtasks:
-            for f in sub.files:
-                read_canonical(access, f, op.uid)
-
-
 def read_canonical(access: CheckpointStorageAccess, f: StateFile, uid: str, data: bytes | None = None) -> pa.Table:
-    """One canonical file, checked against its recorded size, checksum and row count."""
+    """One canonical file, checked against its recorded size and checksum (before it is
+    decoded), and its Parquet footer, schema and row count. CorruptStateError naming it otherwise."""
     where = access.uri(f.path)
     if data is None:
         data = access.read_bytes(f.path)
-    hint = "the savepoint is corrupt or truncated; restore from another savepoint or checkpoint"
-    if len(data) != f.size:
-        msg = f"savepoint file {where} (operator uid {uid!r}) has {len(data)} bytes, _metadata records {f.size}: {hint}"
-        raise CheckpointError(msg)
-    if f.sha256 is not None and hashlib.sha256(data).hexdigest() != f.sha256:
-        msg = f"savepoint file {where} (operator uid {uid!r}) does not match the checksum in _metadata: {hint}"
-        raise CheckpointError(msg)
+    return canonical_table(data, where, f.size, f.sha256, f.rows, uid)
+
+
+def canonical_table(data: bytes, where: str, size: int | None, sha256: str | None, rows: int | None, uid: str | None = None) -> pa.Table:
+    """The Parquet rows of a savepoint file's bytes, verified (size, SHA-256, schema, row count)."""
+    check_bytes(data, size, sha256, where, uid, "savepoint file")
     table = read_parquet(data, where)
     if not table.schema.equals(SCHEMA):
-        msg = f"savepoint file {where} (operator uid {uid!r}) has columns {table.schema.names}, not the savepoint format's {SCHEMA.names}: {hint}"
-        raise CheckpointError(msg)
-    if f.rows is not None and table.num_rows != f.rows:
-        msg = f"savepoint file {where} (operator uid {uid!r}) has {table.num_rows} rows, _metadata records {f.rows}: {hint}"
-        raise CheckpointError(msg)
+        raise corrupt(where, f"has columns {table.schema.names}, not the savepoint format's {SCHEMA.names}", uid, "savepoint file")
+    if rows is not None and table.num_rows != rows:
+        raise corrupt(where, f"has {table.num_rows} rows, _metadata records {rows}", uid, "savepoint file")
     return table
+
+
+def snapshot_kind(data: bytes) -> tuple[str, Any]:
+    """``(kind, checkpoint id)`` of a ``_metadata`` file of any format version this code knows,
+    without decoding any value (disposing needs no more). Its checksum must match if it has one
+    (format version 2); CheckpointError otherwise."""
+    from flowpoint.checkpoint.integrity import CHECKSUM_FIELD, metadata_checksum
+    from flowpoint.checkpoint.metadata import FORMAT_VERSION, OLD_FORMAT_VERSIONS
+
+    try:
+        d = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        msg = f"not valid UTF-8 JSON ({e})"
+        raise CorruptStateError(msg) from e
+    if not isinstance(d, dict) or d.get("format_version") not in (FORMAT_VERSION, *OLD_FORMAT_VERSIONS):
+        msg = f"not flowpoint checkpoint metadata (format_version: {d.get('format_version') if isinstance(d, dict) else None!r})"
+        raise CheckpointError(msg)
+    if d["format_version"] == FORMAT_VERSION and d.get(CHECKSUM_FIELD) != metadata_checksum(d):
+        msg = f"it does not match its {CHECKSUM_FIELD}"
+        raise CorruptStateError(msg)
+    return str(d.get("kind")), d.get("checkpoint_id")
 
 
 def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> None:
@@ -433,12 +449,12 @@ def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> No
         msg = f"refusing to dispose {directory.uri()}: it is not a savepoint directory (no {METADATA_FILE} in it)"
         raise CheckpointError(msg)
     try:
-        meta = read_metadata(directory, "")
+        kind, checkpoint_id = snapshot_kind(directory.read_bytes(METADATA_FILE))
     except CheckpointError as e:
         msg = f"refusing to dispose {directory.uri()}: its {METADATA_FILE} cannot be read ({e}); delete it by hand if it is a broken savepoint"
         raise CheckpointError(msg) from e
-    if meta.kind != "savepoint":
-        msg = f"refusing to dispose {directory.uri()}: it is a {meta.kind} (id {meta.checkpoint_id}), not a savepoint; checkpoints are removed by retention"
+    if kind != "savepoint":
+        msg = f"refusing to dispose {directory.uri()}: it is a {kind} (id {checkpoint_id}), not a savepoint; checkpoints are removed by retention"
         raise CheckpointError(msg)
     directory.delete(METADATA_FILE)  # first: a crash midway leaves no savepoint with missing files
     directory.delete("")
@@ -446,16 +462,20 @@ def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> No
 
 def describe(path: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A summary of a savepoint or retained checkpoint (what ``flowpoint inspect`` prints):
-    operators by uid with name, parallelism, max parallelism, states (kind, keys), bytes; sources."""
+    operators by uid with name, parallelism, max parallelism, states (kind, keys), bytes; sources.
+
+    Safe on a file from anywhere: it reads ``_metadata`` (data, checked against its checksum)
+    and unpickles nothing. Only a RocksDB checkpoint's key counts per state are not in
+    ``_metadata``: they are counted in its files (verified first) from the keys' bytes."""
+    from flowpoint.state.backend import writes_native_files
+
     access, meta = open_savepoint(path, options)
     operators = []
     for op in meta.operators:
-        states: dict[str, dict[str, Any]] = {}
-        if op.states is not None:
-            states = {n: {"kind": s.get("kind"), "keys": s.get("keys")} for n, s in sorted(op.states.items())}
-        else:  # a native checkpoint: read its state to count keys per state
-            for n, table in sorted(load_operator_state(access, meta, op.uid).items()):
-                states[n] = {"kind": infer_kind(table), "keys": len(table)}
+        states = {n: {"kind": s.get("kind"), "keys": s.get("keys")} for n, s in sorted((op.states or {}).items())}
+        if writes_native_files(op.backend):
+            for n, count in sorted(count_native_keys(access, op).items()):
+                states.setdefault(n, {"kind": None, "keys": None})["keys"] = count
         operators.append({
             "uid": op.uid,
             "name": op.name,
@@ -525,14 +545,30 @@ def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: 
     from flowpoint.state.backend import writes_native_files
 
     if writes_native_files(op.backend):
-        return _read_rocksdb(access, op, [sub])
+        with _native_db(access, op, sub) as b:
+            return b.snapshot()
     for f in sub.files:
-        for name, table in pickle.loads(access.read_bytes(f.path)).items():  # noqa: S301 - our own checkpoint files
+        uri = access.uri(f.path)
+        data = check_bytes(access.read_bytes(f.path), f.size, f.sha256, uri, op.uid, "checkpoint file")
+        for name, table in pickle.loads(data).items():  # noqa: S301 - user state: reading it means trusting it
             merged.setdefault(name, {}).update(table)
     return merged
 
 
-def _read_rocksdb(access: CheckpointStorageAccess, op: OperatorState, subtasks: list[SubtaskState]) -> dict[str, dict[Any, Any]]:
+def count_native_keys(access: CheckpointStorageAccess, op: OperatorState) -> dict[str, int]:
+    """Keys per state name of a RocksDB checkpoint's operator, counted from the keys' bytes in
+    its files (each verified against its checksum first); nothing is unpickled."""
+    counts: dict[str, int] = {}
+    for sub in op.subtasks:
+        with _native_db(access, op, sub) as b:
+            for name, n in b.keys_per_state().items():
+                counts[name] = counts.get(name, 0) + n
+    return counts
+
+
+@contextlib.contextmanager
+def _native_db(access: CheckpointStorageAccess, op: OperatorState, sub: SubtaskState) -> Iterator[Any]:
+    """One parallel instance's RocksDB, restored from verified files into a temporary directory."""
     import os
     import shutil
     import tempfile
@@ -541,20 +577,16 @@ def _read_rocksdb(access: CheckpointStorageAccess, op: OperatorState, subtasks: 
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
     from flowpoint.state.working import RestoredFile
 
-    out: dict[str, dict[Any, Any]] = {}
     tmp = tempfile.mkdtemp(prefix="flowpoint-inspect-")
     try:
-        for sub in subtasks:
-            files = tuple((access.uri(f.path), f.local_name or f.path.rsplit("/", 1)[-1]) for f in sub.files)
-            path = os.path.join(tmp, f"db-{sub.index}")
-            restore_native(path, [RestoredFile(op.uid, access.uri(), sub.state_size, files=files)], access.options)
-            b = RocksDBKeyedStateBackend(op.uid, path, op.max_parallelism)
-            b.open()
-            try:
-                for name, table in b.snapshot().items():
-                    out.setdefault(name, {}).update(table)
-            finally:
-                b.close()
+        files = tuple((access.uri(f.path), f.local_name or f.path.rsplit("/", 1)[-1], f.size, f.sha256) for f in sub.files)
+        path = os.path.join(tmp, f"db-{sub.index}")
+        restore_native(path, [RestoredFile(op.uid, access.uri(), sub.state_size, files=files)], access.options)
+        b = RocksDBKeyedStateBackend(op.uid, path, op.max_parallelism)
+        b.open()
+        try:
+            yield b
+        finally:
+            b.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out

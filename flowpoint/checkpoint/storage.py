@@ -23,6 +23,7 @@ to do.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import posixpath
 import re
@@ -295,6 +296,19 @@ class CheckpointStorageAccess:
     def read_bytes(self, rel: str) -> bytes:
         with self._errors("read", rel), self.fs.open_input_stream(self._path(rel)) as f:
             return f.readall()
+
+    def sha256(self, rel: str) -> tuple[int, str]:
+        """``(size, SHA-256 hex)`` of the file ``rel``, streamed (constant memory)."""
+        h = hashlib.sha256()
+        size = 0
+        with self._errors("read", rel), self.fs.open_input_stream(self._path(rel)) as f:
+            while True:
+                chunk = f.read(CHUNK)
+                if not chunk:
+                    break
+                h.update(chunk)
+                size += len(chunk)
+        return size, h.hexdigest()
 
     def download_file(self, rel: str, local_path: str | os.PathLike) -> None:
         """Copy ``rel`` to a local file (streamed; the local file appears complete or not at all)."""

@@ -34,6 +34,7 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
+from flowpoint.checkpoint.integrity import verify_sizes
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
 from flowpoint.errors import CheckpointError
 
@@ -362,33 +363,15 @@ def find_latest(uri_of_job_dir: str, options: Mapping[str, Any] | None = None) -
     return None
 
 
-def verify_files(access: CheckpointStorageAccess, metadata: CheckpointMetadata, where: str = "") -> None:
-    """Refuse a checkpoint whose files are missing or of the wrong size (one listing per directory)."""
-    listings: dict[str, dict[str, int] | None] = {}
-    problems = []
-    for f in metadata.files():
-        parent, _, name = f.path.rpartition("/")
-        if parent not in listings:
-            listings[parent] = {n: s for n, d, s in access.list_dir(parent) if not d} if access.exists(parent) else None
-        entries = listings[parent]
-        if entries is None or name not in entries:
-            problems.append(f"{access.uri(f.path)} is missing")
-        elif entries[name] != f.size:
-            problems.append(f"{access.uri(f.path)} has {entries[name]} bytes, the metadata says {f.size}")
-    if problems:
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        where = where or f"{metadata.kind} {metadata.checkpoint_id} in {access.uri()}"
-        msg = f"{where} cannot be restored: {shown}. Restore from another checkpoint or savepoint"
-        raise CheckpointError(msg)
-
-
 def resolve_restore_path(path: str, options: Mapping[str, Any] | None = None) -> tuple[CheckpointStorageAccess, CheckpointMetadata]:
     """``(access, metadata)`` for a restore from ``path``: a ``chk-<n>`` directory, a savepoint
     directory, or the ``_metadata`` file in either; a URI or a (relative) local path.
 
     ``access`` is the directory the metadata's file paths are relative to: the job directory
     (the parent of ``chk-<n>``) for a checkpoint, the savepoint directory itself for a savepoint.
-    Every file the metadata names is checked to exist with its recorded size."""
+    ``_metadata`` is checked against its checksum, and every file it names to exist with its
+    recorded size (CorruptStateError naming the file otherwise); the files' contents are checked
+    by :func:`flowpoint.runtime.restore.plan_restore` (every restore, restarts included)."""
     text = str(path).rstrip("/")
     parent, name = split_uri(text)
     if name == METADATA_FILE:
@@ -413,9 +396,5 @@ def resolve_restore_path(path: str, options: Mapping[str, Any] | None = None) ->
         access = CheckpointStorageAccess(split_uri(directory.uri())[0], options)
     else:
         access = directory
-    verify_files(access, meta, where=f"{meta.kind} {meta.checkpoint_id} at {directory.uri()}")
-    if meta.kind == "savepoint":
-        from flowpoint.checkpoint.savepoint import verify_savepoint
-
-        verify_savepoint(access, meta)  # checksums, Parquet footers, row counts: before any task starts
+    verify_sizes(access, meta)
     return access, meta

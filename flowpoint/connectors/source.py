@@ -151,6 +151,22 @@ class Source(ABC):
     @abstractmethod
     def create_reader(self) -> SourceReader: ...
 
+    def encode_position(self, split: SourceSplit, position: Any) -> Any:
+        """A split and its position as data, for checkpoint and savepoint ``_metadata``, which
+        holds no pickles (reading it must run no code). Data is ``None``, ``bool``, ``int``,
+        ``float``, ``str``, ``bytes`` and lists, tuples and dicts of them, exactly as
+        :mod:`flowpoint.checkpoint.values` stores them. The default takes the split's
+        ``payload`` and ``start`` and the position as they are; a source whose splits or
+        positions hold other objects overrides this and :meth:`decode_position`."""
+        if type(split) is not SourceSplit:
+            msg = f"the split is a {type(split).__qualname__}, a subclass of SourceSplit whose fields the default encoding would lose"
+            raise TypeError(msg)
+        return {"payload": split.payload, "start": split.start, "position": position}
+
+    def decode_position(self, split_id: str, data: Any) -> tuple[SourceSplit, Any]:
+        """``(split, position)`` from :meth:`encode_position`'s data."""
+        return SourceSplit(split_id, data["payload"], data["start"]), data["position"]
+
     def default_name(self) -> str:
         return type(self).__name__
 

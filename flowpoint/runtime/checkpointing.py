@@ -84,6 +84,19 @@ class CutState:
     watermarks: dict[str, Any] = field(default_factory=dict)  # event time: channels and generator states
 
 
+def merge_states(op: OperatorState, states: dict[str, dict[str, Any]]) -> None:
+    """Add one part's state names, kinds and key counts to its operator's ``_metadata`` entry
+    (what ``flowpoint inspect`` shows without reading the state files)."""
+    if op.states is None:
+        op.states = {}
+    for name, info in states.items():
+        into = op.states.setdefault(name, {"kind": info.get("kind"), "declared": bool(info.get("declared"))})
+        if "keys" in info:
+            into["keys"] = into.get("keys", 0) + int(info["keys"])
+        if info.get("declared") and not into["declared"]:
+            into["kind"], into["declared"] = info.get("kind"), True
+
+
 class CheckpointCoordinator:
     def __init__(self, settings: CheckpointSettings, graph: JobGraph, job_id: str, job_name: str, first_id: int = 1, options: dict | None = None):
         self.settings = settings
@@ -225,7 +238,9 @@ class CheckpointCoordinator:
                     files.append(StateFile(h.path, h.size, h.kind, h.local_name, h.rows, h.sha256))
                     size += h.size
                     uploaded += h.size if h.uploaded else 0
-                self._operator(operators, part.uid).subtasks.append(SubtaskState(p, kgr.start, kgr.end, files, part.num_keys, size, uploaded))
+                op = self._operator(operators, part.uid)
+                op.subtasks.append(SubtaskState(p, kgr.start, kgr.end, files, part.num_keys, size, uploaded))
+                merge_states(op, part.states)
                 cut.stats.tasks_acknowledged += 1
                 cut.stats.state_size += size
                 cut.stats.incremental_size += uploaded

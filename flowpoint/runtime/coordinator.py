@@ -18,11 +18,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.checkpoint.metadata import SplitPosition
 from flowpoint.errors import CheckpointError, FlowpointError, JobExecutionError
 from flowpoint.runtime.checkpointing import CheckpointCoordinator, now_ms
 from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
-from flowpoint.runtime.restore import RestoredJob, find_restore_point, pack_position, plan_restore
+from flowpoint.runtime.restore import RestoredJob, find_restore_point, plan_restore, split_position
 from flowpoint.state import durable
 from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.state.working import (
@@ -237,11 +236,7 @@ class Coordinator:
                             access.delete(f.path)
                     continue
                 operators.append(op)
-            sources = [
-                SplitPosition(st.node.uid, st.index, st.split.split_id, pack_position(st.split, st.position), st.finished)
-                for states in self.splits.values()
-                for st in states
-            ]
+            sources = [split_position(st.node, st.index, st.split, st.position, st.finished) for states in self.splits.values() for st in states]
             watermarks = {
                 "channels": {c: [wm, idle] for c, (wm, idle) in self.watermarks.items()},
                 "generators": dict(self.generators),
@@ -397,7 +392,7 @@ class Coordinator:
             return None
         job_dir_uri, meta = found
         allow = bool(self.config.get("execution.savepoint.ignore-unclaimed-state"))
-        restore = plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow)
+        restore = plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow, self.storage_options)
         self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
         self._predecessor = meta.job_id if meta.job_id != self.job_id else None
         self._progress(f"restoring {meta.kind} {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
@@ -471,10 +466,10 @@ class Coordinator:
         self.operator_state, self._restored_uids = {}, frozenset()
         self._init_splits()
         if latest is not None:
-            self._apply_restore(plan_restore(latest, self.checkpoints.store.job_dir_uri(), self.graph, self.settings.backend))
+            self._apply_restore(plan_restore(latest, self.checkpoints.store.job_dir_uri(), self.graph, self.settings.backend, options=self.storage_options))
         elif self._restore_point is not None:
             meta, job_dir_uri, allow = self._restore_point
-            self._apply_restore(plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow))
+            self._apply_restore(plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow, self.storage_options))
         else:
             for node in self.graph.sinks():
                 node.t.sink.restore_driver_state(None)
@@ -601,11 +596,7 @@ class Coordinator:
             for node in self.graph.sinks():
                 node.t.sink.notify_checkpoint_complete(meta.checkpoint_id)
         if self.epoch > self._checkpointed_epoch and cp.due():
-            sources = [
-                SplitPosition(st.node.uid, st.index, st.split.split_id, pack_position(st.split, st.position), st.finished)
-                for states in self.splits.values()
-                for st in states
-            ]
+            sources = [split_position(st.node, st.index, st.split, st.position, st.finished) for states in self.splits.values() for st in states]
             sinks = {n.uid: n.t.sink.snapshot_driver_state() for n in self.graph.sinks()}
             watermarks = {
                 "channels": {c: [wm, idle] for c, (wm, idle) in self.watermarks.items()},

@@ -5,8 +5,15 @@ they cover, so a job may restore with another parallelism (each new partition lo
 whose range overlaps its own and keeps only its key groups), but never with another max
 parallelism (the number of key groups), which is refused with both values. A savepoint's
 canonical Parquet files (``OperatorState.backend == "canonical"``) restore the same way into
-either backend; their checksums, footers and row counts were checked by ``resolve_restore_path``
-before anything runs.
+either backend.
+
+Before anything runs, :func:`plan_restore` checks every file the restore will read against the
+size and SHA-256 that ``_metadata`` records (``_metadata`` itself was checked against its own
+checksum when it was read): a mismatch is a CorruptStateError naming the file, and the job
+fails without starting a task or restarting. The tasks check each file again as they read it.
+
+Source positions are data in ``_metadata`` (:meth:`Source.encode_position`); a sink's driver
+state and operator state are user values, unpickled here only if the job stored them pickled.
 """
 
 from __future__ import annotations
@@ -14,15 +21,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.checkpoint.metadata import CheckpointMetadata
-from flowpoint.checkpoint.storage import read_uri_bytes
-from flowpoint.errors import CheckpointError
+from flowpoint.checkpoint.integrity import verify_state_files
+from flowpoint.checkpoint.metadata import CheckpointMetadata, SplitPosition
+from flowpoint.checkpoint.storage import CheckpointStorageAccess, read_uri_bytes
+from flowpoint.checkpoint.values import NotData, load_user, to_data
+from flowpoint.errors import CheckpointError, SerializationError
 from flowpoint.state.backend import can_restore_checkpoint, writes_native_files
 from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.state.working import CommittedChain, RestoredFile
 
 if TYPE_CHECKING:
-    from flowpoint.graph.jobgraph import JobGraph
+    from collections.abc import Mapping
+
+    from flowpoint.graph.jobgraph import JobGraph, Node
 
 
 @dataclass
@@ -37,13 +48,40 @@ class RestoredJob:
     watermarks: dict[str, Any] = field(default_factory=dict)  # see CheckpointMetadata.watermarks
 
 
-def unpack_position(value: Any) -> tuple[Any, Any]:
-    split, position = value
-    return split, position
+def split_position(node: Node, index: int, split: Any, position: Any, finished: bool) -> SplitPosition:
+    """A source split's position for ``_metadata``, as data (:meth:`Source.encode_position`).
+    A position that is not data fails the job (no restart can fix it) naming the source."""
+    source = node.t.source
+    try:
+        data = source.encode_position(split, position)
+        to_data(data, "position")
+    except (NotData, TypeError) as e:
+        msg = (
+            f"source {node.describe()} (uid {node.uid!r}): the position of split {split.split_id!r} cannot be stored in a "
+            f"checkpoint: {e}. Checkpoint metadata holds only data (None, bool, int, float, str, bytes, lists, tuples, "
+            f"dicts), never pickles: keep split payloads and positions to those, or override "
+            f"{type(source).__qualname__}.encode_position and decode_position to convert them"
+        )
+        raise SerializationError(msg) from e
+    return SplitPosition(node.uid, index, split.split_id, data, finished)
 
 
-def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, backend: str, allow_non_restored: bool = False) -> RestoredJob:
-    """Map a checkpoint onto ``graph``; errors name the uid or the setting and say what to do."""
+def _decode_position(node: Node, sp: SplitPosition, where: str) -> tuple[Any, Any]:
+    try:
+        return node.t.source.decode_position(sp.split_id, sp.position)
+    except Exception as e:
+        msg = (
+            f"{where}: the position of split {sp.split_id!r} of source uid {sp.source_uid!r} cannot be read by "
+            f"{type(node.t.source).__qualname__}.decode_position ({type(e).__name__}: {e}); the source's position "
+            "format changed: restore with the source that wrote it, or allow dropping the source's positions by giving it a new uid"
+        )
+        raise CheckpointError(msg) from e
+
+
+def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, backend: str, allow_non_restored: bool = False, options: Mapping[str, Any] | None = None) -> RestoredJob:
+    """Map a checkpoint onto ``graph``, then verify every file the restore reads (size and
+    SHA-256, streamed on this driver; CorruptStateError naming the first bad file), all before
+    any task starts. Errors name the uid, the file or the setting and say what to do."""
     where = f"checkpoint {meta.checkpoint_id} of job {meta.job_name!r} ({job_dir_uri})"
     by_uid = {n.uid: n for n in graph.nodes.values()}
     chains: dict[tuple[int, int], list[RestoredFile]] = {}
@@ -89,7 +127,7 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
                 )
                 raise CheckpointError(msg)
             for sub in op.subtasks:
-                files = tuple((f"{base}/{f.path}", f.local_name or f.path.rsplit("/", 1)[-1]) for f in sub.files)
+                files = tuple((f"{base}/{f.path}", f.local_name or f.path.rsplit("/", 1)[-1], f.size, f.sha256) for f in sub.files)
                 chains.setdefault((stage.id, sub.index), []).append(RestoredFile(op.uid, base, sub.state_size, files=files, epoch=meta.epoch))
             continue
         for p in range(stage.parallelism):
@@ -103,11 +141,11 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
                     kg = None if whole else (mine.start, mine.end, stage.max_parallelism)
                     # driver-memory storage (JobManagerCheckpointStorage) is invisible to executors: ship the bytes
                     data = read_uri_bytes(uri) if uri.startswith("memory://") else None
-                    chains.setdefault((stage.id, p), []).append(RestoredFile(op.uid, uri, f.size, kg, data, epoch=meta.epoch))
+                    chains.setdefault((stage.id, p), []).append(RestoredFile(op.uid, uri, f.size, kg, data, epoch=meta.epoch, sha256=f.sha256))
     positions: dict[tuple[str, int], tuple[Any, Any, bool]] = {}
-    source_uids = {n.uid for n in graph.sources()}
+    sources = {n.uid: n for n in graph.sources()}
     for sp in meta.sources:
-        if sp.source_uid not in source_uids:
+        if sp.source_uid not in sources:
             if allow_non_restored:
                 dropped.append(sp.source_uid)
                 continue
@@ -116,12 +154,13 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
                 "this uid. Give the source its old uid, or allow dropping that state (--allow-non-restored-state)"
             )
             raise CheckpointError(msg)
-        split, position = unpack_position(sp.position)
+        split, position = _decode_position(sources[sp.source_uid], sp, where)
         positions[(sp.source_uid, sp.split_index)] = (split, position, sp.finished)
+    verify_state_files(CheckpointStorageAccess(job_dir_uri, options), meta)
     restored_chains = {k: CommittedChain(last_epoch=meta.epoch, restored=tuple(v)) for k, v in chains.items()}
     return RestoredJob(
-        meta.checkpoint_id, meta.epoch, restored_chains, positions, dict(meta.sinks),
-        int(meta.stats.get("records_read", 0)), sorted(set(dropped)), dict(meta.watermarks),
+        meta.checkpoint_id, meta.epoch, restored_chains, positions, {k: load_user(v) for k, v in meta.sinks.items()},
+        int(meta.stats.get("records_read", 0)), sorted(set(dropped)), {k: load_user(v) for k, v in meta.watermarks.items()},
     )
 
 
@@ -141,12 +180,8 @@ def _plan_canonical(op: Any, base: str, stage: Any, epoch: int, chains: dict[tup
                 kg = None if whole else (mine.start, mine.end, stage.max_parallelism)
                 data = read_uri_bytes(uri) if uri.startswith("memory://") else None
                 chains.setdefault((stage.id, p), []).append(
-                    RestoredFile(op.uid, uri, f.size, kg, data, epoch=epoch, format="canonical", kinds=kinds, declared=declared)
+                    RestoredFile(op.uid, uri, f.size, kg, data, epoch=epoch, format="canonical", kinds=kinds, declared=declared, sha256=f.sha256, rows=f.rows)
                 )
-
-
-def pack_position(split: Any, position: Any) -> Any:
-    return [split, position]
 
 
 def find_restore_point(config: Any, settings: Any, job_name: str) -> tuple[str, CheckpointMetadata] | None:

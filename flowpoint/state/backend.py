@@ -246,25 +246,28 @@ class HashMapPartitionBackend(PartitionBackend):
         return TaskStateAck(epoch, token, delta, None, changed, total)
 
     def snapshot(self, ts: TaskState, uids: list[str], partition: int, target: CheckpointTarget, shared: dict[str, str]) -> Callable[[], list[OperatorPart]]:
+        from flowpoint.checkpoint.savepoint import infer_kind
+
         frozen = []
         for uid in uids:
             t0 = time.perf_counter()
             b = ts.backends.get(uid)
             tables = b.snapshot() if b is not None else {}
             data = dumps(tables)
-            frozen.append((uid, data, _num_keys(tables), (time.perf_counter() - t0) * 1000))
+            states = {name: {"kind": infer_kind(t), "declared": False, "keys": len(t)} for name, t in tables.items() if t}
+            frozen.append((uid, data, _num_keys(tables), (time.perf_counter() - t0) * 1000, states))
         options = self.options
 
         def write() -> list[OperatorPart]:
             access = None if target.inline else _storage(target, options)
             parts = []
-            for uid, data, keys, sync_ms in frozen:
+            for uid, data, keys, sync_ms, states in frozen:
                 t0 = time.perf_counter()
                 rel = f"chk-{target.checkpoint_id}/{safe_name(uid)}-{partition}.pkl"
                 if access is not None:
                     access.write_bytes(rel, data)
                 h = PartHandle(rel, len(data), "full", hashlib.sha256(data).hexdigest(), data=data if target.inline else None)
-                parts.append(OperatorPart(uid, partition, [h], keys, sync_ms, (time.perf_counter() - t0) * 1000))
+                parts.append(OperatorPart(uid, partition, [h], keys, sync_ms, (time.perf_counter() - t0) * 1000, states=states))
             return parts
 
         return write
@@ -451,14 +454,15 @@ class RocksDBPartitionBackend(PartitionBackend):
             t0 = time.perf_counter()
             local = os.path.join(root, safe_name(uid))
             files = b.create_checkpoint(local)
-            frozen.append((uid, local, files, b.num_keys(), (time.perf_counter() - t0) * 1000))
+            states = {name: {"kind": kind, "declared": True} for name, (_sid, kind) in b._names.items() if kind in _KINDS}
+            frozen.append((uid, local, files, b.num_keys(), (time.perf_counter() - t0) * 1000, states))
         options, incremental, db_id = self.options, self.location.incremental, ts.db_id
 
         def write() -> list[OperatorPart]:
             access = _storage(target, options)
             parts = []
             try:
-                for uid, local, files, keys, sync_ms in frozen:
+                for uid, local, files, keys, sync_ms, states in frozen:
                     t0 = time.perf_counter()
                     handles = []
                     for name, fsize in files:
@@ -477,7 +481,7 @@ class RocksDBPartitionBackend(PartitionBackend):
                             kind = "private"
                         access.upload_file(path, rel)
                         handles.append(PartHandle(rel, fsize, kind, _sha256_file(path), name))
-                    parts.append(OperatorPart(uid, partition, handles, keys, sync_ms, (time.perf_counter() - t0) * 1000, db_id))
+                    parts.append(OperatorPart(uid, partition, handles, keys, sync_ms, (time.perf_counter() - t0) * 1000, db_id, states))
             finally:
                 shutil.rmtree(root, ignore_errors=True)
             return parts
@@ -508,7 +512,9 @@ def _sha256_file(path: str) -> str:
 
 
 def restore_native(path: str, files: list[RestoredFile], options: dict) -> None:
-    """Make ``path`` a RocksDB from a checkpoint's files (downloaded from checkpoint storage)."""
+    """Make ``path`` a RocksDB from a checkpoint's files (downloaded from checkpoint storage),
+    each checked against its recorded size and SHA-256 first (CorruptStateError naming it)."""
+    from flowpoint.checkpoint.integrity import check_bytes
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
     parent = os.path.dirname(path)
@@ -518,9 +524,10 @@ def restore_native(path: str, files: list[RestoredFile], options: dict) -> None:
     os.makedirs(staging)
     try:
         for f in files:
-            for uri, local_name in f.files:
+            for uri, local_name, size, sha256 in f.files:
+                data = check_bytes(read_uri(uri, options), size, sha256, uri, f.uid, "checkpoint file")
                 with open(os.path.join(staging, local_name), "wb") as out:
-                    out.write(read_uri(uri, options))
+                    out.write(data)
         RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

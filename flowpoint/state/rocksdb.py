@@ -888,6 +888,25 @@ class RocksDBKeyedStateBackend:
             count += 1
         return count
 
+    def keys_per_state(self) -> dict[str, int]:
+        """Committed keys per state name, counted from the DB's key bytes (nothing is
+        unpickled: safe on files from elsewhere, as ``flowpoint inspect`` needs). O(entries)."""
+        names = {sid: (name, kind) for name, (sid, kind) in self._names.items()}
+        counts: dict[str, int] = {}
+        last_map_prefix = None
+        for kb in self._scan(b"", DATA_END, keys_only=True):
+            name, kind = names.get(kb[2], (None, None))
+            if name is None:
+                continue
+            if kind == "map":
+                _kg, _sid, _kbytes, _ns, ukb = parse_db_key(kb)
+                prefix = kb[: len(kb) - len(ukb)]
+                if prefix == last_map_prefix:
+                    continue
+                last_map_prefix = prefix
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
     def num_keys(self) -> int:
         """Number of (state, key) pairs with state, overlay included (as the heap backend's).
         O(keys changed in this epoch): the committed count is kept in the DB."""

@@ -53,18 +53,21 @@ class CommittedFile:
 
 @dataclass(frozen=True)
 class RestoredFile:
-    """A full snapshot of one operator's state in checkpoint storage (a restore's starting point)."""
+    """A full snapshot of one operator's state in checkpoint storage (a restore's starting point).
+    Every file is checked against its recorded size and SHA-256 before it is decoded."""
 
     uid: str
     uri: str
     size: int = 0
     key_groups: tuple[int, int, int] | None = None  # (first, last, max parallelism): keep only these (rescaling)
     data: bytes | None = None  # the file itself, when executors cannot read the URI (driver-memory storage)
-    files: tuple[tuple[str, str], ...] = ()  # RocksDB: (uri, name in the DB directory) of a native snapshot
+    files: tuple[tuple[str, str, int, str | None], ...] = ()  # RocksDB: (uri, name in the DB directory, size, sha256) of a native snapshot
     epoch: int = 0  # the checkpoint's epoch
     format: str = "pickle"  # "pickle" (a HashMap checkpoint's snapshot) | "canonical" (savepoint Parquet rows)
     kinds: tuple[tuple[str, str], ...] = ()  # canonical: (state name, kind) of every state
     declared: tuple[str, ...] = ()  # canonical: the state names whose kind is declared, not inferred
+    sha256: str | None = None  # of the file at ``uri`` (not for RocksDB: see ``files``)
+    rows: int | None = None  # canonical: the Parquet row count
 
 
 @dataclass(frozen=True)
@@ -196,19 +199,24 @@ def partition_dir(root: str, job_id: str, stage_id: int, partition: int) -> str:
 
 def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options: dict | None = None) -> dict[str, dict[str, dict[Any, Any]]]:
     """A checkpoint's full snapshots merged per operator uid, each file keeping only its key
-    groups: ``{uid: {state name: {key: value}}}``."""
+    groups: ``{uid: {state name: {key: value}}}``. Each file is checked against its recorded
+    size and SHA-256 before it is decoded (CorruptStateError naming it otherwise)."""
+    from flowpoint.checkpoint.integrity import check_bytes
+
     merged: dict[str, dict[str, dict[Any, Any]]] = {}
     for f in files:
+        data = f.data if f.data is not None else read_uri(f.uri, options)
         if f.format == "canonical":
-            from flowpoint.checkpoint.savepoint import decode_rows, read_parquet
+            from flowpoint.checkpoint.savepoint import canonical_table, decode_rows
 
-            data = f.data if f.data is not None else read_uri(f.uri, options)
             kgs = None if f.key_groups is None else f.key_groups[:2]
             into = merged.setdefault(f.uid, {})
-            for name, table in decode_rows(read_parquet(data, f.uri), dict(f.kinds), kgs).items():
-                into.setdefault(name, {}).update(table)
+            table = canonical_table(data, f.uri, f.size, f.sha256, f.rows, f.uid)
+            for name, rows in decode_rows(table, dict(f.kinds), kgs).items():
+                into.setdefault(name, {}).update(rows)
             continue
-        tables = pickle.loads(f.data if f.data is not None else read_uri(f.uri, options))
+        check_bytes(data, f.size, f.sha256, f.uri, f.uid, "checkpoint file")
+        tables = pickle.loads(data)  # noqa: S301 - the job's own state, verified above
         into = merged.setdefault(f.uid, {})
         for name, table in tables.items():
             if f.key_groups is not None:

@@ -99,6 +99,7 @@ class OperatorPart:
     sync_ms: float = 0.0
     async_ms: float = 0.0
     lineage: str = ""  # RocksDB: the local DBs' lineage (names of shared SST files are unique within it)
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)  # state name -> {"kind", "declared", "keys" (HashMap)}
 
 
 @dataclass(frozen=True)
