@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import runpy
 import sys
 from typing import Any
@@ -41,13 +42,23 @@ def _parser() -> argparse.ArgumentParser:
         "-s", "--fromSavepoint", dest="from_path", metavar="PATH",
         help="restore from a retained checkpoint or savepoint: its directory (chk-<n>) or its _metadata file",
     )
-    run.add_argument("--resume", action="store_true", help="restore the latest retained checkpoint of this job's previous run")
+    run.add_argument(
+        "--resume", nargs="?", const="", metavar="JOB-ID",
+        help="restore the newest retained checkpoint of this job's previous run under state.checkpoints.dir: the run with "
+        "this job's name and operators (uids, max parallelism) that no later run has resumed; or of the run JOB-ID "
+        "(an id or a unique prefix). Ambiguous or mismatching runs are refused with a list of them",
+    )
+    run.add_argument(
+        "--resume-fallback", action="store_true",
+        help="with --resume: if the newest retained checkpoint does not verify (checksum or size mismatch), restore the "
+        "newest one that does (execution.state-recovery.fallback-on-corruption)",
+    )
     run.add_argument(
         "-n", "--allow-non-restored-state", action="store_true",
         help="when restoring, drop state of operators (uids) the job no longer has instead of failing",
     )
     run.add_argument("--conf", metavar="FILE_OR_DIR", help="a flowpoint.yaml file (or the directory holding it)")
-    run.add_argument("script", help="the job's Python file")
+    run.add_argument("script", nargs="?", help="the job's Python file")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the job")
     checkpoints = sub.add_parser(
         "checkpoints", help="list a job's checkpoints",
@@ -120,16 +131,39 @@ def _settings(args: argparse.Namespace) -> dict:
         settings["parallelism.default"] = args.parallelism
     if args.master:
         settings["spark.master"] = args.master
-    if args.from_path and args.resume:
+    if args.from_path and args.resume is not None:
         msg = "-s/--fromSavepoint and --resume both say where to restore from: give one"
+        raise FlowpointError(msg)
+    if args.resume_fallback and args.resume is None:
+        msg = "--resume-fallback only applies to --resume (which checkpoint of the previous run to restore); add --resume"
         raise FlowpointError(msg)
     if args.from_path:
         settings["execution.savepoint.path"] = args.from_path
-    if args.resume:
+    if args.resume is not None:
         settings["execution.state-recovery.from-latest"] = True
+        if args.resume:
+            settings["execution.state-recovery.from-job"] = args.resume
+    if args.resume_fallback:
+        settings["execution.state-recovery.fallback-on-corruption"] = True
     if args.allow_non_restored_state:
         settings["execution.savepoint.ignore-unclaimed-state"] = True
     return settings
+
+
+_JOB_ID_PREFIX = re.compile(r"[0-9a-fA-F]{1,32}")
+
+
+def _script_after_resume(args: argparse.Namespace) -> None:
+    """``--resume`` takes an optional JOB-ID, so in ``run --resume job.py`` argparse took the
+    script for the id: a value that is not a job id (or that is a file) is the script."""
+    value = args.resume
+    if value and (not _JOB_ID_PREFIX.fullmatch(value) or os.path.isfile(value)):
+        if args.script is not None:
+            args.args = [args.script, *args.args]
+        args.script, args.resume = value, ""
+    if args.script is None:
+        msg = "flowpoint run needs the job's Python file: flowpoint run [options] job.py [args...]"
+        raise FlowpointError(msg)
 
 
 def run_script(script: str, argv: list[str], settings: dict) -> None:
@@ -226,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                 from flowpoint.api.config_file import set_conf_path
 
                 set_conf_path(args.conf)
+            _script_after_resume(args)
             run_script(args.script, args.args, _settings(args))
         elif args.command == "checkpoints":
             return list_checkpoints_command(args.job_dir)

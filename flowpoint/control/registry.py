@@ -9,6 +9,12 @@ a reader sees the old or the new entry, never half of one.
 An entry that says RUNNING but whose process is gone (killed, crashed, the machine rebooted)
 is *stale*: readers see it as ``LOST`` and :meth:`JobRegistry.mark_lost` records that.
 
+An entry also records the job's identity for ``flowpoint run --resume``
+(``flowpoint.runtime.resume``): its ``fingerprint`` (operator uids and max parallelism), and
+``resumed_from``, the run whose checkpoint or savepoint it restored. Entries that record a resume
+outlive the week of other ended entries (the newest ``KEEP_RESUMES`` are kept), so that a run
+resumed by one that finished is never resumed again.
+
 Which directory (the first that applies): the configuration key ``control.registry.dir``,
 ``$FLOWPOINT_HOME/jobs``, ``~/.flowpoint/jobs``.
 """
@@ -32,6 +38,7 @@ LOST = "LOST"  # the job's process is gone without ending the job
 TERMINAL = frozenset(("FINISHED", "FAILED", "CANCELED", LOST))
 KEEP_ENDED_MS = 7 * 24 * 3600 * 1000  # ended entries older than a week are pruned
 KEEP_ENDED_COUNT = 200  # and never more than this many
+KEEP_RESUMES = 1000  # ended entries that record a resume (resumed_from) are kept longer
 
 
 class JobNotFoundError(FlowpointError):
@@ -79,6 +86,9 @@ class JobEntry:
     last_checkpoint_path: str | None = None
     end_time_ms: int | None = None
     updated_ms: int = 0
+    fingerprint: str | None = None  # the job's operator uids and max parallelism (flowpoint.runtime.resume)
+    resumed_from: str | None = None  # the job id whose checkpoint or savepoint this run restored
+    resumed_checkpoint_id: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> JobEntry:
@@ -145,12 +155,17 @@ class JobRegistry:
         self.mark_ended(entry, LOST)
 
     def prune(self, now: int | None = None) -> None:
-        """Delete ended entries older than a week, keeping at most the newest 200."""
+        """Delete ended entries older than a week, keeping at most the newest 200; entries that
+        record a resume are kept, the newest 1000 of them (what ``--resume`` needs to know)."""
         now = now if now is not None else now_ms()
         ended = sorted((e for e in self.entries() if e.ended), key=lambda e: e.end_time_ms or 0, reverse=True)
-        for i, e in enumerate(ended):
+        others = [e for e in ended if not e.resumed_from]
+        resumes = [e for e in ended if e.resumed_from]
+        for i, e in enumerate(others):
             if i >= KEEP_ENDED_COUNT or now - (e.end_time_ms or 0) > KEEP_ENDED_MS:
                 self.remove(e.job_id)
+        for e in resumes[KEEP_RESUMES:]:
+            self.remove(e.job_id)
 
     # -- reading -------------------------------------------------------------------------------
 

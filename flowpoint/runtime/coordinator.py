@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from flowpoint.errors import CheckpointError, FlowpointError, JobExecutionError
 from flowpoint.runtime.checkpointing import CheckpointCoordinator, now_ms
 from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
-from flowpoint.runtime.restore import RestoredJob, find_restore_point, plan_restore, split_position
+from flowpoint.runtime.restore import RestoredJob, plan_restore, split_position
+from flowpoint.runtime.resume import job_fingerprint, restore_point
 from flowpoint.state import durable
 from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.state.working import (
@@ -78,6 +79,8 @@ class Coordinator:
         self.env = env
         self.job_id = new_job_id()
         self.job_name = graph.job_name
+        self.fingerprint = job_fingerprint(graph)  # with the name, its identity for --resume
+        self.resumed_from: tuple[str, int] | None = None  # (job id, checkpoint id) this run restored
         self.status = JobStatus.CREATED
         self.failure: BaseException | None = None
         self.done = threading.Event()
@@ -387,12 +390,16 @@ class Coordinator:
                 os.remove(lock_path(self.working_dir, job_id))
 
     def _initial_restore(self) -> RestoredJob | None:
-        found = find_restore_point(self.config, self.settings, self.job_name)
+        allow = bool(self.config.get("execution.savepoint.ignore-unclaimed-state"))
+
+        def plan(uri: str, meta: Any) -> RestoredJob:
+            return plan_restore(meta, uri, self.graph, self.settings.backend, allow, self.storage_options)
+
+        found = restore_point(self.config, self.settings, self.graph, plan)  # -s, or --resume's choice
         if found is None:
             return None
-        job_dir_uri, meta = found
-        allow = bool(self.config.get("execution.savepoint.ignore-unclaimed-state"))
-        restore = plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow, self.storage_options)
+        job_dir_uri, meta, restore = found.job_dir_uri, found.meta, found.restore
+        self.resumed_from = (meta.job_id, meta.checkpoint_id)  # recorded in the job registry
         self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
         self._predecessor = meta.job_id if meta.job_id != self.job_id else None
         self._progress(f"restoring {meta.kind} {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
