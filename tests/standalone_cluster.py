@@ -204,8 +204,10 @@ class StandaloneCluster:
         python_path: list[str] | None = None,
         startup_timeout: float = 60.0,
         keep_base_dir: bool = False,
+        distinct_hosts: bool = True,
     ):
         self.workers = workers
+        self.distinct_hosts = distinct_hosts
         self.cores = cores
         self.memory = memory
         self._own_base = base_dir is None
@@ -225,6 +227,11 @@ class StandaloneCluster:
     def worker_dir(self, i: int) -> str:
         """Worker ``i``'s own directory (work, local, pids, logs, private)."""
         return os.path.join(self.base_dir, f"worker-{i}")
+
+    def worker_host(self, i: int) -> str:
+        """The address worker ``i`` and its executors bind to and are known by: 127.0.0.<i+2>
+        (loopback, but a host of its own to Spark's scheduler) unless ``distinct_hosts=False``."""
+        return f"127.0.0.{i + 2}" if self.distinct_hosts else "127.0.0.1"
 
     def private_dir(self, i: int) -> str:
         """Where the files worker ``i`` (and its executors) see at :attr:`working_dir` really are."""
@@ -325,10 +332,11 @@ class StandaloneCluster:
             SPARK_LOCAL_DIRS=os.path.join(d, "local"),
             SPARK_WORKER_CORES=str(self.cores),
             SPARK_WORKER_MEMORY=self.memory,
+            SPARK_LOCAL_IP=self.worker_host(i),
         )
         self._worker_ports[i] = port = free_port()
         spark = self._daemon_cmd(WORKER_CLASS, i + 1, [
-            "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port()),
+            "--host", self.worker_host(i), "--port", str(port), "--webui-port", str(free_port()),
             "--cores", str(self.cores), "--memory", self.memory, "--work-dir", os.path.join(d, "work"),
             self.master_url,
         ])

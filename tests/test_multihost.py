@@ -187,3 +187,13 @@ def test_without_shared_storage_a_moved_partition_fails_naming_the_file(standalo
     assert "only correct if every executor sees the same directory" in stderr  # warned at start
     assert "StateNotFoundError: cannot read the committed working" in stderr, stderr[-4000:]
     assert "/durable/" in stderr and ".pkl" in stderr  # the file is named
+
+
+def test_partitions_stay_with_their_state(standalone_cluster, s3):
+    """Locality: a stateful partition's next task runs on the host that holds its state, so
+    nearly every task finds its state in its Python worker (only the first epoch builds it)."""
+    out = _run(_args(standalone_cluster, s3, "hashmap", "count", "-p", "4", "--events", "4000", "--max-records", "200"))
+    assert out["exact_state"] and out["exact_outputs"]
+    tasks, in_memory = out["metrics"]["stateTasks"], out["metrics"]["stateTasksInMemory"]
+    assert out["epochs"] >= 15 and tasks == 4 * out["epochs"]
+    assert in_memory >= tasks - 4 - 2, f"{in_memory} of {tasks} stateful tasks found their state in memory"

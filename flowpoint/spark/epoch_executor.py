@@ -5,6 +5,9 @@ of that partition); any other stage is the union of its input edges, shuffled wi
 ``partitionBy(p, identity)`` (the destination partition was computed from the key group in the
 upstream task), then ``mapPartitionsWithIndex`` runs the stage task. Acknowledgements travel
 through an accumulator, which Spark merges only for successful task attempts.
+
+Locality: a stateful stage's partitions prefer the hosts that hold their state
+(``flowpoint.spark.locality``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pyspark import AccumulatorParam, StorageLevel, TaskContext
 
 from flowpoint.errors import JobExecutionError
 from flowpoint.graph.jobgraph import JobGraph
+from flowpoint.spark.locality import StateLocality, destination
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import EpochSpec, TaskAck, TaskSlice
 from flowpoint.tasks.stage_task import run_stage_task
@@ -32,8 +36,6 @@ class _ListParam(AccumulatorParam):
         return value1
 
 
-def _identity(k: int) -> int:
-    return k
 
 
 def _make_task(job_id: str, stage_id: int, plans_bc: Any, spec: EpochSpec, acc: Any):
@@ -56,6 +58,8 @@ def _make_task(job_id: str, stage_id: int, plans_bc: Any, spec: EpochSpec, acc: 
                 inputs.extend(reads)
         else:
             for _, payload in iterator:
+                if payload is None:  # the partition's locality anchor (_Anchors)
+                    continue
                 if isinstance(payload, TaskSlice):
                     task_slice = payload
                 else:
@@ -88,6 +92,8 @@ class SparkEpochExecutor:
         self.plans_bc = self.sc.broadcast(cloudpickle.dumps(plans))
         self.acc = self.sc.accumulator([], _ListParam())
         self.consumers = {s.id: graph.consumers(s) for s in graph.stages}
+        self.stateful = {s.id for s in graph.stages if not s.is_source and any(graph.nodes[n].keyed for n in s.nodes)}
+        self.locality = StateLocality(self.sc)
 
     def run_epoch(self, spec: EpochSpec, source_reads: dict[int, list[list]], slices: dict[int, list[TaskSlice]]) -> list[TaskAck]:
         """Run one epoch. ``source_reads[stage][partition]`` lists ``(split index, split, read spec)``;
@@ -97,6 +103,8 @@ class SparkEpochExecutor:
         persisted = []
         description = f"flowpoint {self.graph.job_name} epoch {spec.epoch}"
         sc.setJobDescription(description)
+        if self.stateful:
+            self.locality.refresh()
         for stage in self.graph.stages:
             p = stage.parallelism
             if stage.is_source:
@@ -110,7 +118,9 @@ class SparkEpochExecutor:
                 # one small task routes every partition its own slice (through the same shuffle)
                 parts.append(sc.parallelize([(s.partition, s) for s in slices[stage.id]], 1))
                 union = sc.union(parts)
-                base = union.partitionBy(p, _identity)
+                base = union.partitionBy(p, destination)
+                if stage.id in self.stateful:
+                    base = self.locality.located(base, p)
             out = base.mapPartitionsWithIndex(_make_task(self.job_id, stage.id, self.plans_bc, spec, self.acc))
             if len(self.consumers[stage.id]) > 1:
                 out = out.persist(StorageLevel.MEMORY_AND_DISK)
@@ -130,6 +140,7 @@ class SparkEpochExecutor:
         return acks
 
     def close(self) -> None:
+        self.locality.close()
         try:
             self.plans_bc.destroy()
         except Exception:  # noqa: BLE001 - best effort on shutdown
