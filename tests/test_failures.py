@@ -24,9 +24,11 @@ from checkpoint_jobs import Counting, build, expected_outputs, expected_state
 import flowpoint.errors as errors_module
 import flowpoint.runtime.coordinator as coordinator_module
 from flowpoint import (
+    CheckpointedFunction,
     CollectSink,
     KeyedProcessFunction,
     ListStateDescriptor,
+    MapFunction,
     MapStateDescriptor,
     RestartStrategies,
     ValueStateDescriptor,
@@ -556,6 +558,40 @@ def test_a_state_value_that_cannot_be_pickled_names_operator_uid_state_key_and_f
     assert "cannot pickle '_thread.lock' object" in msg and "open()" in msg, msg
     assert [(type(e), v) for e, v in verdicts] == [(SerializationError, False)]
     assert calls(opens) == 1  # one run, one attempt: not restarted
+
+
+class BuffersALock(MapFunction, CheckpointedFunction):
+    """Puts a threading.Lock into its operator list state at every snapshot."""
+
+    def __init__(self, calls_path: str):
+        self.calls_path = calls_path
+
+    def initialize_state(self, context):
+        count_call(self.calls_path)
+        self.buffered = context.get_operator_state_store().get_list_state(ListStateDescriptor("buffered"))
+
+    def snapshot_state(self, context):
+        self.buffered.update([1, threading.Lock()])
+
+    def map(self, value):
+        return value
+
+
+def test_an_operator_state_value_that_cannot_be_pickled_fails_at_once_naming_it(make_env, tmp_path, verdicts):
+    """Operator state goes back to the driver with the task's acknowledgement: unpicklable, it
+    crashed the Python worker (a "lost worker", restarted without end). It is now a
+    SerializationError naming the operator, uid, function and state, and not restarted."""
+    inits = str(tmp_path / "inits")
+    env = restarting_env(make_env, tmp_path, parallelism=1)
+    env.from_collection(list(range(10))).map(BuffersALock(inits)).name("buffering").uid("buffering-uid").sink_to(CollectSink())
+    started = time.monotonic()
+    with pytest.raises(SerializationError) as info:
+        env.execute("unpicklable operator state")
+    msg = str(info.value)
+    assert "operator 'buffering'" in msg and "uid 'buffering-uid'" in msg and f"BuffersALock at {__file__}:" in msg, msg
+    assert "operator state 'buffered' (element 1)" in msg and "cannot pickle '_thread.lock' object" in msg, msg
+    assert [(type(e), v) for e, v in verdicts] == [(SerializationError, False)]
+    assert calls(inits) == 1 and time.monotonic() - started < 120
 
 
 EVENTS = 600

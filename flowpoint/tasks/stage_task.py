@@ -28,7 +28,7 @@ from flowpoint.tasks.operators import EXCHANGE_WRITERS, ExchangeWriter, Operator
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import EpochSpec, OperatorPart, TaskAck, TaskSlice
 from flowpoint.tasks.registry import operator_class
-from flowpoint.tasks.state_values import unpicklable_state_error
+from flowpoint.tasks.state_values import unpicklable_operator_state_error, unpicklable_state_error
 
 __all__ = ["ChainRuntime", "EpochSpec", "TaskAck", "TaskSlice", "run_stage_task"]
 
@@ -272,7 +272,11 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
             head.records_in = 0
         rt.end_epoch(ack)
         if rt.operator_states:
-            ack.operator_state = rt.snapshot_operator_state(spec.epoch, spec.processing_time)
+            operator_state = rt.snapshot_operator_state(spec.epoch, spec.processing_time)
+            unpicklable = unpicklable_operator_state_error(plan, operator_state)
+            if unpicklable is not None:
+                raise unpicklable  # before the ack holds it: Spark would crash the worker pickling it
+            ack.operator_state = operator_state
         for nid, op in rt.ops.items():
             payload = op.finish(spec.epoch)
             if payload is not None:

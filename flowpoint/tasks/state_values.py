@@ -71,3 +71,36 @@ def unpicklable_state_error(plan: StagePlan, ts: TaskState) -> SerializationErro
             )
             return SerializationError(msg)
     return None
+
+
+def unpicklable_operator_state_error(plan: StagePlan, operator_state: dict[str, dict]) -> SerializationError | None:
+    """The error naming an operator state (or broadcast state) value that cannot be pickled, or
+    None if all of ``operator_state`` (``{"<uid>:<subtask>": {name: (mode, items)}}``, returned to
+    the driver with the task's acknowledgement) pickles. Checked in the task: a value that Spark
+    fails to pickle on the way back crashes the Python worker, which would look like a lost
+    worker and be restarted without end."""
+    if _pickle_error(operator_state) is None:
+        return None
+    specs = {plan.ops[n].uid: plan.ops[n] for n in plan.order}
+    for instance, states in operator_state.items():
+        uid = instance.rsplit(":", 1)[0]
+        spec = specs.get(uid)
+        what = f"operator uid {uid!r}"
+        if spec is not None:
+            fn = describe_function(spec.function) if spec.function is not None else spec.kind
+            what = f"operator {spec.name!r} (uid {uid!r}, function {fn})"
+        for name, (_mode, items) in states.items():
+            for i, item in enumerate(items):
+                error = _pickle_error(item)
+                if error is None:
+                    continue
+                msg = (
+                    f"{what} holds a {type(item).__name__} value in its operator state {name!r} (element {i}) that cannot "
+                    f"be pickled: {type(error).__name__}: {error}. Operator and broadcast state values are written as "
+                    "pickles: keep locks, connections, clients and other resources in fields of the function set in "
+                    "open(), not in state"
+                )
+                return SerializationError(msg)
+    error = _pickle_error(operator_state)
+    msg = f"the operator state of stage {plan.name!r} cannot be pickled: {type(error).__name__}: {error}"
+    return SerializationError(msg)
