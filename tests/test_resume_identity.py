@@ -13,6 +13,7 @@ checkpoints as a killed driver's would.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import pytest
@@ -286,3 +287,85 @@ def test_pruning_keeps_the_runs_that_record_a_resume(tmp_path):
                                 resumed_from=None if i else "f" * 32, fingerprint="abc"))
     registry.prune(now=old + 30 * 24 * 3600 * 1000)
     assert [(e.job_id, e.resumed_from) for e in registry.entries()] == [(f"{0:032x}", "f" * 32)]
+
+
+# -- choosing the run, without Spark: checkpoint directories and registry entries made here ---------
+
+
+def _graph(make_env, tmp_path, other_job: bool = False):
+    env = make_job_env(make_env, tmp_path)
+    build_job(env, other_job=other_job)
+    return env.get_stream_graph(NAME)
+
+
+def _fake_run(root, job_id: str, ids=(1, 2), name: str = NAME, uids=(("counting", 128),), entry: dict | None = None, registry=None):
+    """A job directory with complete checkpoints ``ids`` (metadata only) and, if ``entry``, a
+    registry entry with those fields."""
+    from flowpoint.checkpoint.metadata import (
+        CheckpointMetadata,
+        OperatorState,
+        SplitPosition,
+        write_metadata,
+    )
+    from flowpoint.checkpoint.storage import CheckpointStorageAccess
+
+    access = CheckpointStorageAccess(str(root / job_id))
+    for i in ids:
+        meta = CheckpointMetadata(
+            checkpoint_id=i, job_id=job_id, job_name=name, kind="checkpoint", epoch=i, trigger_time_ms=1000 * i,
+            completed_time_ms=1000 * i + 1, max_parallelism=128, backend="hashmap", incremental=False,
+            operators=[OperatorState(uid, "op", 2, maxp, "hashmap", []) for uid, maxp in uids],
+            sources=[SplitPosition("numbers", 0, "0", [0, 10], False)], sinks={}, watermarks={}, stats={},
+        )
+        write_metadata(access, f"chk-{i}", meta)
+    if entry is not None:
+        fields = {"status": "FAILED", "start_time_ms": 1, "pid": 1, "host": "elsewhere", "endpoint": None, "end_time_ms": 2, **entry}
+        registry.write(JobEntry(job_id=job_id, job_name=name, **fields))
+    return job_id
+
+
+def test_choosing_the_run_from_the_registry_and_the_checkpoints(make_env, tmp_path):
+    from flowpoint.runtime.resume import choose_run
+
+    root, registry = tmp_path / "ck", JobRegistry(tmp_path / "registry")
+    graph = _graph(make_env, tmp_path)
+    mine = job_fingerprint(graph)
+    a = _fake_run(root, "a" * 32, entry={"fingerprint": mine}, registry=registry)
+    other = _fake_run(root, "b" * 32, entry={"fingerprint": job_fingerprint(_graph(make_env, tmp_path, other_job=True))}, registry=registry)
+    _fake_run(root, "c" * 32, name="another name", entry={"fingerprint": mine}, registry=registry)
+    assert choose_run(str(root), {}, graph, registry).job_id == a
+
+    # a run the registry does not know counts when its state fits this job; then two candidates
+    unknown = _fake_run(root, "d" * 32)
+    with pytest.raises(CheckpointError) as info:
+        choose_run(str(root), {}, graph, registry)
+    msg = str(info.value)
+    assert "2 previous runs" in msg and a in msg and unknown in msg and "not in the job registry; its state fits" in msg
+    assert other in msg and "another job of this name" in msg
+    assert "c" * 32 not in msg  # another name: not listed among this job's runs
+    # ...and does not when it does not fit (another max parallelism)
+    (root / unknown / "chk-1" / "_metadata").unlink()
+    (root / unknown / "chk-2" / "_metadata").unlink()
+    _fake_run(root, unknown, uids=(("counting", 256),))
+    assert choose_run(str(root), {}, graph, registry).job_id == a
+
+    # a run being resumed by a running run is not taken, nor is a running run
+    running = {"status": "RUNNING", "host": "elsewhere", "end_time_ms": None, "fingerprint": mine}
+    _fake_run(root, "e" * 32, ids=(), entry={**running, "resumed_from": a}, registry=registry)
+    with pytest.raises(CheckpointError) as info:
+        choose_run(str(root), {}, graph, registry)
+    assert f"being resumed by job {'e' * 32}, which is running" in str(info.value)
+    registry.remove("e" * 32)
+    _fake_run(root, "f" * 32, ids=(7,), entry={**running, "resumed_from": a}, registry=registry)
+    with pytest.raises(CheckpointError) as info:
+        choose_run(str(root), {}, graph, registry)
+    assert "running now (process 1 on elsewhere)" in str(info.value) and "has checkpoints of its own" in str(info.value)
+
+    # a resumer that ended without finishing and without a checkpoint does not supersede
+    registry.write(JobEntry("f" * 32, NAME, "LOST", 1, 1, "elsewhere", None, end_time_ms=3, fingerprint=mine, resumed_from=a))
+    shutil.rmtree(root / ("f" * 32))
+    assert choose_run(str(root), {}, graph, registry).job_id == a
+    # --resume <job-id>: that run, whatever its name or fingerprint
+    assert choose_run(str(root), {}, graph, registry, by_id="cc").job_id == "c" * 32
+    with pytest.raises(CheckpointError, match="no run with this id"):
+        choose_run(str(root), {}, graph, registry, by_id="0123")

@@ -184,6 +184,10 @@ def _fits(meta: CheckpointMetadata, graph: JobGraph) -> bool:
     return all(sp.source_uid in sources for sp in meta.sources)
 
 
+def _unknown(run: Run) -> str:
+    return "not in the job registry" if run.entry is None else "no fingerprint in its job registry entry"
+
+
 def _superseded_by(run: Run, entries: list[JobEntry], with_checkpoints: set[str]) -> str:
     """Why ``run`` must not be resumed again: a later run restored its state and then finished,
     completed a checkpoint, or is running. "" if none did."""
@@ -215,10 +219,10 @@ def choose_run(root: str, options: dict, graph: JobGraph, registry: JobRegistry,
                 continue
             r.identity = "same name and fingerprint"
         elif r.latest is None or not _fits(r.latest, graph):
-            r.why_not = "not in the job registry, and its state does not fit this job's operators"
+            r.why_not = f"{_unknown(r)}, and its state does not fit this job's operators"
             continue
         else:
-            r.identity = "not in the job registry; its state fits this job's operators"
+            r.identity = f"{_unknown(r)}; its state fits this job's operators"
         if r.entry is not None and not r.entry.ended and not r.entry.is_stale():
             r.why_not = f"running now (process {r.entry.pid} on {r.entry.host})"
             continue
