@@ -1,9 +1,11 @@
 """Turns one epoch of a job graph into one Spark job and returns the tasks' acknowledgements.
 
 Per stage: a source stage is ``parallelize`` over its partitions (each element: the split reads
-of that partition); any other stage is the union of its input edges, shuffled with
-``partitionBy(p, identity)`` (the destination partition was computed from the key group in the
-upstream task), then ``mapPartitionsWithIndex`` runs the stage task. Acknowledgements travel
+of that partition and its slice); any other stage reads, partition by partition, each input edge
+shuffled with ``partitionBy(p, destination)`` (the destination partition was computed from the
+key group in the upstream task, in the same Python pipeline as the upstream task) and its
+partitions' slices, shuffled the same way from one small task; then ``mapPartitionsWithIndex``
+runs the stage task. Acknowledgements travel
 through an accumulator, which Spark merges only for successful task attempts.
 
 Locality: a stateful stage's partitions prefer the hosts that hold their state
@@ -111,16 +113,22 @@ class SparkEpochExecutor:
                 reads = source_reads.get(stage.id) or [[] for _ in range(p)]
                 base = sc.parallelize(list(zip(slices[stage.id], reads, strict=True)), p)  # element i: partition i's slice and split reads
             else:
-                parts = []
+                # each input edge and the partitions' slices are shuffled on their own, by one
+                # partitioner, then read partition by partition (a PartitionerAwareUnionRDD): a
+                # union before the shuffle would cut the upstream Python pipeline in two
+                shuffled = []
                 for e in stage.inputs:
                     up_stage = self.graph.nodes[e.upstream].stage_id
-                    parts.append(rdds[up_stage].filter(lambda x, eid=e.edge_id: x[0] == eid).map(lambda x: (x[1], x[2])))
-                # one small task routes every partition its own slice (through the same shuffle)
-                parts.append(sc.parallelize([(s.partition, s) for s in slices[stage.id]], 1))
-                union = sc.union(parts)
-                base = union.partitionBy(p, destination)
+                    edge = rdds[up_stage].filter(lambda x, eid=e.edge_id: x[0] == eid).map(lambda x: (x[1], x[2]))
+                    shuffled.append(edge.partitionBy(p, destination))
+                # one small task routes every partition its own slice
+                shuffled.append(sc.parallelize([(s.partition, s) for s in slices[stage.id]], 1).partitionBy(p, destination))
                 if stage.id in self.stateful:
-                    base = self.locality.located(base, p)
+                    shuffled.extend(self.locality.anchors(p, votes=len(shuffled) + 1))
+                base = sc.union(shuffled)
+                if base.getNumPartitions() != p:
+                    msg = f"stage {stage.id}: Spark did not union its {len(shuffled)} shuffled inputs partition by partition"
+                    raise JobExecutionError(msg)
             out = base.mapPartitionsWithIndex(_make_task(self.job_id, stage.id, self.plans_bc, spec, self.acc))
             if len(self.consumers[stage.id]) > 1:
                 out = out.persist(StorageLevel.MEMORY_AND_DISK)

@@ -10,11 +10,13 @@ no Python API for a task's preferred location, so flowpoint uses what its schedu
   produced on its assigned host), then partitioned exactly as a stateful stage's input
   (``partitionBy(p, identity)``, so each anchor partition's only map output is on that host) and
   cached there.
-- A stateful stage's input is the union of its shuffled records and the anchor, twice. With one
-  partitioner, Spark's union is a ``PartitionerAwareUnionRDD``: its partition ``i`` reads partition
-  ``i`` of each parent, and prefers the host most of those parents prefer: the anchor's, with two
-  votes against the shuffle's one. Delay scheduling (``spark.locality.wait``, 3 s) then runs the
-  task there whenever that host has a free core.
+- A stage's input is the union of its shuffled inputs (each input edge and the partitions'
+  slices, each shuffled on its own by one partitioner); a stateful stage's union also holds the
+  anchor, repeated once more than there are other inputs. With one partitioner, Spark's union is
+  a ``PartitionerAwareUnionRDD``: its partition ``i`` reads partition ``i`` of each parent, and
+  prefers the host most of those parents prefer (a shuffle prefers the hosts holding a fifth of
+  its map output or more): the anchor's, outvoting the rest. Delay scheduling
+  (``spark.locality.wait``, 3 s) then runs the task there whenever that host has a free core.
 
 Partitions are spread round-robin over the executors' hosts. When hosts change, the assignment
 changes as little as it can: a lost host's partitions go to the least loaded hosts that remain;
@@ -102,7 +104,7 @@ class StateLocality:
         self.sc = sc
         self.hosts: list[str] = []
         self.placement: dict[int, dict[int, str]] = {}  # parallelism -> partition -> host
-        self.anchors: dict[int, RDD] = {}
+        self.anchors_by_p: dict[int, RDD] = {}
 
     def refresh(self) -> None:
         """Once per epoch: if the executors' hosts changed, move as few partitions as needed."""
@@ -112,30 +114,27 @@ class StateLocality:
         if self.hosts:
             log.info("executor hosts changed from %s to %s: stateful partitions are placed again", self.hosts, hosts)
         self.hosts = hosts
-        for p in list(self.anchors):
+        for p in list(self.anchors_by_p):
             self._drop(p)
         self.placement = {p: spread(p, hosts, old) for p, old in self.placement.items()}
 
-    def located(self, base: RDD, p: int) -> RDD:
-        """``base`` (shuffled by ``partitionBy(p, identity)``) with partition ``i`` preferring the
-        host assigned to it; ``base`` unchanged in local mode or if Spark would not union the two
-        partition by partition."""
+    def anchors(self, p: int, votes: int) -> list[RDD]:
+        """The anchor of parallelism ``p``, ``votes`` times, to union with a stateful stage's
+        shuffled inputs (all partitioned by ``partitionBy(p, destination)``); with more votes
+        than all other inputs together, its host is the one the union prefers. [] in local mode."""
         if not self.hosts:
-            return base
-        anchor = self.anchors.get(p)
+            return []
+        anchor = self.anchors_by_p.get(p)
         if anchor is None:
             placement = self.placement.get(p) or spread(p, self.hosts)
             self.placement[p] = placement
             items = [(i, None) for i in range(p)]
             anchor = located_rdd(self.sc, items, [placement[i] for i in range(p)]).partitionBy(p, destination)
-            anchor = self.anchors[p] = anchor.persist(StorageLevel.MEMORY_ONLY)
-        if anchor._jrdd_deserializer != base._jrdd_deserializer:  # noqa: SLF001 - a union would reserialize
-            return base
-        union = self.sc.union([base, anchor, anchor])
-        return union if union.getNumPartitions() == p else base
+            anchor = self.anchors_by_p[p] = anchor.persist(StorageLevel.MEMORY_ONLY)
+        return [anchor] * votes
 
     def _drop(self, p: int) -> None:
-        rdd = self.anchors.pop(p, None)
+        rdd = self.anchors_by_p.pop(p, None)
         if rdd is not None:
             try:
                 rdd.unpersist(blocking=False)
@@ -143,5 +142,5 @@ class StateLocality:
                 pass
 
     def close(self) -> None:
-        for p in list(self.anchors):
+        for p in list(self.anchors_by_p):
             self._drop(p)
