@@ -3,9 +3,9 @@
 Per stage: a source stage is ``parallelize`` over its partitions (each element: the split reads
 of that partition and its slice); any other stage reads, partition by partition, each input edge
 shuffled with ``partitionBy(p, destination)`` (the destination partition was computed from the
-key group in the upstream task, in the same Python pipeline as the upstream task) and its
-partitions' slices, shuffled the same way from one small task; then ``mapPartitionsWithIndex``
-runs the stage task. Acknowledgements travel
+key group in the upstream task, in the same Python pipeline as the upstream task); then
+``mapPartitionsWithIndex`` runs the stage task. A stage's partitions get their slices through
+the first input edge: the upstream tasks pass them on as records. Acknowledgements travel
 through an accumulator, which Spark merges only for successful task attempts.
 
 Locality: a stateful stage's partitions prefer the hosts that hold their state
@@ -14,6 +14,7 @@ Locality: a stateful stage's partitions prefer the hosts that hold their state
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import cloudpickle
@@ -72,6 +73,7 @@ def _make_task(job_id: str, stage_id: int, plans_bc: Any, spec: EpochSpec, acc: 
         outputs, ack = run_stage_task(plan, spec, task_slice, attempt, token, inputs)
         ack.host = executor_id()
         acc.add([ack])
+        outputs.extend(task_slice.forward)  # downstream partitions' slices, whatever this task's outcome
         return iter(outputs)
 
     return task
@@ -107,25 +109,24 @@ class SparkEpochExecutor:
         sc.setJobDescription(description)
         if self.stateful:
             self.locality.refresh()
+        slices = self._routed(slices)
         for stage in self.graph.stages:
             p = stage.parallelism
             if stage.is_source:
                 reads = source_reads.get(stage.id) or [[] for _ in range(p)]
                 base = sc.parallelize(list(zip(slices[stage.id], reads, strict=True)), p)  # element i: partition i's slice and split reads
             else:
-                # each input edge and the partitions' slices are shuffled on their own, by one
-                # partitioner, then read partition by partition (a PartitionerAwareUnionRDD): a
-                # union before the shuffle would cut the upstream Python pipeline in two
+                # each input edge is shuffled on its own, by one partitioner, then read partition
+                # by partition (a PartitionerAwareUnionRDD): a union before the shuffle would cut
+                # the upstream Python pipeline in two. The slices come with the first edge.
                 shuffled = []
                 for e in stage.inputs:
                     up_stage = self.graph.nodes[e.upstream].stage_id
                     edge = rdds[up_stage].filter(lambda x, eid=e.edge_id: x[0] == eid).map(lambda x: (x[1], x[2]))
                     shuffled.append(edge.partitionBy(p, destination))
-                # one small task routes every partition its own slice
-                shuffled.append(sc.parallelize([(s.partition, s) for s in slices[stage.id]], 1).partitionBy(p, destination))
                 if stage.id in self.stateful:
                     shuffled.extend(self.locality.anchors(p, votes=len(shuffled) + 1))
-                base = sc.union(shuffled)
+                base = shuffled[0] if len(shuffled) == 1 else sc.union(shuffled)
                 if base.getNumPartitions() != p:
                     msg = f"stage {stage.id}: Spark did not union its {len(shuffled)} shuffled inputs partition by partition"
                     raise JobExecutionError(msg)
@@ -146,6 +147,24 @@ class SparkEpochExecutor:
         acks: list[TaskAck] = list(self.acc.value)
         self.acc.value = []
         return acks
+
+    def _routed(self, slices: dict[int, list[TaskSlice]]) -> dict[int, list[TaskSlice]]:
+        """The slices with each downstream stage's slices forwarded by the tasks of its first
+        input edge's upstream stage (partition ``i`` by upstream partition ``i % upstream p``),
+        so that they reach their tasks through the epoch's own shuffle, no extra Spark task."""
+        routed = {sid: list(row) for sid, row in slices.items()}
+        for stage in reversed(self.graph.stages):  # downstream first: a forwarded slice carries its own forwards
+            if stage.is_source:
+                continue
+            first = stage.inputs[0]
+            up = self.graph.nodes[first.upstream].stage_id
+            up_row = routed[up]
+            extra: dict[int, list] = {}
+            for s in routed[stage.id]:
+                extra.setdefault(s.partition % len(up_row), []).append((first.edge_id, s.partition, s))
+            for j, items in extra.items():
+                up_row[j] = replace(up_row[j], forward=(*up_row[j].forward, *items))
+        return routed
 
     def close(self) -> None:
         self.locality.close()

@@ -22,7 +22,7 @@ Partitions are spread round-robin over the executors' hosts. When hosts change, 
 changes as little as it can: a lost host's partitions go to the least loaded hosts that remain;
 a new host takes partitions from the most loaded ones until the spread is even. Spark's union
 reports hosts, so the preference is per host (one executor per host is the usual deployment).
-Local mode (no executors but the driver) needs none of this.
+Local masters (``local[...]``, ``local-cluster[...]``: one host) need none of this.
 """
 
 from __future__ import annotations
@@ -102,12 +102,16 @@ class StateLocality:
 
     def __init__(self, sc: Any):
         self.sc = sc
+        # local[...] and local-cluster[...]: every executor is on this host, a host preference is moot
+        self.single_host = str(getattr(sc, "master", "")).startswith("local")
         self.hosts: list[str] = []
         self.placement: dict[int, dict[int, str]] = {}  # parallelism -> partition -> host
         self.anchors_by_p: dict[int, RDD] = {}
 
     def refresh(self) -> None:
         """Once per epoch: if the executors' hosts changed, move as few partitions as needed."""
+        if self.single_host:
+            return
         hosts = executor_hosts(self.sc)
         if hosts == self.hosts:
             return

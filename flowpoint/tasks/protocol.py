@@ -72,6 +72,9 @@ class TaskSlice:
     compact: bool = False  # write a new base snapshot this epoch
     operator_state: dict[str, dict] = field(default_factory=dict)  # "<uid>:<partition>" -> {name: (mode, items)}
     shared: dict[str, str] = field(default_factory=dict)  # RocksDB incremental: "<uid>/<db id>/<file>/<size>" -> shared/ path
+    # downstream partitions' slices this task passes on, unread, as records (edge id, partition,
+    # slice) of its output: each slice reaches its task through the epoch's own shuffle
+    forward: tuple[tuple[int, int, TaskSlice], ...] = ()
 
 
 @dataclass(frozen=True)
