@@ -304,6 +304,18 @@ class CheckpointStore:
         self._delete_shared(referenced, set(), sweep_orphans=not others_in_progress)
 
     @_locked
+    def remove_incomplete(self) -> list[int]:
+        """Remove every ``chk-<n>`` directory without a complete ``_metadata``: what tasks of an
+        aborted checkpoint wrote, possibly after the abort removed it. Only for a job that is no
+        longer running. Returns the ids removed."""
+        ids = _chk_ids(self.job_access)
+        complete = self._complete(ids)
+        gone = [i for i in ids if i not in complete]
+        for i in gone:
+            self.job_access.delete(self.chk_dir(i))
+        return gone
+
+    @_locked
     def discard_all(self, keep: tuple[str, ...] = ("taskowned",)) -> None:
         """Delete the job's checkpoint directory with every checkpoint in it (a finished job, or a
         cancelled one under DELETE_ON_CANCELLATION). ``keep``: entries owned by the running job's

@@ -383,3 +383,9 @@ class CheckpointCoordinator:
         if discard and self.settings.storage == "filesystem":
             self.store.discard_all()
 
+    def remove_incomplete(self) -> None:
+        """After the job's last Spark job: no task writes any more; the directories of checkpoints
+        that never completed go (a task's upload may have outlived the abort)."""
+        if self.settings.storage == "filesystem" and self.store.job_access.exists():
+            self.store.remove_incomplete()
+

@@ -328,6 +328,11 @@ class Coordinator:
                 self._executor.close()
                 self._remove_local_state()
                 self._remove_leftovers_of_predecessor()
+                if self.checkpoints is not None:
+                    try:
+                        self.checkpoints.remove_incomplete()
+                    except Exception:  # noqa: BLE001 - litter, not state: the job's outcome stands
+                        log.exception("could not remove incomplete checkpoints of job %s", self.job_id)
             if self._lock is not None:
                 self._lock.release()  # the lock file stays until the durable files go at exit
             self._final_progress()
