@@ -518,10 +518,10 @@ def restore_native(path: str, files: list[RestoredFile], options: dict) -> None:
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
     parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
+    private_files.makedirs(parent)
     staging = path + ".restore"
     shutil.rmtree(staging, ignore_errors=True)
-    os.makedirs(staging)
+    private_files.makedirs(staging)
     try:
         for f in files:
             for uri, local_name, size, sha256 in f.files:

@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowpoint import private_files
 from flowpoint.api.row import Row
 from flowpoint.api.state import (
     AggregatingState,
@@ -365,7 +366,7 @@ class RocksDBKeyedStateBackend:
 
         timeout = self.lock_timeout if timeout is None else timeout
         parent = os.path.dirname(os.path.abspath(self.db_path))
-        os.makedirs(parent, exist_ok=True)
+        private_files.makedirs(parent)
         options = _options()
         deadline = time.monotonic() + timeout
         delay = 0.01
@@ -929,11 +930,12 @@ class RocksDBKeyedStateBackend:
         if os.path.exists(target_dir):
             msg = f"checkpoint directory {target_dir} already exists"
             raise StateAccessError(msg)
-        os.makedirs(os.path.dirname(os.path.abspath(target_dir)), exist_ok=True)
+        private_files.makedirs(os.path.dirname(os.path.abspath(target_dir)))
         if self._unflushed:
             db.flush(True)
             self._unflushed = False
         Checkpoint(db).create_checkpoint(target_dir)
+        os.chmod(target_dir, private_files.DIR_MODE)  # RocksDB creates it with the umask's mode
         return sorted((name, os.path.getsize(os.path.join(target_dir, name))) for name in os.listdir(target_dir))
 
     @staticmethod
@@ -951,7 +953,7 @@ class RocksDBKeyedStateBackend:
             shutil.rmtree(db_path)
         tmp = db_path.rstrip(os.sep) + ".restoring"
         shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
+        private_files.makedirs(tmp)
         for name in os.listdir(source_dir):
             src = os.path.join(source_dir, name)
             dst = os.path.join(tmp, name)
