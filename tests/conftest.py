@@ -59,3 +59,16 @@ def make_env(spark, tmp_path):
         return build_env(spark, tmp_path / "working", parallelism, max_records, **config)
 
     return factory
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """One embedded Tansu broker (memory storage, loopback, free port) for the whole run; tests
+    create topics of their own names on it (``kafka_broker.create_topic(name, partitions)``)."""
+    pytest.importorskip("confluent_kafka")
+    from flowpoint.connectors.kafka.broker import EmbeddedKafka
+
+    broker = EmbeddedKafka(log_dir=str(tmp_path_factory.mktemp("tansu")))
+    broker.start()
+    yield broker
+    broker.stop()
