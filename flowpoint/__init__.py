@@ -114,6 +114,14 @@ from flowpoint.connectors.files import (
     FileSource,
     StreamFormat,
 )
+from flowpoint.connectors.kafka import (
+    JsonRowDeserializationSchema,
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaSource,
+    KafkaTopicPartition,
+    SimpleStringSchema,
+)
 from flowpoint.connectors.sinks import CollectSink, PrintSink, Sink
 from flowpoint.errors import ConfigurationError, FlowpointError
 from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus
@@ -146,4 +154,6 @@ __all__ = [
     "BroadcastProcessFunction", "BroadcastState", "BroadcastStream", "CheckpointedFunction",
     "FunctionInitializationContext", "FunctionSnapshotContext", "KeyedBroadcastProcessFunction",
     "OperatorStateStore", "ReadOnlyBroadcastState",
+    "JsonRowDeserializationSchema", "KafkaOffsetResetStrategy", "KafkaOffsetsInitializer", "KafkaSource",
+    "KafkaTopicPartition", "SimpleStringSchema",
 ]

@@ -48,6 +48,15 @@ class TimestampedBatch:
     timestamps: list
 
 
+@dataclass(frozen=True)
+class SourceMetric:
+    """A counter a reader adds to the source operator's metrics (e.g. records it skipped);
+    reported as ``<source name>.<name>`` with the epoch's other metrics."""
+
+    name: str
+    n: int
+
+
 class SourceReader(ABC):
     """Executor side: reads one split between two positions."""
 
@@ -166,6 +175,11 @@ class Source(ABC):
     def decode_position(self, split_id: str, data: Any) -> tuple[SourceSplit, Any]:
         """``(split, position)`` from :meth:`encode_position`'s data."""
         return SourceSplit(split_id, data["payload"], data["start"]), data["position"]
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[tuple[SourceSplit, Any]]) -> None:
+        """Checkpoint ``checkpoint_id`` completed with these ``(split, position)`` at its cut
+        (e.g. the Kafka source commits the offsets to its consumer group for monitoring).
+        Runs on the driver; an error here fails nothing, the source should log it."""
 
     def default_name(self) -> str:
         return type(self).__name__

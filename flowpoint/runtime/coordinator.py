@@ -607,6 +607,10 @@ class Coordinator:
             self.backoff.on_success(now_ms())
             for node in self.graph.sinks():
                 node.t.sink.notify_checkpoint_complete(meta.checkpoint_id)
+            for node in self.graph.sources():
+                source = node.t.source
+                cut = [source.decode_position(sp.split_id, sp.position) for sp in meta.sources if sp.source_uid == node.uid]
+                source.notify_checkpoint_complete(meta.checkpoint_id, cut)
         if self.epoch > self._checkpointed_epoch and cp.due():
             sources = [split_position(st.node, st.index, st.split, st.position, st.finished) for states in self.splits.values() for st in states]
             sinks = {n.uid: n.t.sink.snapshot_driver_state() for n in self.graph.sinks()}

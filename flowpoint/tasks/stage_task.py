@@ -17,7 +17,7 @@ from flowpoint.api.operator_state import (
 )
 from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK
 from flowpoint.api.watermarks import Watermark
-from flowpoint.connectors.source import TimestampedBatch
+from flowpoint.connectors.source import SourceMetric, TimestampedBatch
 from flowpoint.errors import FlowpointError
 from flowpoint.state.backend import partition_backend
 from flowpoint.state.working import TaskState
@@ -258,6 +258,8 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
                             head.process(origin, data.records, data.timestamps)
                         elif isinstance(data, Watermark):
                             head.process_watermark(origin, data.timestamp)
+                        elif isinstance(data, SourceMetric):
+                            head.count(data.name, data.n)
                         else:
                             ack.records_in += num_records(data)
                             head.process(origin, data)

@@ -1,5 +1,38 @@
-"""Kafka connector: the embedded Tansu broker (broker.py) and the replayable KafkaSource."""
+"""Kafka connector: the replayable ``KafkaSource`` (PyFlink's names) and the embedded Tansu
+broker (``EmbeddedKafka``). See docs/kafka.md."""
 
 from flowpoint.connectors.kafka.broker import BrokerStartError, EmbeddedKafka
+from flowpoint.connectors.kafka.deserialization import (
+    DeserializationSchema,
+    JsonRowDeserializationSchema,
+    SerializationSchema,
+    SimpleStringSchema,
+)
+from flowpoint.connectors.kafka.errors import (
+    KafkaDeserializationError,
+    KafkaError,
+    KafkaOffsetOutOfRangeError,
+    KafkaReadTimeoutError,
+    KafkaUnreachableError,
+)
+from flowpoint.connectors.kafka.offsets import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaTopicPartition
+from flowpoint.connectors.kafka.source import KafkaSource, KafkaSourceBuilder
 
-__all__ = ["BrokerStartError", "EmbeddedKafka"]
+__all__ = [
+    "BrokerStartError",
+    "DeserializationSchema",
+    "EmbeddedKafka",
+    "JsonRowDeserializationSchema",
+    "KafkaDeserializationError",
+    "KafkaError",
+    "KafkaOffsetOutOfRangeError",
+    "KafkaOffsetResetStrategy",
+    "KafkaOffsetsInitializer",
+    "KafkaReadTimeoutError",
+    "KafkaSource",
+    "KafkaSourceBuilder",
+    "KafkaTopicPartition",
+    "KafkaUnreachableError",
+    "SerializationSchema",
+    "SimpleStringSchema",
+]

@@ -1,0 +1,125 @@
+"""Executor side of the Kafka source: read exactly one planned offset range of one partition.
+
+The driver planned ``[start, end)``; the task assigns the partition at ``start`` (no consumer
+group, no subscription) and reads until the first offset at or past ``end``, so a retried or
+recomputed task reads the same records. Offsets in the range that hold no record for the
+consumer (transaction markers, compacted records) are passed over: the range ends when the
+consumer's position or the partition's end reaches ``end``. One consumer per configuration is
+kept per Python worker and reused by its tasks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from flowpoint.connectors.kafka.deserialization import DeserializationSchema
+from flowpoint.connectors.kafka.errors import KafkaDeserializationError, KafkaReadTimeoutError
+from flowpoint.connectors.source import SourceMetric, SourceReader, SourceSplit, TimestampedBatch
+
+BATCH = 10_000
+SKIPPED_METRIC = "numRecordsSkippedDeserialization"
+
+_READER_OVERRIDES = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    "auto.offset.reset": "error",
+}
+_consumers: dict[tuple, Any] = {}
+
+
+def _consumer(config: dict):
+    key = tuple(sorted((k, str(v)) for k, v in config.items()))
+    c = _consumers.get(key)
+    if c is None:
+        from confluent_kafka import Consumer
+
+        conf = dict(config)
+        conf.setdefault("group.id", "flowpoint-kafka-source")
+        conf.setdefault("log_level", 2)
+        conf.update(_READER_OVERRIDES)
+        c = _consumers[key] = Consumer(conf)
+    return c
+
+
+class KafkaSourceReader(SourceReader):
+    def __init__(self, client_config: dict, deserializer: DeserializationSchema, skip_errors: bool, timeout_s: float):
+        self.client_config = dict(client_config)
+        self.deserializer = deserializer
+        self.skip_errors = skip_errors or bool(getattr(deserializer, "ignore_parse_errors", False))
+        self.timeout_s = timeout_s
+
+    def read(self, split: SourceSplit, spec: Any) -> Iterator[Any]:
+        from confluent_kafka import KafkaError, TopicPartition
+
+        topic, partition, start, end = spec
+        if end <= start:
+            return
+        c = _consumer(self.client_config)
+        tp = TopicPartition(topic, partition, start)
+        c.assign([tp])
+        deserialize = self.deserializer.deserialize
+        records: list = []
+        stamps: list = []
+        skipped = 0
+        next_offset = start
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while next_offset < end:
+                msgs = c.consume(min(BATCH, end - next_offset), 0.2)
+                if not msgs:
+                    pos = c.position([TopicPartition(topic, partition)])[0].offset
+                    if pos >= end:
+                        break
+                    if time.monotonic() > deadline:
+                        msg = (
+                            f"Kafka partition {topic}-{partition}: offsets {next_offset}..{end - 1} of the planned "
+                            f"range {start}..{end - 1} were not read within {self.timeout_s:g}s from "
+                            f"{self.client_config.get('bootstrap.servers')}; the task is retried"
+                        )
+                        raise KafkaReadTimeoutError(msg)
+                    continue
+                deadline = time.monotonic() + self.timeout_s
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            if m.offset() >= end:
+                                next_offset = end
+                                break
+                            continue
+                        msg = f"Kafka partition {topic}-{partition} at offset {next_offset} (range {start}..{end - 1}): {err}"
+                        raise KafkaReadTimeoutError(msg)
+                    off = m.offset()
+                    if off >= end:
+                        next_offset = end
+                        break
+                    if off < next_offset:
+                        continue
+                    next_offset = off + 1
+                    try:
+                        value = deserialize(m.value())
+                    except Exception as e:  # noqa: BLE001 - any failure of the user's schema
+                        if self.skip_errors:
+                            skipped += 1
+                            continue
+                        msg = (
+                            f"Kafka record at topic {topic!r}, partition {partition}, offset {off} cannot be read by "
+                            f"{type(self.deserializer).__name__}: {type(e).__name__}: {e}. Value: {m.value()!r:.120}. "
+                            f"Fix the producer or the schema, or skip such records with the source property "
+                            f"deserialization.skip-errors=true (they are counted in the metric {SKIPPED_METRIC})"
+                        )
+                        raise KafkaDeserializationError(msg, topic, partition, off) from None
+                    records.append(value)
+                    stamps.append(m.timestamp()[1])
+                if len(records) >= BATCH:
+                    yield TimestampedBatch(records, stamps)
+                    records, stamps = [], []
+        finally:
+            c.unassign()
+        if records:
+            yield TimestampedBatch(records, stamps)
+        if skipped:
+            yield SourceMetric(SKIPPED_METRIC, skipped)
