@@ -361,8 +361,28 @@ class KafkaSourceBuilder:
         for key in self._properties:
             if key in _JAVA_ONLY:
                 log.info("KafkaSource: property %s is a Java client setting; flowpoint's client ignores it", key)
-        return KafkaSource(self._bootstrap, self._topics, self._pattern, self._group_id, self._starting,
-                           self._stopping, self._deserializer, self._properties)
+        source = KafkaSource(self._bootstrap, self._topics, self._pattern, self._group_id, self._starting,
+                             self._stopping, self._deserializer, self._properties)
+        _check_client_config(source.client_config)
+        return source
+
+
+def _check_client_config(config: dict) -> None:
+    """A consumer built from ``config`` (no connection is made): a property librdkafka does not
+    know or a bad value fails here, at build(), naming it."""
+    from confluent_kafka import Consumer, KafkaException
+
+    conf = dict(config)
+    conf.setdefault("group.id", "flowpoint-kafka-source")
+    try:
+        Consumer(conf).close()
+    except KafkaException as e:
+        msg = (
+            f"KafkaSource: the Kafka client refused its properties: {e.args[0].str() if e.args else e}. Properties other than "
+            f"{', '.join(sorted(_FLOWPOINT_PROPERTIES))} go to confluent_kafka (librdkafka's names: "
+            f"https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md)"
+        )
+        raise KafkaConfigurationError(msg) from None
 
 
 def _initializer(init: Any, where: str) -> KafkaOffsetsInitializer:
