@@ -157,7 +157,7 @@ class EmbeddedKafka:
         if process is not None and process.poll() is None:
             try:
                 os.kill(process.pid, signal.SIGTERM)
-                process.wait(timeout=10)
+                process.wait(timeout=2)  # memory storage: nothing to flush, no reason to wait long
             except subprocess.TimeoutExpired:
                 os.kill(process.pid, signal.SIGKILL)
                 process.wait(timeout=10)
