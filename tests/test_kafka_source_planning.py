@@ -313,3 +313,50 @@ def test_committed_offsets_on_checkpoint_completion(kafka_broker):
     off = build(kafka_broker, topic, group=group, props={"commit.offsets.on.checkpoint": "false"})
     off.notify_checkpoint_complete(4, [(splits[0], 6), (splits[1], 10)])
     assert committed(kafka_broker.bootstrap_servers, group, topic, 2) == {0: 5, 1: 9}
+
+
+class StubView:
+    """The driver's broker view with offsets set by the test (``marks``: partition -> (low, high))."""
+
+    def __init__(self, marks):
+        self.marks = marks
+
+    def watermarks(self, tps):
+        return {tp: self.marks[tp] for tp in tps if tp in self.marks}
+
+
+def test_a_deleted_topic_pauses_its_partitions_and_a_recreated_one_follows_auto_offset_reset(caplog):
+    """Without a broker: on Tansu, deleting a topic a consumer fetched from crashes that
+    consumer's next metadata request (docs/kafka.md, Broker gaps), so this is planned against
+    offsets the test sets."""
+    from flowpoint.connectors.source import SourceSplit
+
+    src = (KafkaSource.builder().set_bootstrap_servers("127.0.0.1:1").set_topics("t")
+           .set_value_only_deserializer(SimpleStringSchema()).build())
+    tp = KafkaTopicPartition("t", 0)
+    split = SourceSplit("t-0", {"topic": "t", "partition": 0, "stop": None}, 0)
+    src._view = StubView({tp: (0, 5)})
+    assert src.plan(split, 0, 100, 0.0).end == 5
+    src._view.marks = {}  # deleted
+    src._watermarks_at = 0.0
+    with caplog.at_level("WARNING", logger="flowpoint.connectors.kafka.source"):
+        plan = src.plan(split, 5, 100, 0.0)
+        assert (plan.end, plan.records, plan.finished) == (5, 0, False)
+        assert "partition t-0 is gone" in caplog.text
+        src._view.marks = {tp: (0, 2)}  # created again, 2 records
+        src._watermarks_at = 0.0
+        plan = src.plan(split, 5, 100, 0.0)
+        assert (plan.end, plan.finished) == (2, False) and plan.records >= 1
+        assert src.read_spec(split, 5, plan.end) == ("t", 0, 0, 2)  # read from the reset start
+        assert "t-0: offset 5 is above the high watermark 2" in caplog.text
+        assert "auto.offset.reset=earliest moves it to offset 0" in caplog.text
+    latest = (KafkaSource.builder().set_bootstrap_servers("127.0.0.1:1").set_topics("t").set_property("auto.offset.reset", "latest")
+              .set_value_only_deserializer(SimpleStringSchema()).build())
+    latest._view = StubView({tp: (20, 30)})  # retention removed offsets below 20
+    plan = latest.plan(split, 5, 100, 0.0)
+    assert plan.end == 30 and latest.read_spec(split, 5, 30) == ("t", 0, 30, 30)
+    bounded = (KafkaSource.builder().set_bootstrap_servers("127.0.0.1:1").set_topics("t")
+               .set_value_only_deserializer(SimpleStringSchema()).set_bounded(KafkaOffsetsInitializer.latest()).build())
+    bounded._view = StubView({})
+    stopped = SourceSplit("t-0", {"topic": "t", "partition": 0, "stop": 9}, 0)
+    assert bounded.plan(stopped, 3, 100, 0.0).finished  # a vanished partition ends a bounded read
