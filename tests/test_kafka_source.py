@@ -179,6 +179,39 @@ def test_a_topic_with_fewer_partitions_than_source_parallelism(kafka_broker, mak
     assert sorted(sink.results) == expected_outputs(600)
 
 
+class KillWorkerOnce:
+    """A map that kills its Python worker (os._exit) at ``value`` the first time: Spark retries
+    the task, which reads its planned offset ranges again."""
+
+    def __init__(self, value: int, flag: str):
+        self.value, self.flag = value, flag
+
+    def __call__(self, text: str) -> int:
+        v = int(text)
+        if v == self.value and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            os._exit(1)
+        return v
+
+
+@pytest.mark.slow
+def test_a_killed_python_worker_rereads_the_same_ranges(kafka_broker, make_env, tmp_path):
+    topic = counted_topic(kafka_broker, 4)
+    env = checkpointing_env(make_env, tmp_path, 2, "hashmap")
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    flag = str(tmp_path / "killed")
+    sink = CollectSink()
+    (
+        env.from_source(source(kafka_broker, topic), None, "kafka").uid("kafka")
+        .map(KillWorkerOnce(record(700), flag))
+        .key_by(key_of).process(Counting()).uid("counting").sink_to(sink).uid("collect")
+    )
+    result = env.execute("kafka count, a worker killed")
+    assert os.path.exists(flag), "the worker was never killed"
+    assert state_of(result) == expected_state(EVENTS)
+    assert sorted(sink.results) == expected_outputs(EVENTS)
+
+
 @pytest.mark.slow
 def test_driver_killed_then_resume_continues_each_partition_from_the_latest_checkpoint(kafka_broker, tmp_path):
     """kill -9 of the driver mid-run, then ``flowpoint run --resume``: the counts are exact, so
