@@ -607,8 +607,12 @@ class Coordinator:
             self.backoff.on_success(now_ms())
             for node in self.graph.sinks():
                 node.t.sink.notify_checkpoint_complete(meta.checkpoint_id)
+            from flowpoint.connectors.source import Source as SourceBase
+
             for node in self.graph.sources():
                 source = node.t.source
+                if type(source).notify_checkpoint_complete is SourceBase.notify_checkpoint_complete:
+                    continue  # sources that do not listen cost nothing (no positions decoded)
                 cut = [source.decode_position(sp.split_id, sp.position) for sp in meta.sources if sp.source_uid == node.uid]
                 source.notify_checkpoint_complete(meta.checkpoint_id, cut)
         if self.epoch > self._checkpointed_epoch and cp.due():
