@@ -81,6 +81,38 @@ def test_bounded_read_of_every_partition_in_offset_order(kafka_broker, make_env)
     assert max(n for _, n, _ in epochs) <= 50, "an epoch read more than execution.epoch.max-records"
 
 
+@pytest.mark.slow
+def test_a_topic_matching_the_pattern_is_discovered_while_the_job_runs(kafka_broker, make_env):
+    prefix = topic_name("pat")
+    kafka_broker.create_topic(prefix + "-a", 1)
+    produce(kafka_broker.bootstrap_servers, prefix + "-a", [f"a{i}" for i in range(50)])
+    src = source(kafka_broker, "^" + prefix.replace("-", r"\-") + r"\-.*", bounded=False,
+                 **{"partition.discovery.interval.ms": "200"})
+    env = make_env(parallelism=2, max_records=100)
+    sink = CollectSink()
+    env.from_source(src, None, "kafka").sink_to(sink)
+    client = env.execute_async("discovery")
+
+    def wait_for(n):
+        deadline = time.monotonic() + 60
+        while client._coordinator.records_read < n and time.monotonic() < deadline and not client.is_done():
+            time.sleep(0.05)
+        return client._coordinator.records_read
+
+    try:
+        assert wait_for(50) == 50
+        kafka_broker.create_topic(prefix + "-b", 2)
+        produce(kafka_broker.bootstrap_servers, prefix + "-b", [f"b{i}" for i in range(30)], partitions=2)
+        assert wait_for(80) == 80
+        splits = sorted(st.split.split_id for st in client._coordinator.splits[next(iter(client._coordinator.splits))])
+        assert splits == [prefix + "-a-0", prefix + "-b-0", prefix + "-b-1"]
+    finally:
+        client.cancel()
+        with pytest.raises(Exception):
+            client.wait(60)
+    assert sorted(sink.results) == sorted([f"a{i}" for i in range(50)] + [f"b{i}" for i in range(30)])
+
+
 # -- exactly once through failures, restores and rescaling ----------------------------------------
 
 EVENTS = 1_200
