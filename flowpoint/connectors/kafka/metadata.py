@@ -55,6 +55,9 @@ class BrokerView:
             conf = dict(self.client_config)
             conf.setdefault("group.id", self.group_id or "flowpoint-kafka-source")
             conf.setdefault("log_level", 2)  # librdkafka's connection chatter stays off stderr
+            # a fetch the broker holds open (fetch.wait.max.ms, 500 by default) delays every later
+            # request on the connection: after one probe, each ListOffsets took 0.5 s on Tansu
+            conf.setdefault("fetch.wait.max.ms", 10)
             conf.update(_DRIVER_OVERRIDES)
             self._consumer = Consumer(conf)
         return self._consumer
@@ -128,7 +131,7 @@ class BrokerView:
             deadline = time.monotonic() + min(self.timeout_s, 5.0)
             try:
                 while pending and time.monotonic() < deadline:
-                    for m in c.consume(1000, 0.05):
+                    for m in c.consume(1000, 0.01):
                         key = (m.topic(), m.partition())
                         tp = KafkaTopicPartition(*key)
                         err = m.error()

@@ -39,6 +39,9 @@ def _consumer(config: dict):
         conf = dict(config)
         conf.setdefault("group.id", "flowpoint-kafka-source")
         conf.setdefault("log_level", 2)
+        # ranges are planned up to records that exist: a long-held fetch only delays the next
+        # task's requests on this consumer's connection (see metadata.py)
+        conf.setdefault("fetch.wait.max.ms", 10)
         conf.update(_READER_OVERRIDES)
         c = _consumers[key] = Consumer(conf)
     return c
