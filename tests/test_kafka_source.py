@@ -150,7 +150,7 @@ def checkpointing_env(make_env, tmp_path, parallelism, backend="hashmap", max_re
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("parallelism", "backend"), [(1, "rocksdb"), (3, "hashmap")])
+@pytest.mark.parametrize(("parallelism", "backend"), [(1, "hashmap"), (1, "rocksdb"), (3, "hashmap"), (3, "rocksdb")])
 def test_keyed_count_is_exact_after_a_failure_and_restart(kafka_broker, make_env, tmp_path, parallelism, backend):
     """4 partitions; a record fails every task attempt until the job restarts from its last
     checkpoint: each partition resumes at the checkpoint's offset, no record lost or counted twice."""
