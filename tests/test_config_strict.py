@@ -174,7 +174,7 @@ def test_every_key_flowpoint_reads_is_known():
     """Strict -D refuses unknown keys, so a key that flowpoint's own code reads must be known
     (declared in flowpoint.api.config.OPTIONS or ALIASES)."""
     root = os.path.dirname(flowpoint.__file__)
-    pattern = re.compile(r"""(?:config|configuration|conf|_config)\.get\(\s*["']([a-z0-9][a-z0-9_.-]*)["']""")
+    pattern = re.compile(r"""(?<![A-Za-z0-9_])(?:config|configuration|conf|_config)\.get\(\s*["']([a-z0-9][a-z0-9_.-]*)["']""")
     read: dict[str, str] = {}
     for dirpath, _, files in os.walk(root):
         for name in files:

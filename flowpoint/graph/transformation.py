@@ -62,9 +62,30 @@ class Transformation:
         return f"<{self.kind} {self.name!r} #{self.id}>"
 
 
+_WHERE = "__flowpoint_where__"
+
+
+def remember_where(function: Any) -> None:
+    """Stamp a user function with its ``name at file:line``, on the driver, before it is pickled:
+    cloudpickle >= 3.1 replaces the file of code it pickles by value with ``<dynamic-code>``, so an
+    executor could no longer name the user's file in an error message."""
+    fn = unwrap(function)
+    holder = getattr(fn, "__func__", fn)  # a bound method: its function carries the stamp
+    if getattr(holder, _WHERE, None) is not None:
+        return
+    where = describe_function(fn)
+    try:
+        object.__setattr__(holder, _WHERE, where)
+    except (AttributeError, TypeError):  # builtins, __slots__ classes: described where they run
+        pass
+
+
 def describe_function(function: Any) -> str:
     """A user function as ``name at file:line`` (lambdas, functions, methods and class instances)."""
     fn = unwrap(function)
+    stamped = getattr(getattr(fn, "__func__", fn), _WHERE, None)
+    if isinstance(stamped, str):
+        return stamped
     target = fn
     if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
         target = type(fn)

@@ -11,7 +11,7 @@ import cloudpickle
 
 from flowpoint.api.functions import unwrap
 from flowpoint.errors import SerializationError, StateAccessError
-from flowpoint.graph.transformation import describe_function
+from flowpoint.graph.transformation import describe_function, remember_where
 
 if TYPE_CHECKING:
     from flowpoint.graph.jobgraph import Node
@@ -29,6 +29,8 @@ def check_serializable(node: Node, key_selectors: Iterable[Any] = ()) -> None:
     for what, obj in objects:
         if obj is None:
             continue
+        if what != "sink":
+            remember_where(obj)
         try:
             cloudpickle.dumps(obj)
         except Exception as e:  # noqa: BLE001 - any pickling failure is reported the same way
