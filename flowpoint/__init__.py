@@ -115,7 +115,10 @@ from flowpoint.connectors.files import (
     StreamFormat,
 )
 from flowpoint.connectors.kafka import (
+    DeliveryGuarantee,
     JsonRowDeserializationSchema,
+    KafkaRecordSerializationSchema,
+    KafkaSink,
     KafkaOffsetResetStrategy,
     KafkaOffsetsInitializer,
     KafkaSource,
@@ -155,5 +158,5 @@ __all__ = [
     "FunctionInitializationContext", "FunctionSnapshotContext", "KeyedBroadcastProcessFunction",
     "OperatorStateStore", "ReadOnlyBroadcastState",
     "JsonRowDeserializationSchema", "KafkaOffsetResetStrategy", "KafkaOffsetsInitializer", "KafkaSource",
-    "KafkaTopicPartition", "SimpleStringSchema",
+    "KafkaTopicPartition", "SimpleStringSchema", "DeliveryGuarantee", "KafkaRecordSerializationSchema", "KafkaSink",
 ]

@@ -36,6 +36,10 @@ class Sink(ABC):
     @abstractmethod
     def create_writer(self, subtask_index: int, parallelism: int, context: Any) -> SinkWriter: ...
 
+    def on_job_start(self, checkpoint_interval_ms: int | None) -> None:  # noqa: B027
+        """Driver side, before the first epoch (``None``: checkpointing is off); raise a
+        ConfigurationError to refuse a setting the sink cannot work with."""
+
     def on_epoch_committed(self, epoch: int, payloads: list[tuple[int, Any]], parallelism: int) -> None:  # noqa: B027
         """Driver side, after epoch ``epoch`` committed: ``payloads`` is ``[(subtask, payload)]``."""
 

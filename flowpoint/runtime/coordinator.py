@@ -278,6 +278,8 @@ class Coordinator:
             params = self.env.get_config().get_global_job_parameters()
             self.settings = resolve_checkpoint_settings(self.env)
             self.backoff = resolve_restart_backoff(self.env, self.settings.enabled)
+            for node in self.graph.sinks():
+                node.t.sink.on_job_start(self.settings.interval_ms if self.settings.enabled else None)
             from flowpoint.api.storage_options import storage_options
 
             self.storage_options = storage_options(self.config)
@@ -322,8 +324,13 @@ class Coordinator:
             for node in self.graph.sinks():
                 try:
                     node.t.sink.on_job_end(self.status.value)
-                except Exception:  # noqa: BLE001
-                    log.exception("sink %s failed at job end", node.name)
+                except Exception as e:  # noqa: BLE001
+                    if self.status is JobStatus.FINISHED and isinstance(e, FlowpointError):
+                        # a sink that could not make the job's last output final (a transaction
+                        # that did not commit): the job did not finish what it promised
+                        self.status, self.failure = JobStatus.FAILED, e
+                    else:
+                        log.exception("sink %s failed at job end", node.name)
             if self._executor is not None:
                 self._executor.close()
                 self._remove_local_state()

@@ -16,10 +16,18 @@ from flowpoint.connectors.kafka.errors import (
     KafkaUnreachableError,
 )
 from flowpoint.connectors.kafka.offsets import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaTopicPartition
+from flowpoint.connectors.kafka.sink import (
+    DeliveryGuarantee,
+    KafkaRecordSerializationSchema,
+    KafkaRecordSerializationSchemaBuilder,
+    KafkaSink,
+    KafkaSinkBuilder,
+)
 from flowpoint.connectors.kafka.source import KafkaSource, KafkaSourceBuilder
 
 __all__ = [
     "BrokerStartError",
+    "DeliveryGuarantee",
     "DeserializationSchema",
     "EmbeddedKafka",
     "JsonRowDeserializationSchema",
@@ -29,6 +37,10 @@ __all__ = [
     "KafkaOffsetResetStrategy",
     "KafkaOffsetsInitializer",
     "KafkaReadTimeoutError",
+    "KafkaRecordSerializationSchema",
+    "KafkaRecordSerializationSchemaBuilder",
+    "KafkaSink",
+    "KafkaSinkBuilder",
     "KafkaSource",
     "KafkaSourceBuilder",
     "KafkaTopicPartition",
