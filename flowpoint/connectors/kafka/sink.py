@@ -212,6 +212,7 @@ class KafkaSink(Sink):
     def on_job_start(self, checkpoint_interval_ms: int | None) -> None:
         if self.delivery_guarantee is not DeliveryGuarantee.EXACTLY_ONCE:
             return
+        self.restore_driver_state(None)  # a fresh start; a restore, which comes after this, replaces it
         timeout = self.transaction_timeout_ms
         if checkpoint_interval_ms is not None and timeout <= checkpoint_interval_ms:
             msg = (
