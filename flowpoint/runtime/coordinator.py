@@ -529,6 +529,10 @@ class Coordinator:
                 planned += plan.records
         return reads, new_positions, planned
 
+    def _split_finished(self, key: tuple[int, int]) -> bool:
+        node_id, index = key
+        return any(st.finished for st in self.splits.get(node_id, ()) if st.index == index)
+
     def _all_finished(self, new_positions: dict | None = None) -> bool:
         for states in self.splits.values():
             for st in states:
@@ -559,8 +563,9 @@ class Coordinator:
             if planned == 0 and not last and not idle_epoch_due and not (self.checkpoints and self.checkpoints.sync_request()):
                 self._cancel.wait(idle_s)
                 continue
-            if planned == 0 and last and self.epoch > 0:
-                break
+            newly_finished = any(fin and not self._split_finished(key) for key, (_, fin) in new_positions.items())
+            if planned == 0 and last and self.epoch > 0 and not newly_finished:
+                break  # (a split that finishes only now still gets an epoch: it carries its final watermark)
             last_epoch_at = time.monotonic()
             self._run_epoch(reads, new_positions, last, planned, compaction_bytes)
             if last:

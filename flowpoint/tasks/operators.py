@@ -48,7 +48,10 @@ class Operator:
       a list of ``(key, value)`` pairs) or a ``pyarrow.RecordBatch``; ``ts`` is ``None`` (the
       stream has no timestamps) or a list of event timestamps (int ms) parallel to ``data``.
     * ``process_watermark(origin, wm)``: the operator's input watermark advanced to ``wm``
-      (already the minimum over its input channels; ``MAX_WATERMARK`` at the end of input).
+      (``MAX_WATERMARK`` at the end of input). After an exchange it is already the minimum
+      over the input channels; in a source stage each split is a channel of its own (the
+      origin's split index names it, see ``channel_of``) whose watermarks travel separately
+      to the exchange, so a split that moves to another task keeps its watermark.
     * ``process_watermark_status(origin, idle)``: every input channel went idle, or one came
       back (idle inputs do not hold the watermark back; DESIGN section 8).
     * ``advance_processing_time(now)``: once per epoch, before any input, with the epoch's
@@ -67,6 +70,10 @@ class Operator:
         self.watermark = MIN_WATERMARK
         self.processing_time = 0
         self.metrics: dict[str, int] = {}
+        # in a source stage: origin -> watermark channel (one per split), and each channel's
+        # watermark this epoch (set by the chain); elsewhere None: one channel
+        self.channel_of: Any = None
+        self.channel_marks: dict[str, int] = {}
 
     def emit(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         if num_records(data) == 0:
@@ -99,8 +106,18 @@ class Operator:
         raise NotImplementedError
 
     def process_watermark(self, origin: tuple, wm: int) -> None:
-        if wm > self.watermark:
-            self.watermark = wm
+        if self.channel_of is None:
+            if wm > self.watermark:
+                self.watermark = wm
+                self.emit_watermark(origin, wm)
+            return
+        # per split: another split's watermark, higher or lower, is not this one's
+        channel = self.channel_of(origin)
+        if wm > self.channel_marks.get(channel, MIN_WATERMARK):
+            self.channel_marks[channel] = wm
+            low = min(self.channel_marks.values())
+            if low > self.watermark:
+                self.watermark = low
             self.emit_watermark(origin, wm)
 
     def process_watermark_status(self, origin: tuple, idle: bool) -> None:

@@ -73,9 +73,14 @@ class ChainRuntime:
                 self.writers.append((e.edge_id, w))
                 op.outputs.append(w)
         self.timestamp_ops = [op for op in self.ops.values() if isinstance(op, TimestampsOp)]
+        self.split_channel_ops: list[Operator] = []
         namer = _channel_namer(source_uid, plan.head_uid, partition)
         for op in self.timestamp_ops:
             op.channel_of = namer
+        if source_uid is not None:  # the operators after the source keep watermarks per split
+            self.split_channel_ops = [op for op in self.ops.values() if not isinstance(op, (TimestampsOp, SourceOp))]
+            for op in self.split_channel_ops:
+                op.channel_of = namer
         self.operator_states: dict[str, OperatorStateStore] = {}
         for nid in plan.order:  # initialize_state, then open, after wiring, in order, as Flink does
             op_spec = plan.ops[nid]
@@ -159,7 +164,10 @@ class ChainRuntime:
             start = inputs.watermark
         else:
             prefix = f"s:{self.plan.head_uid}:"
-            start = min((spec.watermarks.get(prefix + str(i), (MIN_WATERMARK, False))[0] for i in splits), default=MIN_WATERMARK)
+            marks = {prefix + str(i): spec.watermarks.get(prefix + str(i), (MIN_WATERMARK, False))[0] for i in splits}
+            start = min(marks.values(), default=MIN_WATERMARK)
+            for op in self.split_channel_ops:
+                op.channel_marks = dict(marks)
         for op in self.ops.values():
             if start > op.watermark and not isinstance(op, (TimestampsOp, SourceOp)):
                 op.watermark = start  # the epoch that reached it fired what it had to
