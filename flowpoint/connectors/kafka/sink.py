@@ -343,17 +343,18 @@ class KafkaSink(Sink):
         from confluent_kafka import KafkaException, Producer
 
         if self._driver_producer is None:
-            conf = dict(self.client_config)
-            conf["transactional.id"] = f"{self.transactional_id_prefix}-0"
-            conf.setdefault("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
-            producer = Producer(conf)
+            producer_conf = dict(self.client_config)
+            producer_conf["transactional.id"] = f"{self.transactional_id_prefix}-0"
+            producer_conf.setdefault("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+            producer = Producer(producer_conf)
             try:
                 producer.init_transactions(self._timeout_s())  # fences an earlier run's producer, aborts its open transaction
             except KafkaException as e:
                 err = e.args[0] if e.args else e
                 msg = (f"KafkaSink {self.transactional_id_prefix!r}: could not start a transactional producer on "
-                       f"{conf.get('bootstrap.servers')} within {self._timeout_s():.0f} s: {getattr(err, 'str', lambda: err)()}. "
+                       f"{producer_conf.get('bootstrap.servers')} within {self._timeout_s():.0f} s: {getattr(err, 'str', lambda: err)()}. "
                        f"Check bootstrap.servers and that the brokers run and support transactions")
+                del producer  # destroy the client now: it would go on reconnecting in the background
                 raise KafkaError(msg) from None
             self._driver_producer = producer
         return self._driver_producer
