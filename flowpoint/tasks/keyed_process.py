@@ -17,7 +17,7 @@ from flowpoint.api.functions import KeyedProcessFunction, TimerService
 from flowpoint.api.time import TimeDomain
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
-from flowpoint.tasks.operators import KeyedOp, user_error
+from flowpoint.tasks.operators import KeyedOp, split_tagged, tagged_indexes, user_error
 from flowpoint.tasks.timers import InternalTimerService
 
 
@@ -45,11 +45,19 @@ class OutputBuffer:
         stamps.append(timestamp)
 
     def flush(self, op: Any, origin: tuple) -> None:
-        """Emit everything through ``op`` (runs with and without timestamps go separately)."""
+        """Emit everything through ``op`` (runs with and without timestamps go separately);
+        ``(output_tag, value)`` outputs go to that side output (PyFlink's idiom)."""
         if self.values:
-            for values, stamps in _runs(self.values, self.timestamps):
-                op.emit(origin, values, stamps)
+            values, timestamps = self.values, self.timestamps
             self.values, self.timestamps = [], []
+            tagged = tagged_indexes(values)
+            if tagged:
+                values, timestamps, side = split_tagged(values, timestamps, tagged)
+                for tag_id, (side_values, side_ts) in side.items():
+                    for v, t in zip(side_values, side_ts, strict=True):  # type: ignore[arg-type]
+                        self.add_side_id(tag_id, v, t)
+            for run_values, stamps in _runs(values, timestamps):
+                op.emit(origin, run_values, stamps)
         if self.side:
             side, self.side = self.side, {}
             for tag_id, (values, stamps) in side.items():

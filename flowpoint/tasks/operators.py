@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from flowpoint.api.functions import OutputTag
 from flowpoint.api.row import Row, get_field
 from flowpoint.api.state import ValueStateDescriptor
 from flowpoint.api.time import MIN_WATERMARK
@@ -80,6 +81,16 @@ class Operator:
             return
         for out in self.outputs:
             out.process(origin, data, ts)
+
+    def emit_routed(self, origin: tuple, values: list, ts: list | None = None) -> None:
+        """Emit a process function's outputs: ``(output_tag, value)`` pairs go to that side
+        output (PyFlink's ``yield output_tag, value``), everything else to the main output."""
+        tagged = tagged_indexes(values)
+        if tagged:
+            values, ts, side = split_tagged(values, ts, tagged)
+            for tag_id, (side_values, side_ts) in side.items():
+                self.emit_side(tag_id, origin, side_values, side_ts)
+        self.emit(origin, values, ts)
 
     def emit_side(self, tag_id: str, origin: tuple, data: Any, ts: list | None = None) -> None:
         targets = self.side_outputs.get(tag_id)
@@ -232,7 +243,7 @@ class ProcessOp(Operator):
         self.records_in += len(rows)
         self.ctx.origin = origin
         out, out_ts = run_per_record(self.spec, self.spec.function.process_element, rows, ts, self.ctx)
-        self.emit(origin, out, out_ts)
+        self.emit_routed(origin, out, out_ts)
 
 
 def run_per_record(spec: Any, f: Any, rows: list, ts: list | None, ctx: Any) -> tuple[list, list | None]:
@@ -255,6 +266,28 @@ def run_per_record(spec: Any, f: Any, rows: list, ts: list | None, ctx: Any) -> 
     except Exception as e:
         raise user_error(spec, e, x) from e
     return out, out_ts
+
+
+def tagged_indexes(values: list) -> list[int]:
+    """Indexes of the ``(output_tag, value)`` pairs among a process function's outputs: PyFlink's
+    way to write to a side output is to yield such a pair."""
+    return [i for i, x in enumerate(values) if type(x) is tuple and len(x) == 2 and isinstance(x[0], OutputTag)]
+
+
+def split_tagged(values: list, stamps: list | None, tagged: list[int]) -> tuple[list, list | None, dict[str, tuple[list, list | None]]]:
+    """``(main values, main stamps, {tag_id: (values, stamps)})`` from outputs where ``tagged``
+    (from :func:`tagged_indexes`, not empty) are ``(output_tag, value)`` pairs."""
+    side: dict[str, tuple[list, list | None]] = {}
+    skip = set(tagged)
+    for i in tagged:
+        tag, value = values[i]
+        sv, st = side.setdefault(tag.tag_id, ([], None if stamps is None else []))
+        sv.append(value)
+        if st is not None:
+            st.append(stamps[i])  # type: ignore[index]
+    main = [x for i, x in enumerate(values) if i not in skip]
+    main_ts = None if stamps is None else [t for i, t in enumerate(stamps) if i not in skip]
+    return main, main_ts, side
 
 
 def _first_failure(spec: Any, e: BaseException, rows: list, f: Any) -> FlowpointError:
