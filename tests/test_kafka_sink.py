@@ -187,6 +187,52 @@ def test_exactly_once_keyed_count_through_a_failure_writes_each_result_once(kafk
     )
 
 
+@pytest.mark.slow
+def test_exactly_once_through_a_savepoint_and_a_restore_at_another_parallelism(kafka_broker, make_env, tmp_path):
+    """A savepoint at parallelism 2, the job cancelled (what it staged since the last commit is
+    never committed), restored from the savepoint at parallelism 3: the output topic holds every
+    result once."""
+    import time
+
+    from flowpoint.errors import JobCancelledError
+
+    src_topic, out_topic, prefix = topic_name("in"), topic_name("out"), topic_name("tx")
+    kafka_broker.create_topic(src_topic, 4)
+    kafka_broker.create_topic(out_topic, 2)
+    produce(kafka_broker.bootstrap_servers, src_topic, [record(i) for i in range(EVENTS)], partitions=4)
+
+    def job(env):
+        env.enable_checkpointing(1)
+        source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap_servers).set_topics(src_topic)
+                  .set_value_only_deserializer(SimpleStringSchema()).set_bounded(KafkaOffsetsInitializer.latest()).build())
+        (env.from_source(source, None, "kafka").uid("kafka")
+         .map(int).key_by(key_of).process(Counting()).uid("counting")
+         .map(lambda kv: f"{kv[0]},{kv[1]}")
+         .sink_to(sink(kafka_broker, out_topic, DeliveryGuarantee.EXACTLY_ONCE, prefix=prefix)).uid("kafka-out"))
+
+    env = make_env(parallelism=2, max_records=60, state_checkpoints_dir=str(tmp_path / "ck"))
+    job(env)
+    client = env.execute_async("kafka exactly once, savepointed")
+    deadline = time.monotonic() + 120
+    while client._coordinator.epoch < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not client.is_done(), "the job ended before the savepoint"
+    path = client.trigger_savepoint(str(tmp_path / "sp"))
+    time.sleep(0.5)  # epochs after the savepoint stage results that must never be committed
+    client.cancel()
+    with pytest.raises(JobCancelledError):
+        client.wait(60)
+    env2 = make_env(parallelism=3, max_records=200, state_checkpoints_dir=str(tmp_path / "ck2"))
+    env2.get_configuration().set("execution.savepoint.path", path)
+    job(env2)
+    env2.execute("kafka exactly once, restored at parallelism 3")
+    got = Counter(values(read_topic(kafka_broker, out_topic, 2)))
+    expected = Counter(f"{k},{n}" for k, n in expected_outputs(EVENTS))
+    assert got == expected, (
+        f"duplicates: {sum((got - expected).values())}, missing: {sum((expected - got).values())}"
+    )
+
+
 # -- the two-phase commit through crashes (driver side, no Spark) ------------------------------
 
 
