@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from flowpoint.checkpoint.integrity import check_bytes, corrupt
 from flowpoint.checkpoint.metadata import (
     METADATA_FILE,
     CheckpointMetadata,
@@ -52,7 +53,6 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
-from flowpoint.checkpoint.integrity import check_bytes, corrupt
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
 from flowpoint.errors import CheckpointError, ConfigurationError, CorruptStateError
 from flowpoint.state.keygroups import assign_to_key_group

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from flowpoint.checkpoint.integrity import verify_sizes
 from flowpoint.checkpoint.metadata import (
     METADATA_FILE,
     CheckpointMetadata,
@@ -34,7 +35,6 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
-from flowpoint.checkpoint.integrity import verify_sizes
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
 from flowpoint.errors import CheckpointError
 

@@ -15,7 +15,11 @@ from flowpoint.connectors.kafka.errors import (
     KafkaReadTimeoutError,
     KafkaUnreachableError,
 )
-from flowpoint.connectors.kafka.offsets import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaTopicPartition
+from flowpoint.connectors.kafka.offsets import (
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaTopicPartition,
+)
 from flowpoint.connectors.kafka.sink import (
     DeliveryGuarantee,
     KafkaRecordSerializationSchema,

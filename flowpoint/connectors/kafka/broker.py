@@ -186,7 +186,7 @@ class EmbeddedKafka:
             f"metadata within {timeout_s}s"
         )
 
-    def __enter__(self) -> "EmbeddedKafka":
+    def __enter__(self) -> EmbeddedKafka:
         self.start()
         return self
 

@@ -33,7 +33,8 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from flowpoint.connectors.kafka.deserialization import SerializationSchema
 from flowpoint.connectors.kafka.errors import KafkaConfigurationError, KafkaError
