@@ -25,6 +25,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from flowpoint.errors import ConfigurationError
@@ -34,6 +35,8 @@ log = logging.getLogger("flowpoint")
 DEFAULT_MASTER = "local[*,4]"  # local[*] with up to 4 attempts per task, so Spark retries failed tasks
 LOOPBACK = "127.0.0.1"
 
+
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 def _python_path() -> str:
     """The driver's import path, so executors' Python workers import the same modules."""
@@ -81,7 +84,8 @@ def session_config(
         "spark.executorEnv.PYTHONPATH": _python_path() if python_path is None else python_path,
         "spark.python.worker.reuse": "true",
         "spark.sql.shuffle.partitions": "8",
-        "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+        # Spark's and Hadoop's log lines go to standard error, never into the job's output
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}",
     }
     if is_local_master(master):
         defaults["spark.driver.bindAddress"] = LOOPBACK
