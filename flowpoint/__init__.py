@@ -14,9 +14,17 @@ from flowpoint.api.checkpointing import (
     ExternalizedCheckpointCleanup,
     ExternalizedCheckpointRetention,
 )
+from flowpoint.api.co_functions import (
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
+    KeyedCoProcessFunction,
+)
 from flowpoint.api.config import Configuration
+from flowpoint.api.connected_streams import ConnectedStreams
 from flowpoint.api.datastream import DataStream, DataStreamSink, KeyedStream
-from flowpoint.api.environment import StreamExecutionEnvironment
+from flowpoint.api.environment import ExecutionConfig, StreamExecutionEnvironment
+from flowpoint.api.execution_mode import RuntimeExecutionMode
 from flowpoint.api.functions import (
     AggregateFunction,
     AllWindowFunction,
@@ -65,7 +73,7 @@ from flowpoint.api.state_backends import (
     StateBackend,
 )
 from flowpoint.api.time import Duration, Time, TimeDomain
-from flowpoint.api.types import Types
+from flowpoint.api.types import TypeInformation, Types
 from flowpoint.api.watermarks import (
     TimestampAssigner,
     Watermark,
@@ -79,15 +87,18 @@ from flowpoint.api.windows import (
     ContinuousProcessingTimeTrigger,
     CountEvictor,
     CountTrigger,
+    CountWindow,
     DeltaEvictor,
     EventTimeSessionWindows,
     EventTimeTrigger,
     Evictor,
     GlobalWindow,
     GlobalWindows,
+    MergingWindowAssigner,
     ProcessingTimeSessionWindows,
     ProcessingTimeTrigger,
     PurgingTrigger,
+    SessionWindowTimeGapExtractor,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
     TimeEvictor,
@@ -97,6 +108,7 @@ from flowpoint.api.windows import (
     TriggerResult,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
+    Window,
     WindowAssigner,
 )
 from flowpoint.connectors.clicks import ClickEventGenerator
@@ -117,10 +129,10 @@ from flowpoint.connectors.files import (
 from flowpoint.connectors.kafka import (
     DeliveryGuarantee,
     JsonRowDeserializationSchema,
-    KafkaRecordSerializationSchema,
-    KafkaSink,
     KafkaOffsetResetStrategy,
     KafkaOffsetsInitializer,
+    KafkaRecordSerializationSchema,
+    KafkaSink,
     KafkaSource,
     KafkaTopicPartition,
     SimpleStringSchema,
@@ -159,4 +171,7 @@ __all__ = [
     "OperatorStateStore", "ReadOnlyBroadcastState",
     "JsonRowDeserializationSchema", "KafkaOffsetResetStrategy", "KafkaOffsetsInitializer", "KafkaSource",
     "KafkaTopicPartition", "SimpleStringSchema", "DeliveryGuarantee", "KafkaRecordSerializationSchema", "KafkaSink",
+    "CountWindow", "ExecutionConfig", "MergingWindowAssigner", "RuntimeExecutionMode", "SessionWindowTimeGapExtractor",
+    "TypeInformation", "Window", "CoFlatMapFunction", "CoMapFunction", "CoProcessFunction", "ConnectedStreams",
+    "KeyedCoProcessFunction",
 ]

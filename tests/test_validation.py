@@ -361,8 +361,8 @@ def test_invalid_max_parallelism_values(offline_env, bad):
 def test_non_parallel_source_parallelism(offline_env):
     with pytest.raises(ConfigurationError):
         offline_env.from_collection([1]).set_parallelism(2)
-    with pytest.raises(ConfigurationError):
-        offline_env.from_collection([1]).key_by(lambda x: x).set_parallelism(2)  # virtual
+    with pytest.raises(JobGraphError, match="KeyedStream is not supported"):
+        offline_env.from_collection([1]).key_by(lambda x: x).set_parallelism(2)  # not an operator
 
 
 def test_unknown_sink_and_source_types_are_rejected(offline_env):

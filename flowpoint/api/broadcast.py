@@ -13,9 +13,9 @@ the epoch's broadcast records before the epoch's main records.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from flowpoint.api.functions import Function, RuntimeContextAware
 from flowpoint.api.state import MapStateDescriptor
@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from flowpoint.api.datastream import DataStream
 
 
-class ReadOnlyBroadcastState:
+KEY = TypeVar("KEY")
+IN1 = TypeVar("IN1")
+IN2 = TypeVar("IN2")
+OUT = TypeVar("OUT")
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class ReadOnlyBroadcastState(Generic[K, V]):
     """A broadcast map as ``process_element`` sees it."""
 
     def __init__(self, name: str, data: dict):
@@ -76,7 +84,7 @@ class BroadcastState(ReadOnlyBroadcastState):
         self._data.clear()
 
 
-class BroadcastProcessFunction(Function, RuntimeContextAware):
+class BroadcastProcessFunction(Function, RuntimeContextAware, Generic[IN1, IN2, OUT]):
     """A non-keyed stream connected to a broadcast stream."""
 
     @abstractmethod
@@ -88,7 +96,7 @@ class BroadcastProcessFunction(Function, RuntimeContextAware):
         """A broadcast record; ``ctx.get_broadcast_state(descriptor)`` is writable."""
 
 
-class KeyedBroadcastProcessFunction(BroadcastProcessFunction, ABC):
+class KeyedBroadcastProcessFunction(BroadcastProcessFunction, Generic[KEY, IN1, IN2, OUT]):
     """A keyed stream connected to a broadcast stream: keyed state in ``process_element``,
     ``ctx.apply_to_keyed_state(descriptor, fn(key, state))`` in ``process_broadcast_element``."""
 

@@ -188,15 +188,19 @@ class DataStream:
 
         return BroadcastStream(self, broadcast_state_descriptors)
 
-    def connect(self, broadcast_stream: Any) -> Any:
-        """Connect a broadcast stream: ``.process(BroadcastProcessFunction)`` (keyed stream:
-        ``KeyedBroadcastProcessFunction``)."""
+    def connect(self, ds: Any) -> Any:
+        """Connect another stream: ``map``/``flat_map``/``process`` with a two-input function
+        (:class:`~flowpoint.api.connected_streams.ConnectedStreams`), or a broadcast stream:
+        ``.process(BroadcastProcessFunction)`` (keyed stream: ``KeyedBroadcastProcessFunction``)."""
         from flowpoint.api.broadcast import BroadcastConnectedStream, BroadcastStream
+        from flowpoint.api.connected_streams import ConnectedStreams
 
-        if not isinstance(broadcast_stream, BroadcastStream):
-            msg = "connect() takes a broadcast stream: other.broadcast(MapStateDescriptor(...))"
-            raise JobGraphError(msg)
-        return BroadcastConnectedStream(self, broadcast_stream)
+        if isinstance(ds, BroadcastStream):
+            return BroadcastConnectedStream(self, ds)
+        if isinstance(ds, DataStream):
+            return ConnectedStreams(self, ds)
+        msg = f"connect() takes a DataStream or a broadcast stream (other.broadcast(MapStateDescriptor(...))); got {type(ds).__name__}"
+        raise JobGraphError(msg)
 
     def rebalance(self) -> DataStream:
         t = Transformation(kind="rebalance", name="Rebalance", inputs=[self._t], output_type=self._t.output_type)
@@ -210,7 +214,7 @@ class DataStream:
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
         from flowpoint.connectors.sinks import PrintSink
 
-        return self.sink_to(PrintSink(sink_identifier), name="Print to Std. Out")
+        return self.sink_to(PrintSink(sink_identifier, type_info=self.get_type()), name="Print to Std. Out")
 
     def sink_to(self, sink: Sink, name: str | None = None) -> DataStreamSink:
         from flowpoint.connectors.sinks import Sink as SinkBase
@@ -245,6 +249,50 @@ class DataStreamSink(DataStream):
 
 class KeyedStream(DataStream):
     """A stream partitioned by key: keyed state and per-key aggregations are available."""
+
+    def print(self, sink_identifier: str | None = None) -> DataStreamSink:
+        """As PyFlink's ``KeyedStream.print``: the values, without the sink identifier (PyFlink
+        drops it; docs/pyflink.md)."""
+        return super().print()
+
+    # key_by is not an operator: naming it, giving it a uid or a parallelism is an error, as in
+    # PyFlink (set them on the operator that follows)
+    def _unsupported(self, what: str) -> Any:
+        msg = f"{what} for KeyedStream is not supported (key_by is a partitioning, not an operator): call it on the operator that follows key_by(...)"
+        raise JobGraphError(msg)
+
+    def name(self, name: str) -> DataStream:
+        return self._unsupported("Set name")
+
+    def get_name(self) -> str:
+        return self._unsupported("Get name")
+
+    def uid(self, uid: str) -> DataStream:
+        return self._unsupported("Set uid")
+
+    def set_uid_hash(self, uid_hash: str) -> DataStream:
+        return self._unsupported("Set uid hash")
+
+    def set_parallelism(self, parallelism: int) -> DataStream:
+        return self._unsupported("Set parallelism")
+
+    def set_max_parallelism(self, max_parallelism: int) -> DataStream:
+        return self._unsupported("Set max parallelism")
+
+    def force_non_parallel(self) -> DataStream:
+        return self._unsupported("Set force non-parallel")
+
+    def set_buffer_timeout(self, timeout_millis: int) -> DataStream:
+        return self._unsupported("Set buffer timeout")
+
+    def start_new_chain(self) -> DataStream:
+        return self._unsupported("Start new chain")
+
+    def disable_chaining(self) -> DataStream:
+        return self._unsupported("Disable chaining")
+
+    def slot_sharing_group(self, slot_sharing_group: Any) -> DataStream:
+        return self._unsupported("Setting slot sharing group")
 
     def _keyed(self, kind: str, name: str, function: Any, output_type: TypeInformation | None, **options: Any) -> DataStream:
         t = self._add(kind, name, function, output_type)

@@ -13,6 +13,7 @@ from flowpoint.api.checkpointing import CheckpointConfig, CheckpointingMode
 from flowpoint.api.config import STRICT_KEY, Configuration, set_cli_strict
 from flowpoint.api.config_file import get_conf_path, job_path_from_argv, load_config_file
 from flowpoint.api.datastream import DataStream
+from flowpoint.api.execution_mode import RuntimeExecutionMode
 from flowpoint.api.restart import (
     FallbackRestartStrategyConfiguration,
     RestartStrategyConfiguration,
@@ -39,9 +40,24 @@ def set_cli_defaults(values: dict[str, Any]) -> None:
 
 
 class ExecutionConfig:
+    """PyFlink's ``ExecutionConfig`` (``env.get_config()``). Every setter writes the Flink
+    configuration key behind it; the ones without meaning on Spark (Kryo, Avro, object reuse,
+    closure cleaner, latency markers, cancellation) are kept and returned, and documented as such
+    in ``docs/pyflink.md``."""
+
+    PARALLELISM_DEFAULT = -1
+    PARALLELISM_UNKNOWN = -2
+
     def __init__(self, env: StreamExecutionEnvironment):
         self._env = env
         self.global_job_parameters: dict[str, str] = {}
+
+    def _set(self, key: str, value: Any) -> ExecutionConfig:
+        self._env._config.set(key, value)
+        return self
+
+    def _get(self, key: str) -> Any:
+        return self._env._config.get(key)
 
     def set_global_job_parameters(self, parameters: dict[str, str]) -> ExecutionConfig:
         self.global_job_parameters = dict(parameters)
@@ -57,12 +73,115 @@ class ExecutionConfig:
     def get_parallelism(self) -> int:
         return self._env.get_parallelism()
 
+    def set_max_parallelism(self, max_parallelism: int) -> ExecutionConfig:
+        self._env.set_max_parallelism(max_parallelism)
+        return self
+
+    def get_max_parallelism(self) -> int:
+        return self._env.get_max_parallelism() or self.PARALLELISM_DEFAULT
+
     def set_restart_strategy(self, restart_strategy_configuration: RestartStrategyConfiguration) -> ExecutionConfig:
         self._env.set_restart_strategy(restart_strategy_configuration)
         return self
 
     def get_restart_strategy(self) -> RestartStrategyConfiguration:
         return self._env.get_restart_strategy()
+
+    def set_auto_watermark_interval(self, interval: int) -> ExecutionConfig:
+        """0 turns periodic watermarks off (only ``on_event`` ones and the last one at the end of
+        input); any other interval keeps them, emitted after every source batch."""
+        return self._set("pipeline.auto-watermark-interval", interval)
+
+    def get_auto_watermark_interval(self) -> int:
+        return int(self._get("pipeline.auto-watermark-interval"))
+
+    def enable_auto_generated_uids(self) -> ExecutionConfig:
+        return self._set("pipeline.auto-generate-uids", True)
+
+    def disable_auto_generated_uids(self) -> ExecutionConfig:
+        """Every operator must then have a ``uid(...)``: building the job fails naming those without."""
+        return self._set("pipeline.auto-generate-uids", False)
+
+    def has_auto_generated_uids_enabled(self) -> bool:
+        return bool(self._get("pipeline.auto-generate-uids"))
+
+    def enable_object_reuse(self) -> ExecutionConfig:
+        return self._set("pipeline.object-reuse", True)
+
+    def disable_object_reuse(self) -> ExecutionConfig:
+        return self._set("pipeline.object-reuse", False)
+
+    def is_object_reuse_enabled(self) -> bool:
+        return bool(self._get("pipeline.object-reuse"))
+
+    def enable_closure_cleaner(self) -> ExecutionConfig:
+        return self._set("pipeline.closure-cleaner-level", "RECURSIVE")
+
+    def disable_closure_cleaner(self) -> ExecutionConfig:
+        return self._set("pipeline.closure-cleaner-level", "NONE")
+
+    def is_closure_cleaner_enabled(self) -> bool:
+        return str(self._get("pipeline.closure-cleaner-level")).upper() != "NONE"
+
+    def enable_generic_types(self) -> ExecutionConfig:
+        return self._set("pipeline.generic-types", True)
+
+    def disable_generic_types(self) -> ExecutionConfig:
+        return self._set("pipeline.generic-types", False)
+
+    def has_generic_types_disabled(self) -> bool:
+        return not self._get("pipeline.generic-types")
+
+    def enable_force_kryo(self) -> ExecutionConfig:
+        return self._set("pipeline.force-kryo", True)
+
+    def disable_force_kryo(self) -> ExecutionConfig:
+        return self._set("pipeline.force-kryo", False)
+
+    def is_force_kryo_enabled(self) -> bool:
+        return bool(self._get("pipeline.force-kryo"))
+
+    def enable_force_avro(self) -> ExecutionConfig:
+        return self._set("pipeline.force-avro", True)
+
+    def disable_force_avro(self) -> ExecutionConfig:
+        return self._set("pipeline.force-avro", False)
+
+    def is_force_avro_enabled(self) -> bool:
+        return bool(self._get("pipeline.force-avro"))
+
+    def set_latency_tracking_interval(self, interval: int) -> ExecutionConfig:
+        return self._set("metrics.latency.interval", interval)
+
+    def get_latency_tracking_interval(self) -> int:
+        return int(self._get("metrics.latency.interval"))
+
+    def set_task_cancellation_interval(self, interval: int) -> ExecutionConfig:
+        return self._set("task.cancellation.interval", interval)
+
+    def get_task_cancellation_interval(self) -> int:
+        return int(self._get("task.cancellation.interval"))
+
+    def set_task_cancellation_timeout(self, timeout: int) -> ExecutionConfig:
+        return self._set("task.cancellation.timeout", timeout)
+
+    def get_task_cancellation_timeout(self) -> int:
+        return int(self._get("task.cancellation.timeout"))
+
+    def set_use_snapshot_compression(self, use_snapshot_compression: bool) -> ExecutionConfig:
+        return self._set("execution.checkpointing.snapshot-compression", use_snapshot_compression)
+
+    def is_use_snapshot_compression(self) -> bool:
+        return bool(self._get("execution.checkpointing.snapshot-compression"))
+
+    def get_registered_kryo_types(self) -> list:
+        return []
+
+    def get_registered_pojo_types(self) -> list:
+        return []
+
+    def get_default_kryo_serializer_classes(self) -> dict:
+        return {}
 
 
 class StreamExecutionEnvironment:
@@ -138,6 +257,15 @@ class StreamExecutionEnvironment:
     def set_spark_session(self, spark_session: Any) -> StreamExecutionEnvironment:
         """Run on an existing (classic, not Spark Connect) SparkSession."""
         self._spark = spark_session
+        return self
+
+    def set_runtime_mode(self, execution_mode: RuntimeExecutionMode) -> StreamExecutionEnvironment:
+        """``RuntimeExecutionMode.STREAMING`` (default), ``BATCH`` (bounded sources, final results
+        only) or ``AUTOMATIC`` (``BATCH`` when every source is bounded); ``execution.runtime-mode``."""
+        if not isinstance(execution_mode, RuntimeExecutionMode):
+            msg = f"set_runtime_mode() takes RuntimeExecutionMode.STREAMING, BATCH or AUTOMATIC; got {execution_mode!r}"
+            raise ConfigurationError(msg)
+        self._config.set("execution.runtime-mode", execution_mode.name)
         return self
 
     def set_epoch_max_records(self, records: int) -> StreamExecutionEnvironment:
@@ -239,16 +367,39 @@ class StreamExecutionEnvironment:
     def _default_job_name(self) -> str:
         return self._config.get("pipeline.name") or "Flowpoint Streaming Job"
 
-    def get_stream_graph(self, job_name: str | None = None):
+    def _pipeline(self) -> list[Transformation]:
+        """What was defined since the last ``execute()``, with the streams it reads (a stream
+        defined before an ``execute()`` and used after it is computed again, as in Flink)."""
+        seen: dict[int, Transformation] = {}
+        stack = list(self._transformations)
+        while stack:
+            t = stack.pop()
+            if t.id not in seen:
+                seen[t.id] = t
+                stack.extend(t.inputs)
+        return sorted(seen.values(), key=lambda t: t.id)
+
+    def get_stream_graph(self, job_name: str | None = None, clear_transformations: bool = False):
+        """The job graph of what was defined since the last ``execute()``; with
+        ``clear_transformations`` the next job starts from nothing (as ``execute()`` does)."""
         from flowpoint.graph.jobgraph import JobGraph
 
-        return JobGraph.build(self._transformations, self, job_name or self._default_job_name())
+        graph = JobGraph.build(self._pipeline(), self, job_name or self._default_job_name())
+        if clear_transformations:
+            self._transformations = []
+        return graph
+
+    def get_execution_plan(self) -> str:
+        """The job graph as JSON in Flink's shape (operators, parallelism, exchanges); what was
+        defined stays for the next ``execute()``."""
+        return self.get_stream_graph().execution_plan()
 
     def execute_async(self, job_name: str | None = None):
-        """Start the job in the background and return its :class:`~flowpoint.runtime.job.JobClient`."""
+        """Start the job in the background and return its :class:`~flowpoint.runtime.job.JobClient`.
+        Like PyFlink, the next ``execute`` runs only what is defined after this call."""
         from flowpoint.runtime.job import submit
 
-        graph = self.get_stream_graph(job_name)
+        graph = self.get_stream_graph(job_name, clear_transformations=True)
         return submit(graph, self)
 
     def execute(self, job_name: str | None = None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from flowpoint.api.row import get_field
 
@@ -21,6 +21,13 @@ if TYPE_CHECKING:
         ValueState,
         ValueStateDescriptor,
     )
+
+
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+KEY = TypeVar("KEY")
+W = TypeVar("W")
+W2 = TypeVar("W2")
 
 
 class RuntimeContext(ABC):
@@ -224,7 +231,7 @@ class OutputTag:
 # -- window functions (Flink's WindowedStream.process / apply) ----------------------------------
 
 
-class ProcessWindowFunction(Function, RuntimeContextAware):
+class ProcessWindowFunction(Function, RuntimeContextAware, Generic[IN, OUT, KEY, W]):
     """``process(key, context, elements)`` yields results for one window of one key.
 
     ``context.window()`` is the window; ``context.window_state()`` gives state scoped to this
@@ -232,7 +239,7 @@ class ProcessWindowFunction(Function, RuntimeContextAware):
     windows; ``context.current_watermark()``, ``context.current_processing_time()`` and
     ``context.output(tag, value)`` as in a process function."""
 
-    class Context(ABC):
+    class Context(ABC, Generic[W2]):
         @abstractmethod
         def window(self) -> Any: ...
 
@@ -258,7 +265,7 @@ class ProcessWindowFunction(Function, RuntimeContextAware):
         """The window is being purged: clear any per-window state here."""
 
 
-class ProcessAllWindowFunction(Function, RuntimeContextAware):
+class ProcessAllWindowFunction(Function, RuntimeContextAware, Generic[IN, OUT, W]):
     """``window_all(...).process(f)``: ``process(context, elements)``."""
 
     Context = ProcessWindowFunction.Context
@@ -270,14 +277,14 @@ class ProcessAllWindowFunction(Function, RuntimeContextAware):
         pass
 
 
-class WindowFunction(Function, RuntimeContextAware):
+class WindowFunction(Function, RuntimeContextAware, Generic[IN, OUT, KEY, W]):
     """Legacy: ``apply(key, window, inputs)`` yields results (Flink's collector is the yield)."""
 
     @abstractmethod
     def apply(self, key: Any, window: Any, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
 
 
-class AllWindowFunction(Function, RuntimeContextAware):
+class AllWindowFunction(Function, RuntimeContextAware, Generic[IN, OUT, W]):
     """Legacy, non-keyed: ``apply(window, inputs)`` yields results."""
 
     @abstractmethod

@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from flowpoint.api.functions import AggregateFunction, ReduceFunction, ReduceFunctionWrapper
 from flowpoint.api.types import TypeInformation
 from flowpoint.errors import ConfigurationError
+
+T = TypeVar("T")
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class StateDescriptor:
@@ -86,7 +92,7 @@ class State(ABC):
     def clear(self) -> None: ...
 
 
-class ValueState(State):
+class ValueState(State, Generic[T]):
     @abstractmethod
     def value(self) -> Any: ...
 
@@ -94,7 +100,7 @@ class ValueState(State):
     def update(self, value: Any) -> None: ...
 
 
-class AppendingState(State):
+class AppendingState(State, Generic[IN, OUT]):
     @abstractmethod
     def get(self) -> Any: ...
 
@@ -125,7 +131,7 @@ class AggregatingState(MergingState):
     pass
 
 
-class MapState(State):
+class MapState(State, Generic[K, V]):
     @abstractmethod
     def get(self, key: Any) -> Any: ...
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from flowpoint.api.state import ReducingStateDescriptor
 from flowpoint.api.time import Duration
@@ -16,6 +16,10 @@ from flowpoint.api.time import positive_millis as _positive
 from flowpoint.errors import ConfigurationError
 
 # -- triggers ------------------------------------------------------------------------------------
+
+
+T = TypeVar("T")
+W = TypeVar("W")
 
 
 class TriggerResult(enum.Enum):
@@ -34,7 +38,7 @@ class TriggerResult(enum.Enum):
         return self.value[1]
 
 
-class Trigger(ABC):
+class Trigger(ABC, Generic[T, W]):
     """Decides when a window fires. The ``ctx`` (one key and window at a time) offers
     ``register_event_time_timer(t)``, ``register_processing_time_timer(t)``, the delete
     variants, ``get_current_watermark()``, ``get_current_processing_time()`` and

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from flowpoint.api.time import MAX_WATERMARK, Duration, to_millis
 from flowpoint.api.time import event_timestamp as _event_timestamp
@@ -24,6 +24,10 @@ from flowpoint.api.time import positive_millis as _positive
 from flowpoint.errors import ConfigurationError
 
 # -- windows -------------------------------------------------------------------------------------
+
+
+T = TypeVar("T")
+W = TypeVar("W")
 
 
 class Window(ABC):  # noqa: B024 - a marker base, as in Flink
@@ -106,6 +110,28 @@ class GlobalWindow(Window):
         return "GlobalWindow"
 
 
+class CountWindow(Window):
+    """PyFlink's window of a count window with an id (``CountWindow(id=3)``). flowpoint's
+    ``count_window`` runs on :class:`GlobalWindows` with a count trigger, as Java Flink does, so
+    window functions there see :class:`GlobalWindow` (docs/pyflink.md lists the difference);
+    this class is for programs that name the type."""
+
+    def __init__(self, id: int):  # noqa: A002 - PyFlink's name
+        self.id = id
+
+    def max_timestamp(self) -> int:
+        return MAX_WATERMARK
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CountWindow) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(("CountWindow", self.id))
+
+    def __repr__(self) -> str:
+        return f"CountWindow(id={self.id})"
+
+
 class TimestampedValue:
     """An element with its timestamp (``None`` if the stream has none), as evictors see it."""
 
@@ -137,7 +163,7 @@ class TimestampedValue:
 # -- assigners -----------------------------------------------------------------------------------
 
 
-class WindowAssigner(ABC):
+class WindowAssigner(ABC, Generic[T, W]):
     """Assigns an element to windows. ``ctx.get_current_processing_time()`` is the operator's
     processing time (processing-time assigners use it instead of the element's timestamp)."""
 

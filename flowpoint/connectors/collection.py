@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from flowpoint.api.typed_values import converter
 from flowpoint.api.types import TypeInformation
 from flowpoint.connectors.source import Batch, Source, SourceReader, SourceSplit, SplitPlan
 
@@ -25,7 +26,8 @@ class CollectionSource(Source):
     """One split; the position is the index of the next element. Each epoch ships its slice."""
 
     def __init__(self, collection: list, type_info: TypeInformation | None = None, batch_size: int = BATCH_SIZE):
-        self.collection = list(collection)
+        convert = converter(type_info)  # the values the type makes, as in PyFlink (typed_values.py)
+        self.collection = list(collection) if convert is None else [convert(x) for x in collection]
         self.output_type = type_info
         self.batch_size = max(1, batch_size)
 

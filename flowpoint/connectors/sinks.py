@@ -81,18 +81,22 @@ class _ListWriter(SinkWriter):
 
 
 class PrintSink(Sink):
-    """``stream.print()``: each record's ``str`` on standard output, prefixed like Flink's
-    (``"2> "`` for subtask 2 when the sink runs with parallelism > 1). Lines appear once their
+    """``stream.print()``: each record on standard output as PyFlink prints it (``str`` of an
+    untyped value, Java's ``toString`` of a typed one: :func:`~flowpoint.api.typed_values.printer`),
+    prefixed like Flink's (``"2> "`` for subtask 2 when the sink runs with parallelism > 1). Lines appear once their
     epoch committed; after a restart from a checkpoint, epochs after it print again."""
 
     guarantee = "at-least-once"
 
-    def __init__(self, sink_identifier: str | None = None, stream: Any = None):
+    def __init__(self, sink_identifier: str | None = None, stream: Any = None, type_info: Any = None):
         self.sink_identifier = sink_identifier or ""
         self._driver_stream = stream
+        self.type_info = type_info  # decides the text of a value, as in PyFlink (typed_values.printer)
 
     def create_writer(self, subtask_index: int, parallelism: int, context: Any) -> SinkWriter:
-        return _ListWriter(str)
+        from flowpoint.api.typed_values import printer
+
+        return _ListWriter(printer(self.type_info))
 
     def _prefix(self, subtask: int, parallelism: int) -> str:
         prefix = self.sink_identifier

@@ -9,6 +9,7 @@ edge, single input). Edges between stages are exchanges: ``keyed`` (by key-group
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,7 @@ class JobGraph:
     nodes: dict[int, Node]
     stages: list[Stage]
     edges: list[Edge]
+    batch: bool = False  # RuntimeExecutionMode.BATCH: final results only (api/execution_mode.py)
 
     def node_by_uid(self, uid: str) -> Node:
         for n in self.nodes.values():
@@ -96,6 +98,22 @@ class JobGraph:
                 return n
         msg = f"no operator with uid {uid!r}; uids: {sorted(n.uid for n in self.nodes.values())}"
         raise JobGraphError(msg)
+
+    def execution_plan(self) -> str:
+        """The plan as JSON in Flink's shape (``nodes`` with ``id``, ``type``, ``pact``,
+        ``contents``, ``parallelism`` and ``predecessors`` with their ``ship_strategy``)."""
+        pacts = {"source": "Data Source", "sink": "Data Sink"}
+        strategies = {"forward": "FORWARD", "keyed": "HASH", "rebalance": "REBALANCE", "broadcast": "BROADCAST"}
+        nodes = []
+        for n in sorted(self.nodes.values(), key=lambda n: n.id):
+            preds = [{"id": u.id, "ship_strategy": strategies.get(part, part.upper()), "side": "second" if i else "first"}
+                     for i, (u, part, _) in enumerate(_resolve_inputs(n.t))]
+            node: dict[str, Any] = {"id": n.id, "type": n.kind, "pact": pacts.get(n.kind, "Operator"),
+                                    "contents": n.name, "uid": n.uid, "parallelism": n.parallelism}
+            if preds:
+                node["predecessors"] = preds
+            nodes.append(node)
+        return json.dumps({"nodes": nodes}, indent=2)
 
     def sinks(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.kind == "sink"]
@@ -135,6 +153,15 @@ def _resolve_inputs(t: Transformation) -> list[tuple[Transformation, str, Any]]:
     return out
 
 
+TWO_INPUT_KINDS = frozenset({"co_map", "co_flat_map", "co_process", "keyed_co_process"})
+
+
+def _input_sides(t: Transformation) -> list[int]:
+    """For each resolved input of ``t`` (in :func:`_resolve_inputs` order, so the stage's input
+    edge index), which of ``t.inputs`` it belongs to: 0 or 1 for a two-input operator."""
+    return [side for side, i in enumerate(t.inputs) for _ in _resolve_inputs(Transformation(kind="probe", name="", inputs=[i]))]
+
+
 class _Builder:
     def __init__(self, transformations: list[Transformation], env: StreamExecutionEnvironment, job_name: str):
         self.transformations = transformations
@@ -164,6 +191,14 @@ class _Builder:
             check_parallelism(p, maxp, f"operator {t.describe()}")
             nodes[t.id] = Node(t, "", p, maxp)
         self._assign_uids(nodes, inputs)
+        periodic = int(self.env.get_configuration().get("pipeline.auto-watermark-interval")) > 0
+        batch = self._batch(nodes)
+        for n in nodes.values():
+            if "watermark_strategy" in n.t.options:
+                n.t.options["periodic_watermarks"] = periodic
+            n.t.options["batch"] = batch
+            if n.kind in TWO_INPUT_KINDS:
+                n.t.options["input_sides"] = _input_sides(n.t)
         for n in nodes.values():
             if n.keyed:
                 (_, part, _), *_ = inputs[n.id]
@@ -173,9 +208,19 @@ class _Builder:
             check_serializable(n, {id(k): k for _, part, k in inputs[n.id] if part == "keyed"}.values())
             check_keyed_state_use(n)
         stages, edges = self._cut_stages(nodes, inputs)
-        graph = JobGraph(self.job_name, nodes, stages, edges)
+        graph = JobGraph(self.job_name, nodes, stages, edges, batch)
         log.debug("job graph: %s", graph)
         return graph
+
+    def _batch(self, nodes: dict[int, Node]) -> bool:
+        """Whether the job runs with batch semantics (``execution.runtime-mode``)."""
+        mode = str(self.env.get_configuration().get("execution.runtime-mode")).upper()
+        unbounded = [n.describe() for n in nodes.values() if n.kind == "source" and not n.t.source.is_bounded()]
+        if mode == "BATCH" and unbounded:
+            msg = (f"execution.runtime-mode is BATCH but these sources are unbounded: {', '.join(unbounded)}; "
+                   f"make them bounded (e.g. KafkaSource.builder().set_bounded(...)) or run in STREAMING mode")
+            raise JobGraphError(msg)
+        return mode == "BATCH" or (mode == "AUTOMATIC" and not unbounded)
 
     def _assign_uids(self, nodes: dict[int, Node], inputs: dict[int, list]) -> None:
         seen: dict[str, Node] = {}
@@ -190,6 +235,12 @@ class _Builder:
                     raise JobGraphError(msg)
                 seen[n.t.uid] = n
                 n.uid = n.t.uid
+        if not self.env.get_configuration().get("pipeline.auto-generate-uids"):
+            missing = [n.describe() for n in nodes.values() if not n.uid]
+            if missing:
+                msg = (f"auto-generated uids are disabled (pipeline.auto-generate-uids: false) but these operators have "
+                       f"no uid: {', '.join(missing)}; call .uid('...') on each")
+                raise JobGraphError(msg)
         # generated uids: a hash of the operator's kind and position in the graph
         counters: dict[str, int] = {}
         for n in nodes.values():

@@ -86,6 +86,10 @@ class TimestampsOp(Operator):
     def __init__(self, spec: Any):
         super().__init__(spec)
         self.strategy = spec.options["watermark_strategy"]
+        # pipeline.auto-watermark-interval 0: no periodic watermarks (Flink's meaning of 0)
+        self.periodic = spec.options.get("periodic_watermarks", True)
+        # BATCH: no watermark before the end of input (nothing is late; DESIGN: api/execution_mode.py)
+        self.batch = bool(spec.options.get("batch"))
         self.assigner = self.strategy.create_timestamp_assigner()
         self.in_source_stage = bool(spec.options.get("in_source_stage"))
         self.partition = 0
@@ -208,13 +212,16 @@ class TimestampsOp(Operator):
                     self._publish((*origin, piece), st, out)
             if start < n:
                 self.emit((*origin, piece), _slice(rows, start, n), stamps[start:n])
-        gen.on_periodic_emit(out)
+        if self.periodic:
+            gen.on_periodic_emit(out)
         self._publish(origin, st, out)
 
     def _publish(self, origin: tuple, st: GeneratorState, out: _Output) -> None:
         if not out.moved:
             return
         out.moved = False
+        if self.batch:
+            return
         if out.idle != st.idle:
             st.idle = out.idle
             self.emit_watermark_status(origin, st.idle)
@@ -228,7 +235,8 @@ class TimestampsOp(Operator):
         periodic emit and idleness, also when it had no records."""
         st = self._state(self._key(origin), origin)
         out = _Output(st.watermark, st.idle)
-        st.generator.on_periodic_emit(out)
+        if self.periodic:
+            st.generator.on_periodic_emit(out)
         idleness = self.strategy.idleness_ms
         if idleness is not None and not out.idle:
             if st.last_active_ms is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from flowpoint.api.functions import KeyedProcessFunction, TimerService
-from flowpoint.api.time import TimeDomain
+from flowpoint.api.time import MAX_WATERMARK, TimeDomain
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.tasks.operators import KeyedOp, split_tagged, tagged_indexes, user_error
@@ -148,6 +148,9 @@ class TimerOp(KeyedOp):
         self.watermark = wm
         try:
             self.timers.advance_watermark(wm)
+            if wm >= MAX_WATERMARK and self.spec.options.get("batch"):
+                # BATCH: processing time did not advance; its timers fire at the end of input
+                self.timers.advance_processing_time(MAX_WATERMARK)
         finally:
             self.backend.current_key = None
         self.buffer.flush(self, origin)
@@ -157,6 +160,8 @@ class TimerOp(KeyedOp):
         if now <= self.processing_time:
             return
         self.processing_time = now
+        if self.spec.options.get("batch"):
+            return  # BATCH: no processing-time timer fires before the end of input
         try:
             self.timers.advance_processing_time(now)
         finally:
@@ -175,9 +180,11 @@ class KeyedProcessOp(TimerOp):
         super().open(ctx)
 
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
+        self._process_with(self.spec.function.process_element, origin, data, ts)
+
+    def _process_with(self, f: Any, origin: tuple, data: Any, ts: list | None) -> None:
         self.records_in += len(data)
         backend = self.backend
-        f = self.spec.function.process_element
         ctx = self.ctx
         ctx.domain = None
         values, stamps = self.buffer.values, self.buffer.timestamps

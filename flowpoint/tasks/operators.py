@@ -19,6 +19,7 @@ from flowpoint.api.functions import OutputTag
 from flowpoint.api.row import Row, get_field
 from flowpoint.api.state import ValueStateDescriptor
 from flowpoint.api.time import MIN_WATERMARK
+from flowpoint.api.typed_values import converter
 from flowpoint.errors import FlowpointError, InvalidKeyError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.state.keygroups import canonical_bytes
@@ -38,6 +39,13 @@ def user_error(spec: Any, e: BaseException, record: Any, key: Any = None) -> Flo
         f"while processing {record!r:.200}{of_key}"
     )
     return UserFunctionError(msg)
+
+
+# operators whose user function declares its output type (map(f, output_type=...), ...)
+CONVERTING_KINDS = frozenset({
+    "map", "flat_map", "process", "keyed_map", "keyed_flat_map", "keyed_process", "window",
+    "broadcast_process", "keyed_broadcast_process", "co_map", "co_flat_map", "co_process", "keyed_co_process",
+})
 
 
 class Operator:
@@ -75,10 +83,14 @@ class Operator:
         # watermark this epoch (set by the chain); elsewhere None: one channel
         self.channel_of: Any = None
         self.channel_marks: dict[str, int] = {}
+        # a user function's output_type shapes its values as in PyFlink (Row, tuple, float32)
+        self.convert = converter(getattr(spec, "output_type", None)) if getattr(spec, "kind", None) in CONVERTING_KINDS else None
 
     def emit(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         if num_records(data) == 0:
             return
+        if self.convert is not None and type(data) is list:
+            data = list(map(self.convert, data))
         for out in self.outputs:
             out.process(origin, data, ts)
 
@@ -333,13 +345,14 @@ class KeyedOp(Operator):
 
 def _failed_value(e: BaseException, run: Any) -> Any:
     """The record a keyed loop failed on, read from the loop's frame (no cost per record)."""
-    code = run.__func__.__code__
+    codes = {c.__dict__["_run"].__code__ for c in type(run.__self__).__mro__ if "_run" in c.__dict__}
     tb = e.__traceback__
+    found = None
     while tb is not None:
-        if tb.tb_frame.f_code is code:
-            return tb.tb_frame.f_locals.get("value")
+        if tb.tb_frame.f_code in codes and "value" in tb.tb_frame.f_locals:
+            found = tb.tb_frame.f_locals["value"]
         tb = tb.tb_next
-    return None
+    return found
 
 
 class KeyedMapOp(KeyedOp):

@@ -57,6 +57,7 @@ class StagePlan:
     source_reader: Any = None
     job_parameters: dict = field(default_factory=dict)
     head_uid: str = ""
+    batch: bool = False  # RuntimeExecutionMode.BATCH (flowpoint/api/execution_mode.py)
 
     @property
     def keyed(self) -> bool:
@@ -111,4 +112,5 @@ def _stage_plan(graph: JobGraph, stage: Stage, job_id: str, job_parameters: dict
         source_reader=head.t.source.create_reader() if head.kind == "source" else None,
         job_parameters=job_parameters,
         head_uid=head.uid,
+        batch=graph.batch,
     )

@@ -10,19 +10,31 @@ from flowpoint.tasks.operators import KEYED_OPERATORS, STATELESS_OPERATORS
 
 def _stateless() -> dict[str, Any]:
     from flowpoint.tasks.broadcast_process import BroadcastProcessOp
+    from flowpoint.tasks.co_process import CoFlatMapOp, CoMapOp, CoProcessOp
 
-    return {**STATELESS_OPERATORS, "timestamps": TimestampsOp, "side_output": SideOutputOp, "broadcast_process": BroadcastProcessOp}
+    return {
+        **STATELESS_OPERATORS, "timestamps": TimestampsOp, "side_output": SideOutputOp, "broadcast_process": BroadcastProcessOp,
+        "co_map": CoMapOp, "co_flat_map": CoFlatMapOp, "co_process": CoProcessOp,
+    }
 
 
 def _keyed() -> dict[str, Any]:
     from flowpoint.tasks.broadcast_process import KeyedBroadcastProcessOp
+    from flowpoint.tasks.co_process import KeyedCoProcessOp
     from flowpoint.tasks.keyed_process import KeyedProcessOp
     from flowpoint.tasks.window_operator import WindowOperator
 
-    return {**KEYED_OPERATORS, "keyed_process": KeyedProcessOp, "window": WindowOperator, "keyed_broadcast_process": KeyedBroadcastProcessOp}
+    return {
+        **KEYED_OPERATORS, "keyed_process": KeyedProcessOp, "window": WindowOperator,
+        "keyed_broadcast_process": KeyedBroadcastProcessOp, "keyed_co_process": KeyedCoProcessOp,
+    }
 
 
-def operator_class(kind: str, keyed: bool) -> Any:
+def operator_class(kind: str, keyed: bool, batch: bool = False) -> Any:
     if keyed:
+        if batch and kind in ("reduce", "rolling_agg"):  # final results only (execution_mode.py)
+            from flowpoint.tasks.batch_reduce import BatchReduceOp, BatchRollingAggOp
+
+            return BatchReduceOp if kind == "reduce" else BatchRollingAggOp
         return _keyed()[kind]
     return _stateless()[kind]

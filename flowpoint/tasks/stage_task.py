@@ -53,7 +53,7 @@ class ChainRuntime:
                 ctx = self._context(spec, partition, None)
                 op = SinkOp(spec, spec.sink.create_writer(partition, spec.parallelism, ctx))
             elif spec.keyed:
-                op = operator_class(spec.kind, True)(spec, backend)
+                op = operator_class(spec.kind, True, plan.batch)(spec, backend)
             else:
                 op = operator_class(spec.kind, False)(spec)
             self.ops[nid] = op
@@ -265,7 +265,8 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
                             ack.records_in += len(data.records)
                             head.process(origin, data.records, data.timestamps)
                         elif isinstance(data, Watermark):
-                            head.process_watermark(origin, data.timestamp)
+                            if not plan.batch or data.timestamp >= MAX_WATERMARK:  # BATCH: only the end of input
+                                head.process_watermark(origin, data.timestamp)
                         elif isinstance(data, SourceMetric):
                             head.count(data.name, data.n)
                         else:
@@ -361,6 +362,8 @@ def _feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWaterma
     received = sorted(inputs, key=lambda item: (item[0], item[1]))
     strip = {e.index for e in plan.input_edges if e.partitioning == "keyed"} if not plan.ops[plan.head].keyed else set()
     two_inputs = hasattr(head, "process_input")  # broadcast state: edge 0 broadcast, edge 1 main
+    if plan.batch and plan.ops[plan.head].keyed and not two_inputs and not getattr(head, "columnar_input", False):
+        received = _in_time_order(plan, received)
     for edge_index, origin, blob in received:
         if blob[0] == "wm":
             channel, wm, idle = blob[1]
@@ -370,10 +373,12 @@ def _feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWaterma
             if moved is not None:
                 head.process_watermark(origin, moved)
             continue
-        data, ts = decode(blob)
+        data, ts = blob[1] if blob[0] == "decoded" else decode(blob)
         if two_inputs:
             if isinstance(data, KeyedBatch):
-                data = data.pairs(plan.ops[plan.head].options.get("main_type"))
+                options = plan.ops[plan.head].options
+                types = options.get("input_types")  # connected streams, else broadcast's main input
+                data = data.pairs(types[options["input_sides"][edge_index]] if types else options.get("main_type"))
             head.process_input(edge_index, origin, data, ts)
             continue
         if edge_index in strip:
@@ -381,3 +386,32 @@ def _feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWaterma
         elif isinstance(data, KeyedBatch) and not getattr(head, "columnar_input", False):
             data = data.pairs(plan.ops[plan.head].input_type)
         head.process(origin, data, ts)
+
+
+def _in_time_order(plan: StagePlan, received: list) -> list:
+    """BATCH: a keyed operator sees its whole input in timestamp order (stable), as Flink's batch
+    execution sorts keyed input by key and timestamp; the watermarks (the end of input) follow."""
+    data: list = []
+    stamps: list | None = []
+    first = None
+    marks = []
+    for edge_index, origin, blob in received:
+        if blob[0] == "wm":
+            marks.append((edge_index, origin, blob))
+            continue
+        batch, ts = decode(blob)
+        if isinstance(batch, KeyedBatch):
+            batch = batch.pairs(plan.ops[plan.head].input_type)
+        first = first or (edge_index, origin)
+        data.extend(batch)
+        if ts is None or stamps is None:
+            stamps = None
+        else:
+            stamps.extend(ts)
+    if first is None:
+        return marks
+    if stamps is not None:
+        order = sorted(range(len(data)), key=stamps.__getitem__)
+        data = [data[i] for i in order]
+        stamps = [stamps[i] for i in order]
+    return [(*first, ("decoded", (data, stamps))), *marks]

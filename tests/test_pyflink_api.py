@@ -1,0 +1,182 @@
+"""PyFlink API surface beyond the compatibility programs: what fails, and how it says so.
+
+The happy paths run in tests/pyflink_compat/ against PyFlink's recorded output; here are the
+errors a PyFlink user meets (named operators, clear next steps) and the small pieces that need
+no Spark (Java's number printing, the values a type makes, the execution plan).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flowpoint import (
+    CoMapFunction,
+    CoProcessFunction,
+    DataGeneratorSource,
+    KeyedCoProcessFunction,
+    Row,
+    RuntimeExecutionMode,
+    StreamExecutionEnvironment,
+    Types,
+)
+from flowpoint.api.typed_values import converter, java_double_string, java_float_string, printer
+from flowpoint.errors import ConfigurationError, FlowpointError, JobGraphError
+
+
+@pytest.fixture
+def env():
+    e = StreamExecutionEnvironment.get_execution_environment({"execution.progress.interval": -1})
+    e.set_parallelism(2)
+    return e
+
+
+class Tag(CoMapFunction):
+    def map1(self, value):
+        return value
+
+    def map2(self, value):
+        return value
+
+
+class KeyedJoin(KeyedCoProcessFunction):
+    def process_element1(self, value, ctx):
+        yield value
+
+    def process_element2(self, value, ctx):
+        yield value
+
+
+def test_batch_mode_refuses_an_unbounded_source_naming_it(env):
+    env.set_runtime_mode(RuntimeExecutionMode.BATCH)
+    env.from_source(DataGeneratorSource(lambda i: i, None), source_name="forever").print()
+    with pytest.raises(JobGraphError, match="BATCH.*forever"):
+        env.get_stream_graph()
+
+
+def test_automatic_mode_is_batch_only_when_every_source_is_bounded(env):
+    env.set_runtime_mode(RuntimeExecutionMode.AUTOMATIC)
+    env.from_collection([1, 2]).print()
+    assert env.get_stream_graph().batch
+    env.from_source(DataGeneratorSource(lambda i: i, None)).print()
+    assert not env.get_stream_graph().batch
+
+
+def test_set_runtime_mode_takes_the_enum(env):
+    with pytest.raises(ConfigurationError, match="RuntimeExecutionMode"):
+        env.set_runtime_mode("BATCH")
+
+
+def test_keyed_stream_is_not_an_operator(env):
+    keyed = env.from_collection([1]).key_by(lambda x: x)
+    for call in (lambda: keyed.name("x"), lambda: keyed.uid("x"), keyed.get_name, lambda: keyed.set_parallelism(2)):
+        with pytest.raises(JobGraphError, match="KeyedStream is not supported.*operator that follows"):
+            call()
+
+
+def test_disabled_auto_generated_uids_name_every_operator_without_one(env):
+    env.get_config().disable_auto_generated_uids()
+    env.from_collection([1]).uid("src").map(lambda x: x).name("doubler").print().uid("out")
+    with pytest.raises(JobGraphError, match="doubler"):
+        env.get_stream_graph()
+
+
+def test_connect_needs_matching_functions_and_keying(env):
+    a = env.from_collection([1])
+    b = env.from_collection([2])
+    with pytest.raises(JobGraphError, match="CoMapFunction"):
+        a.connect(b).map(lambda x: x)
+    with pytest.raises(JobGraphError, match="needs keyed streams"):
+        a.connect(b).process(KeyedJoin())
+    with pytest.raises(JobGraphError, match="both streams must be keyed"):
+        a.key_by(lambda x: x).connect(b).map(Tag())
+    with pytest.raises(JobGraphError, match="KeyedCoProcessFunction"):
+        a.connect(b).key_by(lambda x: x, lambda x: x).process(CoProcessFunctionImpl())
+    with pytest.raises(JobGraphError, match="DataStream or a broadcast stream"):
+        a.connect([1, 2])
+
+
+class CoProcessFunctionImpl(CoProcessFunction):
+    def process_element1(self, value, ctx):
+        yield value
+
+    def process_element2(self, value, ctx):
+        yield value
+
+
+def test_a_union_feeding_one_side_keeps_its_side(env):
+    a = env.from_collection([1]).union(env.from_collection([2]))
+    b = env.from_collection(["x"])
+    a.connect(b).map(Tag()).print()
+    graph = env.get_stream_graph()
+    node = next(n for n in graph.nodes.values() if n.kind == "co_map")
+    assert node.t.options["input_sides"] == [0, 0, 1]
+
+
+def test_execute_runs_only_what_was_defined_since_the_last_one(env, monkeypatch):
+    from flowpoint.runtime import job as job_module
+
+    graphs = []
+
+    class Done:
+        def wait(self):
+            return None
+
+    monkeypatch.setattr(job_module, "submit", lambda graph, e: graphs.append(graph) or Done())
+    env.from_collection([1]).map(lambda x: x).name("first").print()
+    env.execute()
+    env.from_collection([2]).map(lambda x: x).name("second").print()
+    env.execute()
+    names = [sorted(n.name for n in g.nodes.values()) for g in graphs]
+    assert "first" in names[0] and "second" not in names[0]
+    assert "second" in names[1] and "first" not in names[1]
+    with pytest.raises(JobGraphError, match="no operators"):
+        env.execute()
+
+
+def test_execution_plan_is_flinks_json_and_clears_nothing(env):
+    env.from_collection([1]).key_by(lambda x: x).map(lambda x: x).print()
+    plan = json.loads(env.get_execution_plan())
+    kinds = [n["pact"] for n in plan["nodes"]]
+    assert kinds == ["Data Source", "Operator", "Data Sink"]
+    assert plan["nodes"][1]["predecessors"][0]["ship_strategy"] == "HASH"
+    assert json.loads(env.get_execution_plan()) == plan
+
+
+def test_execution_config_setters_write_the_configuration(env):
+    config = env.get_config()
+    assert config.get_auto_watermark_interval() == 200
+    config.set_auto_watermark_interval(0).enable_object_reuse().set_latency_tracking_interval(5)
+    conf = env.get_configuration()
+    assert conf.get("pipeline.auto-watermark-interval") == 0
+    assert conf.get("pipeline.object-reuse") is True
+    assert config.get_latency_tracking_interval() == 5
+    with pytest.raises(ConfigurationError):
+        config.set_auto_watermark_interval(-1)
+
+
+@pytest.mark.parametrize(
+    ("value", "double", "single"),
+    [(0.1, "0.1", "0.1"), (1.0, "1.0", "1.0"), (1e7, "1.0E7", "1.0E7"), (12345678.9, "1.23456789E7", "1.2345679E7"),
+     (0.0005, "5.0E-4", "5.0E-4"), (-2.5, "-2.5", "-2.5"), (float("nan"), "NaN", "NaN"), (float("-inf"), "-Infinity", "-Infinity")],
+)
+def test_numbers_print_as_java_prints_them(value, double, single):
+    assert java_double_string(value) == double
+    assert java_float_string(value) == single
+
+
+def test_types_shape_values_and_their_printing():
+    row = converter(Types.ROW_NAMED(["id", "score"], [Types.INT(), Types.FLOAT()]))
+    r = row((1, 0.1))
+    assert isinstance(r, Row) and r.id == 1 and r.score == pytest.approx(0.1) and r.score != 0.1
+    assert converter(Types.TUPLE([Types.STRING(), Types.INT()]))(Row("a", 1)) == ("a", 1)
+    assert converter(Types.INT()) is None
+    assert printer(Types.TUPLE([Types.STRING(), Types.INT(), Types.BOOLEAN()]))(("hi", 0, True)) == "(hi,0,true)"
+    assert printer(Types.ROW([Types.INT(), Types.STRING()]))(Row(1, "a")) == "+I[1,a]"
+    assert printer(Types.LIST(Types.INT()))([1, 2]) == "[1, 2]"
+    assert printer(None)(("a", 1)) == "('a', 1)"
+
+
+def test_errors_share_the_root():
+    assert issubclass(JobGraphError, FlowpointError)
