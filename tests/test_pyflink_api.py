@@ -180,3 +180,11 @@ def test_types_shape_values_and_their_printing():
 
 def test_errors_share_the_root():
     assert issubclass(JobGraphError, FlowpointError)
+
+
+def test_an_event_time_window_refuses_flinks_no_timestamp_marker():
+    from flowpoint.api.time import MIN_WATERMARK, event_timestamp
+
+    with pytest.raises(ConfigurationError, match="without a timestamp.*Long.MIN_VALUE.*timestamp assigner"):
+        event_timestamp(MIN_WATERMARK)
+    assert event_timestamp(0) == 0

@@ -92,12 +92,14 @@ def positive_millis(value: Duration | int, what: str) -> int:
 
 
 def event_timestamp(timestamp: int | None) -> int:
-    """The record's event timestamp, which event-time windows and triggers need."""
-    if timestamp is None:
+    """The record's event timestamp, which event-time windows and triggers need (Long.MIN_VALUE
+    is Flink's "no timestamp": what a WatermarkStrategy without an assigner gives records that
+    carry none)."""
+    if timestamp is None or timestamp == MIN_WATERMARK:
         from flowpoint.errors import ConfigurationError
 
         msg = (
-            "an event-time window got a record without a timestamp: give the source a "
+            "an event-time window got a record without a timestamp (None or Long.MIN_VALUE): give the source a "
             "WatermarkStrategy with a timestamp assigner, or call assign_timestamps_and_watermarks(...) "
             "before the window (or use a processing-time window)"
         )

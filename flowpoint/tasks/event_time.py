@@ -139,14 +139,12 @@ class TimestampsOp(Operator):
     def _timestamps(self, data: Any, ts: list | None) -> tuple[list, list]:
         assigner = self.assigner
         if assigner is None:
+            rows = as_rows(data, self.spec.input_type)
             if ts is None:
-                msg = (
-                    f"operator {self.spec.name!r} (uid {self.spec.uid!r}) has no timestamp assigner and its input "
-                    f"records carry no timestamps: add .with_timestamp_assigner(lambda value, record_ts: ...) to the "
-                    f"WatermarkStrategy"
-                )
-                raise ConfigurationError(msg)
-            return as_rows(data, self.spec.input_type), ts
+                # as in Flink: a record without a timestamp keeps Long.MIN_VALUE ("no timestamp");
+                # an event-time window refuses it, saying to add a timestamp assigner
+                return rows, [MIN_WATERMARK] * len(rows)
+            return rows, ts
         if isinstance(assigner, FieldTimestampAssigner) and isinstance(data, pa.RecordBatch) and isinstance(assigner.field, str):
             return data, data.column(assigner.field).to_pylist()  # type: ignore[return-value]
         rows = as_rows(data, self.spec.input_type)

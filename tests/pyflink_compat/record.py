@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -35,7 +36,8 @@ def main(argv: list[str]) -> int:
     env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     failed = 0
     for program in programs(argv):
-        r = subprocess.run([str(python), str(program)], cwd=program.parent, env=env, capture_output=True, text=True, timeout=600)
+        with tempfile.TemporaryDirectory() as cwd:  # programs that write files write them there
+            r = subprocess.run([str(python), str(program)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             failed += 1
             print(f"FAILED {program.name} (exit {r.returncode}):\n{r.stderr[-3000:]}", file=sys.stderr)
