@@ -2,6 +2,7 @@
 
 from flowpoint.api.aggregates import Aggregates
 from flowpoint.api.broadcast import (
+    BroadcastConnectedStream,
     BroadcastProcessFunction,
     BroadcastState,
     BroadcastStream,
@@ -89,12 +90,15 @@ from flowpoint.api.windows import (
     CountTrigger,
     CountWindow,
     DeltaEvictor,
+    DynamicEventTimeSessionWindows,
+    DynamicProcessingTimeSessionWindows,
     EventTimeSessionWindows,
     EventTimeTrigger,
     Evictor,
     GlobalWindow,
     GlobalWindows,
     MergingWindowAssigner,
+    NeverTrigger,
     ProcessingTimeSessionWindows,
     ProcessingTimeTrigger,
     PurgingTrigger,
@@ -173,5 +177,6 @@ __all__ = [
     "KafkaTopicPartition", "SimpleStringSchema", "DeliveryGuarantee", "KafkaRecordSerializationSchema", "KafkaSink",
     "CountWindow", "ExecutionConfig", "MergingWindowAssigner", "RuntimeExecutionMode", "SessionWindowTimeGapExtractor",
     "TypeInformation", "Window", "CoFlatMapFunction", "CoMapFunction", "CoProcessFunction", "ConnectedStreams",
-    "KeyedCoProcessFunction",
+    "KeyedCoProcessFunction", "BroadcastConnectedStream", "DynamicEventTimeSessionWindows",
+    "DynamicProcessingTimeSessionWindows", "NeverTrigger",
 ]

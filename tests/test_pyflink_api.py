@@ -188,3 +188,41 @@ def test_an_event_time_window_refuses_flinks_no_timestamp_marker():
     with pytest.raises(ConfigurationError, match="without a timestamp.*Long.MIN_VALUE.*timestamp assigner"):
         event_timestamp(MIN_WATERMARK)
     assert event_timestamp(0) == 0
+
+
+def test_add_python_file_ships_a_module_the_functions_import(spark, tmp_path):
+    import importlib
+    import sys
+
+    from flowpoint import CollectSink
+
+    module = tmp_path / "shipped" / "fp_shipped_helper.py"
+    module.parent.mkdir()
+    module.write_text("def triple(x):\n    return 3 * x\n")
+    sys.path.insert(0, str(module.parent))  # the driver imports it; the executors get it shipped
+    try:
+        helper = importlib.import_module("fp_shipped_helper")
+        env = StreamExecutionEnvironment.get_execution_environment(
+            {"execution.progress.interval": -1, "state.working.dir": str(tmp_path / "w")}, spark_session=spark)
+        env.set_parallelism(2)
+        env.add_python_file(str(module))
+        sink = CollectSink()
+        env.from_collection([1, 2, 3]).rebalance().map(lambda x: helper.triple(x)).sink_to(sink)
+        env.execute()
+        assert sorted(sink.results) == [3, 6, 9]
+    finally:
+        sys.path.remove(str(module.parent))
+    with pytest.raises(ConfigurationError, match="no such file"):
+        env.add_python_file(str(tmp_path / "missing.py"))
+
+
+def test_project_forward_and_disabled_chaining_in_the_plan(env):
+    env.disable_operator_chaining()
+    ds = env.from_collection([(1, "a", 2.0)], type_info=Types.TUPLE([Types.INT(), Types.STRING(), Types.DOUBLE()]))
+    projected = ds.project(2, 0)
+    assert projected.get_type() == Types.TUPLE([Types.DOUBLE(), Types.INT()])
+    projected.forward().map(lambda x: x).print()
+    graph = env.get_stream_graph()
+    assert len(graph.stages) == len(graph.nodes)  # no operator chained to another
+    with pytest.raises(ConfigurationError, match="field positions"):
+        ds.project("a")

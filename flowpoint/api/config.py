@@ -200,6 +200,8 @@ OPTIONS = {
         Option("pipeline.max-parallelism", None, int, "default max parallelism (number of key groups)"),
         Option("pipeline.name", None, str, "job name"),
         Option("pipeline.auto-watermark-interval", 200, int, "periodic watermarks: flowpoint emits them after every source batch and at every epoch; 0 turns them off (as in Flink: only watermarks from on_event, and the final one at the end of input)", _duration(0)),
+        Option("pipeline.operator-chaining.enabled", True, bool, "false: every operator runs in a task of its own, with an exchange between any two (disable_operator_chaining())", parse_bool),
+        Option("python.files", None, str, "comma-separated Python files, packages or zips shipped to every executor (SparkContext.addPyFile) when the job starts (add_python_file())"),
         Option("pipeline.auto-generate-uids", True, bool, "false: every operator must have a uid(...) (the job fails to build naming the operators without one)", parse_bool),
         Option("pipeline.object-reuse", False, bool, "accepted for compatibility; no meaning here (records are Python objects, never copied between chained operators)", parse_bool),
         Option("pipeline.closure-cleaner-level", "RECURSIVE", str, "accepted for compatibility; no meaning here (functions are pickled with cloudpickle)"),

@@ -84,6 +84,26 @@ class DataStream:
         self._t.max_parallelism = max_parallelism
         return self
 
+    def get_execution_environment(self) -> StreamExecutionEnvironment:
+        return self._env
+
+    def get_execution_config(self) -> Any:
+        return self._env.get_config()
+
+    def force_non_parallel(self) -> DataStream:
+        """Run this operator with parallelism 1 (and max parallelism 1)."""
+        self.set_parallelism(1)
+        self._t.max_parallelism = 1
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group: Any) -> DataStream:
+        """Accepted for PyFlink programs: Spark schedules the tasks; there are no slots."""
+        return self
+
+    def set_buffer_timeout(self, timeout_millis: int) -> DataStream:
+        """Accepted for PyFlink programs: records move between tasks at epoch boundaries."""
+        return self
+
     def disable_chaining(self) -> DataStream:
         self._t.options["chaining"] = False
         return self
@@ -208,6 +228,25 @@ class DataStream:
         return DataStream(self._env, t)
 
     shuffle = rebalance
+    rescale = rebalance  # an even spread over the next operator's instances
+
+    def forward(self) -> DataStream:
+        """Keep records in the same parallel instance: the next operator must have this one's
+        parallelism (it is chained to it)."""
+        t = Transformation(kind="forward", name="Forward", inputs=[self._t], output_type=self._t.output_type)
+        self._env._add_transformation(t)
+        return DataStream(self._env, t)
+
+    def project(self, *field_indexes: int) -> DataStream:
+        """Tuples of the given fields of each tuple record (``project(0, 2)``)."""
+        if not field_indexes or not all(isinstance(i, int) and not isinstance(i, bool) for i in field_indexes):
+            msg = f"project() takes field positions (ints); got {field_indexes!r}"
+            raise ConfigurationError(msg)
+        from flowpoint.api.types import TupleType
+
+        in_type = self.get_type()
+        out_type = TupleType([in_type.field_types[i] for i in field_indexes]) if isinstance(in_type, TupleType) else None
+        return self.map(_Project(field_indexes), output_type=out_type).name("Projection")
 
     # -- sinks ---------------------------------------------------------------------------------
 
@@ -354,3 +393,11 @@ class KeyedStream(DataStream):
     def filter(self, func: Any) -> DataStream:
         fn = wrap(func, FilterFunction, FilterFunctionWrapper, "filter")
         return self._keyed("keyed_filter", "Filter", fn, self._t.output_type)
+
+
+class _Project(MapFunction):
+    def __init__(self, fields: tuple[int, ...]):
+        self.fields = fields
+
+    def map(self, value: Any) -> tuple:
+        return tuple(value[i] for i in self.fields)

@@ -6,6 +6,7 @@ through the coordinator on Spark (``local[*]`` unless a master or a SparkSession
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -27,6 +28,8 @@ from flowpoint.connectors.datagen import NumberSequenceSource
 from flowpoint.connectors.source import Source
 from flowpoint.errors import ConfigurationError, JobGraphError
 from flowpoint.graph.transformation import Transformation
+
+log = logging.getLogger("flowpoint")
 
 # Set by ``flowpoint run`` (like Flink's context environment): defaults for every environment.
 _CLI_DEFAULTS: dict[str, Any] = {}
@@ -275,6 +278,70 @@ class StreamExecutionEnvironment:
             raise ConfigurationError(msg)
         self._config.set("execution.epoch.max-records", records)
         return self
+
+    # -- PyFlink settings without a Java side -----------------------------------------------------
+
+    def add_jars(self, *jars_path: str) -> StreamExecutionEnvironment:
+        """Accepted so PyFlink programs run: flowpoint has no JVM connectors, so jars (such as
+        Flink's Kafka connector) are not needed and not loaded."""
+        log.info("add_jars%s: flowpoint's connectors are Python; the jars are not loaded", jars_path)
+        return self
+
+    def add_classpaths(self, *classpaths: str) -> StreamExecutionEnvironment:
+        """Accepted for PyFlink programs; nothing is added to a Java classpath (see add_jars)."""
+        log.info("add_classpaths%s: flowpoint's connectors are Python; nothing is loaded", classpaths)
+        return self
+
+    def add_python_file(self, file_path: str) -> StreamExecutionEnvironment:
+        """A Python file, package directory or zip the job's functions import, shipped to every
+        executor (``SparkContext.addPyFile``) when the job starts."""
+        if not os.path.exists(file_path):
+            msg = f"add_python_file({file_path!r}): no such file or directory"
+            raise ConfigurationError(msg)
+        files = [f for f in str(self._config.get("python.files") or "").split(",") if f]
+        self._config.set("python.files", ",".join([*files, os.path.abspath(file_path)]))
+        return self
+
+    def set_python_executable(self, python_exec: str) -> StreamExecutionEnvironment:
+        """The Python the executors run (``spark.pyspark.python``); it applies when this
+        environment starts Spark, not to a SparkSession that is already running."""
+        self._config.set("spark.pyspark.python", python_exec)
+        return self
+
+    def get_default_local_parallelism(self) -> int:
+        return self.get_parallelism()
+
+    def set_default_local_parallelism(self, parallelism: int) -> StreamExecutionEnvironment:
+        return self.set_parallelism(parallelism)
+
+    def set_buffer_timeout(self, timeout_millis: int) -> StreamExecutionEnvironment:
+        """Accepted for PyFlink programs: records move between tasks at epoch boundaries
+        (``execution.epoch.*`` bounds the latency), there are no network buffers to flush."""
+        self._buffer_timeout = int(timeout_millis)
+        return self
+
+    def get_buffer_timeout(self) -> int:
+        return getattr(self, "_buffer_timeout", 100)
+
+    def disable_operator_chaining(self) -> StreamExecutionEnvironment:
+        """Every operator runs in a task of its own (an exchange between any two), as in Flink."""
+        self._config.set("pipeline.operator-chaining.enabled", False)
+        return self
+
+    def is_chaining_enabled(self) -> bool:
+        return bool(self._config.get("pipeline.operator-chaining.enabled"))
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return bool(self._config.get("execution.checkpointing.unaligned"))
+
+    def is_force_unaligned_checkpoints(self) -> bool:
+        return False
+
+    def get_checkpointing_consistency_mode(self) -> CheckpointingMode:
+        return self.get_checkpointing_mode()
+
+    def close(self) -> None:
+        """Nothing to release: each job's resources are released when it ends."""
 
     # -- checkpointing, state backend, restarts --------------------------------------------------
 

@@ -357,6 +357,15 @@ class SessionWindowTimeGapExtractor(ABC):
     def extract(self, element: Any) -> Duration | int: ...
 
 
+
+class DynamicEventTimeSessionWindows(EventTimeSessionWindows):
+    """PyFlink's name for event-time sessions with a gap per element:
+    ``DynamicEventTimeSessionWindows.with_dynamic_gap(extractor)``."""
+
+
+class DynamicProcessingTimeSessionWindows(ProcessingTimeSessionWindows):
+    """PyFlink's name for processing-time sessions with a gap per element."""
+
 class GlobalWindows(WindowAssigner):
     """Every element of a key in one :class:`GlobalWindow`; the default trigger never fires,
     so give it a trigger (``count_window`` uses a :class:`CountTrigger`)."""

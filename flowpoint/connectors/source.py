@@ -176,7 +176,7 @@ class Source(ABC):
         """``(split, position)`` from :meth:`encode_position`'s data."""
         return SourceSplit(split_id, data["payload"], data["start"]), data["position"]
 
-    def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[tuple[SourceSplit, Any]]) -> None:
+    def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[tuple[SourceSplit, Any]]) -> None:  # noqa: B027 - optional hook
         """Checkpoint ``checkpoint_id`` completed with these ``(split, position)`` at its cut
         (e.g. the Kafka source commits the offsets to its consumer group for monitoring).
         Runs on the driver; an error here fails nothing, the source should log it."""

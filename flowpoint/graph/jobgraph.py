@@ -140,6 +140,8 @@ def _resolve_inputs(t: Transformation) -> list[tuple[Transformation, str, Any]]:
             walk(u.inputs[0], part, key)
         elif u.kind == "rebalance":
             walk(u.inputs[0], part or "rebalance", key)
+        elif u.kind == "forward":
+            walk(u.inputs[0], part or "forward", key)
         elif u.kind == "broadcast":
             walk(u.inputs[0], "broadcast", None)
         elif u.kind == "union":
@@ -269,6 +271,7 @@ class _Builder:
                     and up.parallelism == n.parallelism
                     and up.kind != "sink"
                     and n.t.options.get("chaining", True)
+                    and self.env.get_configuration().get("pipeline.operator-chaining.enabled")
                     and not n.t.options.get("new_chain")
                     and up.t.options.get("chaining", True)
                 ) or n.kind == "side_output":

@@ -143,12 +143,13 @@ class JobClient:
 
 def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
     from flowpoint.runtime.coordinator import Coordinator
-    from flowpoint.spark.session import get_spark_session
+    from flowpoint.spark.session import get_spark_session, ship_python_files
 
     # Spark starts in the caller's thread: a failure to start raises here, and the session is the
     # caller's active one (``SparkSession.getActiveSession()`` finds it after the job).
     config = env.get_configuration()
     spark = get_spark_session(config.get("spark.master"), graph.job_name, env._spark, config)
+    ship_python_files(spark, config.get("python.files"))
     coordinator = Coordinator(graph, env, spark)
     thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
     coordinator.thread = thread

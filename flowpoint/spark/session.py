@@ -210,3 +210,16 @@ def _check_classic(spark: Any) -> None:
     if not hasattr(spark, "sparkContext"):
         msg = "flowpoint needs a classic SparkSession (with a SparkContext), not a Spark Connect session"
         raise ConfigurationError(msg)
+
+
+def ship_python_files(spark: Any, files: str | None) -> None:
+    """``add_python_file()``: ship each file, package or zip to every executor (once per session)."""
+    if not files or not hasattr(spark, "sparkContext"):
+        return
+    sc = spark.sparkContext
+    shipped = getattr(sc, "_flowpoint_py_files", set())
+    for path in (f for f in files.split(",") if f):
+        if path not in shipped:
+            sc.addPyFile(path)
+            shipped.add(path)
+    sc._flowpoint_py_files = shipped

