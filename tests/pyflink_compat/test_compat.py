@@ -60,3 +60,33 @@ def test_every_program_has_its_recorded_output():
     assert programs, "no compatibility programs"
     missing = [p.name for p in programs if not p.with_suffix(".expected").exists()]
     assert not missing, f"run python tests/pyflink_compat/record.py {' '.join(missing)} (PyFlink's output is recorded once)"
+
+
+def _api_table() -> list[tuple[list[str], str, str]]:
+    """``(names, status, notes)`` of the rows of docs/pyflink.md's name-by-name tables."""
+    text = (HERE.parents[1] / "docs" / "pyflink.md").read_text()
+    section = text[text.index("## The API, name by name"):]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1] in ("supported", "differs", "accepted", "missing"):
+            rows.append((re.findall(r"`(\w+)`", cells[0]), cells[1], cells[2]))
+    return rows
+
+
+def test_the_api_table_lists_every_pyflink_name_honestly():
+    import json
+
+    import flowpoint
+
+    exported = json.loads((HERE / "pyflink_api.json").read_text())  # recorded from PyFlink 2.3
+    rows = _api_table()
+    listed = {n for names, _, _ in rows for n in names}
+    assert not sorted(set(exported) - listed), "PyFlink names without a row in docs/pyflink.md"
+    for names, status, notes in rows:
+        for name in names:
+            importable = hasattr(flowpoint, name)
+            if status == "missing":
+                assert not importable, f"{name} imports from flowpoint but docs/pyflink.md says missing"
+            elif "not importable" not in notes:
+                assert importable, f"docs/pyflink.md says {name} is {status}, but it does not import from flowpoint"
