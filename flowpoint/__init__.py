@@ -73,6 +73,7 @@ from flowpoint.api.state_backends import (
     JobManagerCheckpointStorage,
     StateBackend,
 )
+from flowpoint.api.state_ttl import StateTtlConfig
 from flowpoint.api.time import Duration, Time, TimeDomain
 from flowpoint.api.types import TypeInformation, Types
 from flowpoint.api.watermarks import (
@@ -178,5 +179,5 @@ __all__ = [
     "CountWindow", "ExecutionConfig", "MergingWindowAssigner", "RuntimeExecutionMode", "SessionWindowTimeGapExtractor",
     "TypeInformation", "Window", "CoFlatMapFunction", "CoMapFunction", "CoProcessFunction", "ConnectedStreams",
     "KeyedCoProcessFunction", "BroadcastConnectedStream", "DynamicEventTimeSessionWindows",
-    "DynamicProcessingTimeSessionWindows", "NeverTrigger",
+    "DynamicProcessingTimeSessionWindows", "NeverTrigger", "StateTtlConfig",
 ]

@@ -111,7 +111,8 @@ class KeyedOperatorHarness:
         self.output = _Collector()
         self.operator.outputs.append(self.output)
         self.operator.side_outputs = _SideOutputs()
-        ctx = TaskRuntimeContext(self.spec.name, 0, 1, max_parallelism, {}, self.backend)
+        ctx = self.ctx = TaskRuntimeContext(self.spec.name, 0, 1, max_parallelism, {}, self.backend)
+        ctx.clock = self.operator  # the TTL states' time is the operator's processing time
         self.operator.open(ctx)
         self._origin = 0
 
@@ -237,7 +238,9 @@ class KeyedOperatorHarness:
     # -- checkpoints -------------------------------------------------------------------------------
 
     def snapshot(self) -> HarnessSnapshot:
-        """Commit the state (as at an epoch boundary) and copy it (as a checkpoint does)."""
+        """Commit the state (as at an epoch boundary: the TTL states' background cleanup runs
+        first) and copy it (as a checkpoint does)."""
+        self.ctx.cleanup_expired_state()
         b = self.backend
         if self.backend_kind == "rocksdb":
             b.apply(b.delta())

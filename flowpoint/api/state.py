@@ -36,6 +36,18 @@ class StateDescriptor:
     def get_name(self) -> str:
         return self.name
 
+    ttl_config: Any = None
+
+    def enable_time_to_live(self, ttl_config: Any) -> None:
+        """Expire this state's values ``ttl`` after their last write (or read): see
+        :class:`~flowpoint.api.state_ttl.StateTtlConfig`."""
+        from flowpoint.api.state_ttl import StateTtlConfig
+
+        if not isinstance(ttl_config, StateTtlConfig):
+            msg = f"enable_time_to_live() on state {self.name!r} needs a StateTtlConfig (StateTtlConfig.new_builder(Time.seconds(...)).build()); got {ttl_config!r:.80}"
+            raise ConfigurationError(msg)
+        self.ttl_config = ttl_config
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 

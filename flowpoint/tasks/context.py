@@ -17,6 +17,8 @@ class TaskRuntimeContext(RuntimeContext):
         self.job_parameters = job_parameters
         self.backend = backend
         self.attempt = 0
+        self.clock: Any = None  # the operator: its processing_time is the TTL states' time
+        self.ttl_states: dict[str, Any] = {}  # state name -> TtlState (background cleanup per epoch)
 
     def get_task_name(self) -> str:
         return self.task_name
@@ -43,7 +45,19 @@ class TaskRuntimeContext(RuntimeContext):
                 f"run on a keyed stream: call key_by(...) before it"
             )
             raise StateAccessError(msg)
+        ttl = getattr(descriptor, "ttl_config", None)
+        if ttl is not None and ttl.is_enabled():
+            from flowpoint.state.ttl import ttl_state
+
+            state = ttl_state(self.backend, descriptor, self.clock)
+            self.ttl_states[descriptor.name] = state
+            return state
         return self.backend.get_partitioned_state(descriptor)
+
+    def cleanup_expired_state(self) -> None:
+        """After an epoch: the TTL states' background cleanup (flowpoint/state/ttl.py)."""
+        for state in self.ttl_states.values():
+            state.cleanup()
 
     get_state = _keyed
     get_list_state = _keyed

@@ -89,7 +89,9 @@ class ChainRuntime:
             spec = plan.ops[nid]
             if spec.kind == "sink" or (spec.kind == "source" and spec.function is None):
                 continue
-            self.ops[nid].open(self._context(spec, partition, ts.backends.get(spec.uid) if spec.keyed else None))
+            ctx = self._context(spec, partition, ts.backends.get(spec.uid) if spec.keyed else None)
+            ctx.clock = self.ops[nid]
+            self.ops[nid].open(ctx)
 
     def _initialize_state(self, op_spec: Any, partition: int, ts: TaskState, spec: EpochSpec | None, operator_state: dict) -> None:
         """CheckpointedFunction.initialize_state with the instance's committed operator state."""
@@ -176,6 +178,9 @@ class ChainRuntime:
         return inputs
 
     def end_epoch(self, ack: TaskAck) -> None:
+        for ctx in self.contexts:
+            if ctx.ttl_states:
+                ctx.cleanup_expired_state()  # before the epoch's delta is taken
         if self.plan.source_reader is None:
             for op in self.timestamp_ops:
                 op.end_split(())
