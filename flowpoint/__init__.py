@@ -124,11 +124,14 @@ from flowpoint.connectors.datagen import (
     RateLimiterStrategy,
 )
 from flowpoint.connectors.files import (
+    BucketAssigner,
     BulkFormat,
     Encoder,
     FileFormat,
     FileSink,
     FileSource,
+    OutputFileConfig,
+    RollingPolicy,
     StreamFormat,
 )
 from flowpoint.connectors.kafka import (
@@ -180,4 +183,5 @@ __all__ = [
     "TypeInformation", "Window", "CoFlatMapFunction", "CoMapFunction", "CoProcessFunction", "ConnectedStreams",
     "KeyedCoProcessFunction", "BroadcastConnectedStream", "DynamicEventTimeSessionWindows",
     "DynamicProcessingTimeSessionWindows", "NeverTrigger", "StateTtlConfig",
+    "BucketAssigner", "OutputFileConfig", "RollingPolicy",
 ]

@@ -13,8 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from flowpoint import CollectSink, Duration, Row, Types
+from flowpoint.api.typed_values import java_to_string
 from flowpoint.api.types import arrow_to_rows
 from flowpoint.connectors.files import (
+    BucketAssigner,
     BulkFormat,
     Encoder,
     FileFormat,
@@ -171,19 +173,22 @@ def test_file_sinks_round_trip(make_env, tmp_path):
 
     env = make_env(parallelism=2, max_records=12)
     stream = env.from_collection(people, type_info=PEOPLE).rebalance()
-    stream.sink_to(FileSink.for_row_format(out["json"], Encoder.json_lines()).build())
-    stream.sink_to(FileSink.for_row_format(f"file://{out['csv']}", Encoder.csv(header=True)).build())
-    stream.sink_to(FileSink.for_bulk_format(out["parquet"], BulkFormat.parquet(PEOPLE)).build())
-    stream.sink_to(FileSink.for_row_format(out["text"], Encoder.simple_string_encoder()).build())
+    flat = BucketAssigner.base_path_bucket_assigner()
+    stream.sink_to(FileSink.for_row_format(out["json"], Encoder.json_lines()).with_bucket_assigner(flat).build())
+    stream.sink_to(FileSink.for_row_format(f"file://{out['csv']}", Encoder.csv(header=True)).with_bucket_assigner(flat).build())
+    stream.sink_to(FileSink.for_bulk_format(out["parquet"], BulkFormat.parquet(PEOPLE)).with_bucket_assigner(flat).build())
+    stream.sink_to(FileSink.for_row_format(out["text"], Encoder.simple_string_encoder()).with_bucket_assigner(flat).build())
     result = env.execute("write")
     assert result.epochs == 2
 
-    for kind, ext in (("json", "jsonl"), ("csv", "csv"), ("parquet", "parquet"), ("text", "txt")):
+    for kind in out:
         names = os.listdir(out[kind])
-        assert names, kind
-        for name in names:  # one published file per subtask and epoch, no leftovers
-            assert re.fullmatch(rf"part-[01]-\d{{6}}\.{ext}", name), name
-        assert {n.split("-")[2].split(".")[0] for n in names} == {"000001", "000002"}  # both epochs wrote
+        for name in names:  # Flink's part file names, no in-progress pieces left
+            assert re.fullmatch(r"part-[0-9a-f-]{36}-\d+", name), (kind, name)
+        assert len({n[5:41] for n in names}) == 2, kind  # one uuid per sink instance
+        # a row-format part file holds both epochs (the default rolling policy); a Parquet piece
+        # becomes a part file of its own
+        assert len(names) == (4 if kind == "parquet" else 2), (kind, names)
 
     env = make_env(parallelism=2, max_records=1000)
     sinks = {k: CollectSink() for k in out}
@@ -199,7 +204,9 @@ def test_file_sinks_round_trip(make_env, tmp_path):
     assert all(r._fields == ("name", "age", "score") for r in sinks["json"].results)
     assert Counter(sinks["csv"].results) == expected
     assert Counter(sinks["parquet"].results) == expected
-    assert Counter(sinks["text"].results) == Counter(str(p) for p in people)
+    # simple_string_encoder writes what Flink's SimpleStringEncoder writes: Java's Row.toString
+    assert "+I[p1, 21, 0.25]" in sinks["text"].results
+    assert Counter(sinks["text"].results) == Counter(java_to_string(PEOPLE)(p) for p in people)
 
 
 # -- monitoring --------------------------------------------------------------------------------
@@ -335,16 +342,20 @@ def test_encoders():
 
 
 def test_parquet_writer_accepts_arrow_and_python_records(tmp_path):
-    sink = FileSink.for_bulk_format(tmp_path / "o", BulkFormat.parquet(WORD_N)).build()
-    assert sink.accepts_arrow and sink.guarantee == "at-least-once"
+    sink = FileSink.for_bulk_format(tmp_path / "o", BulkFormat.parquet(WORD_N)) \
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner()).build()
+    assert sink.accepts_arrow and sink.guarantee == "exactly-once"
     assert not FileSink.for_row_format(tmp_path / "t", Encoder.json_lines()).build().accepts_arrow
     writer = sink.create_writer(3, 4, None)
     writer.write(pa.record_batch({"n": pa.array([1, 2], pa.int32()), "word": ["a", "b"], "x": [0, 0]}))
     writer.write([Row(word="c", n=3), ("d", 4)])
-    writer.finish(7)
-    writer.finish(8)  # an epoch without records writes nothing
-    assert os.listdir(tmp_path / "o") == ["part-3-000007.parquet"]
-    table = pq.read_table(tmp_path / "o" / "part-3-000007.parquet")
+    payload = writer.finish(7)
+    assert writer.finish(8) is None  # an epoch without records writes nothing
+    assert os.listdir(tmp_path / "o") == [".part-3-e7.inprogress"]  # in progress: hidden
+    sink.on_epoch_committed(7, [(3, payload)], 4)
+    sink.on_job_end("FINISHED")  # a bounded job's end finishes every part file
+    (name,) = os.listdir(tmp_path / "o")
+    table = pq.read_table(tmp_path / "o" / name)
     assert table.schema == WORD_N.arrow_schema()
     assert table.to_pylist() == [{"word": w, "n": n} for w, n in [("a", 1), ("b", 2), ("c", 3), ("d", 4)]]
 

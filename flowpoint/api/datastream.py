@@ -263,6 +263,8 @@ class DataStream:
             if hasattr(sink, "build"):
                 msg += "; call .build() on the builder first"
             raise JobGraphError(msg)
+        if hasattr(sink, "input_type"):
+            sink.input_type = self.get_type()  # e.g. how FileSink's simple_string_encoder writes values
         t = self._add("sink", name or sink.default_name(), None, None, sink=sink)
         return DataStreamSink(self._env, t)
 

@@ -87,6 +87,15 @@ def printer(type_info: TypeInformation | None) -> Callable[[Any], str]:
     return _java(type_info)
 
 
+def java_to_string(type_info: TypeInformation | None) -> Callable[[Any], str]:
+    """Java's ``toString`` of a value of ``type_info`` (``str`` of an untyped value): what Flink's
+    ``SimpleStringEncoder`` writes. Unlike :func:`printer`, a ROW prints as Java's ``Row``
+    (``+I[a, 1]``)."""
+    if type_info is None or isinstance(type_info, PickledBytesType):
+        return str
+    return _java(type_info)
+
+
 def _java(t: TypeInformation) -> Callable[[Any], str]:
     """Java's ``toString`` of a value of ``t`` as Flink holds it."""
     if isinstance(t, BasicType):

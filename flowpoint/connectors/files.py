@@ -32,17 +32,8 @@ interval, reading files that appeared. Files must not change once they are visib
 file under a hidden or ``.inprogress`` name and rename it when it is complete (as Flink
 expects, and as ``FileSink`` does).
 
-Writing::
-
-    stream.sink_to(FileSink.for_row_format("/data/out", Encoder.simple_string_encoder()).build())
-    stream.sink_to(FileSink.for_bulk_format("/data/out", BulkFormat.parquet(row_type)).build())
-
-Each sink task writes one file per epoch that had records, ``part-<subtask>-<epoch:06d>.<ext>``.
-The file is written under a hidden ``.part-...inprogress`` name and renamed when the epoch's
-input ends, so readers never see partial files and a retried task overwrites its file instead
-of adding a second one. Output is at-least-once: an epoch whose tasks finished but which did
-not commit may leave its files behind. A new job writing to the same directory starts again at
-epoch 1 and replaces files of the same name.
+Writing: ``FileSink`` (``flowpoint/connectors/file_sink.py``) writes part files that become
+visible when a checkpoint completes (or the bounded job finishes), as Flink's does.
 """
 
 from __future__ import annotations
@@ -57,7 +48,6 @@ import os
 import re
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
@@ -70,12 +60,9 @@ import pyarrow.parquet as pq
 
 from flowpoint.api.row import Row
 from flowpoint.api.time import Duration
-from flowpoint.api.types import RowType, TupleType, TypeInformation, Types, rows_to_arrow, schema_of
-from flowpoint.connectors.sinks import Sink, SinkWriter
+from flowpoint.api.types import TypeInformation, Types, schema_of
 from flowpoint.connectors.source import Batch, Source, SourceReader, SourceSplit, SplitPlan
 from flowpoint.errors import ConfigurationError
-
-__all__ = ["BulkFormat", "Encoder", "FileFormat", "FileSink", "FileSource", "StreamFormat"]
 
 BATCH_SIZE = 8192
 INDEX_EVERY = 4096  # the driver remembers the byte offset of every INDEX_EVERY-th record
@@ -779,243 +766,14 @@ def _csv_fields(value: Any) -> list:
     return [value]
 
 
-class Encoder:
-    """How a row-format FileSink turns each record into a line of text."""
+# the sink side lives in file_sink.py; importable from here as before
+from flowpoint.connectors.file_sink import (  # noqa: E402
+    BucketAssigner,
+    Encoder,
+    FileSink,
+    FileSinkBuilder,
+    OutputFileConfig,
+    RollingPolicy,
+)
 
-    def __init__(self, kind: str, charset: str = "utf-8", delimiter: str = ",", header: bool = False):
-        if kind == "csv" and (not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\""):
-            msg = f"Encoder.csv: the delimiter must be one character (not a quote or line break); got {delimiter!r}"
-            raise ConfigurationError(msg)
-        try:
-            "".encode(charset)
-        except LookupError:
-            msg = f"unknown charset {charset!r}"
-            raise ConfigurationError(msg) from None
-        self.kind = kind
-        self.charset = charset
-        self.delimiter = delimiter
-        self.header = bool(header)
-
-    @staticmethod
-    def simple_string_encoder(charset_name: str = "UTF-8") -> Encoder:
-        """``str(record)`` per line (as Flink's ``SimpleStringEncoder``)."""
-        return Encoder("string", charset_name)
-
-    @staticmethod
-    def json_lines() -> Encoder:
-        """One JSON value per line: named Rows and dicts as objects, tuples as arrays."""
-        return Encoder("json")
-
-    @staticmethod
-    def csv(delimiter: str = ",", header: bool = False) -> Encoder:
-        """One CSV line per record (a tuple, Row, list or dict's values). ``header=True`` starts
-        every file with the field names of its first record (a Row with names or a dict)."""
-        return Encoder("csv", delimiter=delimiter, header=header)
-
-    @property
-    def extension(self) -> str:
-        return {"string": "txt", "json": "jsonl", "csv": "csv"}[self.kind]
-
-    def encode(self, records: list) -> list[str]:
-        if self.kind == "string":
-            return [str(r) for r in records]
-        if self.kind == "json":
-            dumps = json.dumps
-            return [dumps(_jsonable(r), ensure_ascii=False, separators=(",", ":"), default=_json_default) for r in records]
-        buf = io.StringIO()
-        writer = csv.writer(buf, delimiter=self.delimiter, lineterminator="\n")
-        writer.writerows(_csv_fields(r) for r in records)
-        return buf.getvalue().split("\n")[:-1]
-
-    def header_line(self, first: Any) -> str | None:
-        if self.kind != "csv" or not self.header:
-            return None
-        if isinstance(first, Row) and first._fields:
-            names = list(first._fields)
-        elif isinstance(first, dict):
-            names = [str(k) for k in first]
-        else:
-            msg = f"Encoder.csv(header=True) needs Rows with named fields or dicts to name the columns; got {first!r:.80}"
-            raise ConfigurationError(msg)
-        buf = io.StringIO()
-        csv.writer(buf, delimiter=self.delimiter, lineterminator="\n").writerow(names)
-        return buf.getvalue().rstrip("\n")
-
-    def __repr__(self) -> str:
-        return f"Encoder.{self.kind}"
-
-
-def _publish(base: str, subtask: int, epoch: int, ext: str, write: Any) -> str:
-    """Write a part file under a hidden temporary name, then rename it into place."""
-    os.makedirs(base, exist_ok=True)
-    name = f"part-{subtask}-{epoch:06d}.{ext}"
-    final = os.path.join(base, name)
-    tmp = os.path.join(base, f".{name}.{uuid.uuid4().hex[:12]}.inprogress")
-    try:
-        write(tmp)
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
-    return final
-
-
-class _RowFileWriter(SinkWriter):
-    def __init__(self, base: str, encoder: Encoder, subtask: int):
-        self.base, self.encoder, self.subtask = base, encoder, subtask
-        self.lines: list[str] = []
-        self.header: str | None = None
-
-    def write(self, records: list) -> None:
-        if not records:
-            return
-        if not self.lines and self.encoder.header:
-            self.header = self.encoder.header_line(records[0])
-        self.lines.extend(self.encoder.encode(records))
-
-    def finish(self, epoch: int) -> Any:
-        if not self.lines:
-            return None
-        lines = [self.header, *self.lines] if self.header is not None else self.lines
-        self.lines, self.header = [], None
-        text = "\n".join(lines) + "\n"
-        data = text.encode(self.encoder.charset)
-
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-
-        _publish(self.base, self.subtask, epoch, self.encoder.extension, write)
-        return None
-
-
-def _infer_table(records: list) -> pa.Table:
-    first = records[0]
-    if isinstance(first, dict):
-        return pa.Table.from_pylist(records)
-    if isinstance(first, tuple):
-        names = list(first._fields) if isinstance(first, Row) and first._fields else [f"f{i}" for i in range(len(first))]
-        columns = list(zip(*records, strict=True))
-        return pa.table([pa.array(list(c)) for c in columns], names=names)
-    return pa.table([pa.array(records)], names=["value"])
-
-
-class _ParquetFileWriter(SinkWriter):
-    def __init__(self, base: str, fmt: FileFormat, subtask: int):
-        self.base, self.format, self.subtask = base, fmt, subtask
-        self.tables: list[pa.Table] = []
-
-    def write(self, records: Any) -> None:
-        schema = self.format.schema
-        where = f"FileSink (Parquet) at {self.base!r}"
-        if isinstance(records, (pa.RecordBatch, pa.Table)):
-            table = pa.Table.from_batches([records]) if isinstance(records, pa.RecordBatch) else records
-            if schema is not None:
-                table = _conform(table, schema, where)
-        elif not records:
-            return
-        else:
-            try:
-                if schema is None:
-                    table = _infer_table(records)
-                else:
-                    ti = self.format.type_info
-                    if isinstance(ti, (RowType, TupleType)) and isinstance(records[0], dict):
-                        names = schema.names
-                        records = [tuple(r.get(n) for n in names) for r in records]
-                    table = pa.Table.from_batches([rows_to_arrow(records, ti)])
-            except ConfigurationError:
-                raise
-            except (pa.ArrowException, ValueError, TypeError) as e:
-                hint = "give BulkFormat.parquet a type_info" if schema is None else f"make the records match {self.format.type_info!r}"
-                msg = f"{where}: cannot convert records (first: {records[0]!r:.100}) to Arrow: {_arrow_message(e)}; {hint}"
-                raise ConfigurationError(msg) from None
-        self.tables.append(table)
-
-    def finish(self, epoch: int) -> Any:
-        if not self.tables:
-            return None
-        tables, self.tables = self.tables, []
-        try:
-            table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
-        except (pa.ArrowException, ValueError) as e:
-            msg = (
-                f"FileSink (Parquet) at {self.base!r}: the records of epoch {epoch} have different "
-                f"column types ({_arrow_message(e)}); give BulkFormat.parquet a type_info"
-            )
-            raise ConfigurationError(msg) from None
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as f:
-                pq.write_table(table, f)
-                f.flush()
-                os.fsync(f.fileno())
-
-        _publish(self.base, self.subtask, epoch, "parquet", write)
-        return None
-
-
-class FileSinkBuilder:
-    """``FileSink.for_row_format(...)`` / ``for_bulk_format(...)``; finish with ``.build()``."""
-
-    def __init__(self, base_path: str, encoder: Encoder | None = None, bulk_format: FileFormat | None = None):
-        self._base_path = base_path
-        self._encoder = encoder
-        self._bulk_format = bulk_format
-
-    def build(self) -> FileSink:
-        if self._bulk_format is not None:
-            return _BulkFileSink(self._base_path, bulk_format=self._bulk_format)
-        return FileSink(self._base_path, encoder=self._encoder)
-
-
-class FileSink(Sink):
-    """Writes part files ``part-<subtask>-<epoch>.<ext>`` under ``base_path`` (see the module docs)."""
-
-    guarantee = "at-least-once"
-    accepts_arrow = False
-
-    def __init__(self, base_path: Any, encoder: Encoder | None = None, bulk_format: FileFormat | None = None):
-        self.base_path = _local_path(base_path, "FileSink")
-        if os.path.exists(self.base_path) and not os.path.isdir(self.base_path):
-            msg = f"FileSink: base path {self.base_path!r} is a file; give a directory (it is created if missing)"
-            raise ConfigurationError(msg)
-        self.encoder = encoder
-        self.bulk_format = bulk_format
-
-    @staticmethod
-    def for_row_format(base_path: Any, encoder: Encoder) -> FileSinkBuilder:
-        if not isinstance(encoder, Encoder):
-            msg = (
-                f"FileSink.for_row_format needs an Encoder (Encoder.simple_string_encoder(), "
-                f"Encoder.json_lines(), Encoder.csv()); got {encoder!r:.80}"
-            )
-            raise ConfigurationError(msg)
-        _local_path(base_path, "FileSink")
-        return FileSinkBuilder(base_path, encoder=encoder)
-
-    @staticmethod
-    def for_bulk_format(base_path: Any, bulk_format: FileFormat) -> FileSinkBuilder:
-        if not isinstance(bulk_format, FileFormat) or bulk_format.kind != "parquet":
-            msg = f"FileSink.for_bulk_format needs BulkFormat.parquet(type_info); got {bulk_format!r:.80}"
-            raise ConfigurationError(msg)
-        _local_path(base_path, "FileSink")
-        return FileSinkBuilder(base_path, bulk_format=bulk_format)
-
-    def default_name(self) -> str:
-        return "File Sink"
-
-    def create_writer(self, subtask_index: int, parallelism: int, context: Any) -> SinkWriter:
-        if self.bulk_format is not None:
-            return _ParquetFileWriter(self.base_path, self.bulk_format, subtask_index)
-        return _RowFileWriter(self.base_path, self.encoder, subtask_index)
-
-
-class _BulkFileSink(FileSink):
-    """A Parquet FileSink: Arrow batches reach its writers unconverted."""
-
-    accepts_arrow = True
+__all__ = ["BucketAssigner", "BulkFormat", "Encoder", "FileFormat", "FileSink", "FileSinkBuilder", "FileSource", "OutputFileConfig", "RollingPolicy", "StreamFormat"]

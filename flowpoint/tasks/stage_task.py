@@ -52,6 +52,7 @@ class ChainRuntime:
             elif spec.kind == "sink":
                 ctx = self._context(spec, partition, None)
                 op = SinkOp(spec, spec.sink.create_writer(partition, spec.parallelism, ctx))
+                ctx.clock = op  # a writer may ask the epoch's processing time (file buckets)
             elif spec.keyed:
                 op = operator_class(spec.kind, True, plan.batch)(spec, backend)
             else:
