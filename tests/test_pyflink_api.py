@@ -226,3 +226,24 @@ def test_project_forward_and_disabled_chaining_in_the_plan(env):
     assert len(graph.stages) == len(graph.nodes)  # no operator chained to another
     with pytest.raises(ConfigurationError, match="field positions"):
         ds.project("a")
+
+
+@pytest.mark.slow
+def test_a_jobs_standard_output_holds_only_what_it_prints(tmp_path):
+    """Spark's, Hadoop's and flowpoint's own log lines go to standard error (a fresh driver JVM)."""
+    import subprocess
+    import sys
+
+    job = tmp_path / "job.py"
+    job.write_text(
+        "from flowpoint import StreamExecutionEnvironment, Types\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.set_parallelism(1)\n"
+        "env.from_collection([('a', 1), ('b', 2)], type_info=Types.TUPLE([Types.STRING(), Types.INT()])).print()\n"
+        "env.execute('stdout')\n"
+    )
+    proc = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**__import__("os").environ, "FLOWPOINT_SPARK_MASTER": "local[1]"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["(a,1)", "(b,2)"]
+    assert "[flowpoint]" in proc.stderr
