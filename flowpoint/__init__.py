@@ -1,6 +1,12 @@
 """flowpoint: Flink's stateful stream processing model in Python, executing on Apache Spark."""
 
 from flowpoint.api.aggregates import Aggregates
+from flowpoint.api.async_io import (
+    AsyncDataStream,
+    AsyncFunction,
+    AsyncRetryPredicate,
+    AsyncRetryStrategy,
+)
 from flowpoint.api.broadcast import (
     BroadcastConnectedStream,
     BroadcastProcessFunction,
@@ -184,4 +190,5 @@ __all__ = [
     "KeyedCoProcessFunction", "BroadcastConnectedStream", "DynamicEventTimeSessionWindows",
     "DynamicProcessingTimeSessionWindows", "NeverTrigger", "StateTtlConfig",
     "BucketAssigner", "OutputFileConfig", "RollingPolicy",
+    "AsyncDataStream", "AsyncFunction", "AsyncRetryPredicate", "AsyncRetryStrategy",
 ]

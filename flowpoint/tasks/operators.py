@@ -44,7 +44,7 @@ def user_error(spec: Any, e: BaseException, record: Any, key: Any = None) -> Flo
 # operators whose user function declares its output type (map(f, output_type=...), ...)
 CONVERTING_KINDS = frozenset({
     "map", "flat_map", "process", "keyed_map", "keyed_flat_map", "keyed_process", "window",
-    "broadcast_process", "keyed_broadcast_process", "co_map", "co_flat_map", "co_process", "keyed_co_process",
+    "broadcast_process", "keyed_broadcast_process", "co_map", "co_flat_map", "co_process", "keyed_co_process", "async_wait",
 })
 
 

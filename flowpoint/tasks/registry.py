@@ -9,12 +9,13 @@ from flowpoint.tasks.operators import KEYED_OPERATORS, STATELESS_OPERATORS
 
 
 def _stateless() -> dict[str, Any]:
+    from flowpoint.tasks.async_wait import AsyncWaitOp
     from flowpoint.tasks.broadcast_process import BroadcastProcessOp
     from flowpoint.tasks.co_process import CoFlatMapOp, CoMapOp, CoProcessOp
 
     return {
         **STATELESS_OPERATORS, "timestamps": TimestampsOp, "side_output": SideOutputOp, "broadcast_process": BroadcastProcessOp,
-        "co_map": CoMapOp, "co_flat_map": CoFlatMapOp, "co_process": CoProcessOp,
+        "co_map": CoMapOp, "co_flat_map": CoFlatMapOp, "co_process": CoProcessOp, "async_wait": AsyncWaitOp,
     }
 
 
