@@ -111,6 +111,6 @@ def test_window_all_sees_every_record_in_one_task(make_env):
     )
     windowed = stream.window_all(TumblingEventTimeWindows.of(Duration.of_millis(1000))).process(Everything())
     windowed.sink_to(sink)
+    assert env.get_stream_graph().nodes[windowed._t.id].parallelism == 1
     env.execute("window all")
     assert sorted(sink.results) == [(0, list(range(10)), 0), (1000, list(range(10, 20)), 1000)]
-    assert env.get_stream_graph().nodes[windowed._t.id].parallelism == 1

@@ -175,10 +175,11 @@ def test_a_run_resumed_by_a_run_that_finished_is_not_resumed_again(make_env, tmp
     open(flag, "w").close()
     env = resumed_env(make_env, tmp_path)
     sink = build_job(env)
+    fingerprint = job_fingerprint(env.get_stream_graph(NAME))  # before execute(), which starts the next job afresh
     first = env.execute(NAME)
     assert exact(first, sink)
     entry = wait_ended(tmp_path, first.get_job_id())
-    assert (entry.status, entry.resumed_from, entry.fingerprint) == ("FINISHED", crashed, job_fingerprint(env.get_stream_graph(NAME)))
+    assert (entry.status, entry.resumed_from, entry.fingerprint) == ("FINISHED", crashed, fingerprint)
     assert not os.path.exists(tmp_path / "ck" / first.get_job_id())  # a finished run's checkpoints go
 
     env = resumed_env(make_env, tmp_path)

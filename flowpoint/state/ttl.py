@@ -78,8 +78,10 @@ class TtlState:
         raise NotImplementedError
 
 
-class TtlValueState(TtlState, ValueState):
-    def value(self) -> Any:
+class _TtlSingle(TtlState):
+    """One ``(value, last access)`` pair per key: value, reducing and aggregating states."""
+
+    def _read(self) -> Any:
         stored = self.inner.value()
         if stored is None:
             return None
@@ -92,16 +94,21 @@ class TtlValueState(TtlState, ValueState):
             self.inner.update((value, now))
         return value
 
+    def clean_current(self, now: int) -> None:
+        stored = self.inner.value()
+        if stored is not None and self.expired(stored[1], now):
+            self.inner.clear()
+
+
+class TtlValueState(_TtlSingle, ValueState):
+    def value(self) -> Any:
+        return self._read()
+
     def update(self, value: Any) -> None:
         if value is None:
             self.inner.clear()
         else:
             self.inner.update((value, self.now()))
-
-    def clean_current(self, now: int) -> None:
-        stored = self.inner.value()
-        if stored is not None and self.expired(stored[1], now):
-            self.inner.clear()
 
 
 class TtlListState(TtlState, ListState):
@@ -193,51 +200,35 @@ class TtlMapState(TtlState, MapState):
                 self.inner.remove(k)
 
 
-class _TtlAccumulating(TtlState):
+class _TtlAccumulating(_TtlSingle):
     """Reducing and aggregating states: ``(accumulator, last access)`` in a value state."""
 
-    def _current(self) -> Any:
+    def _live_accumulator(self) -> tuple[Any, int]:
+        """The accumulator to add to (None when there is none or it expired) and the time."""
         stored = self.inner.value()
-        if stored is None:
-            return None
-        acc, ts = stored
         now = self.now()
-        if self.expired(ts, now):
-            self.inner.clear()
-            return acc if self.config.return_expired else None
-        if self.config.update_on_read and ts != now:
-            self.inner.update((acc, now))
-        return acc
-
-    def clean_current(self, now: int) -> None:
-        stored = self.inner.value()
-        if stored is not None and self.expired(stored[1], now):
-            self.inner.clear()
+        return (None if stored is None or self.expired(stored[1], now) else stored[0]), now
 
 
 class TtlReducingState(_TtlAccumulating, ReducingState):
     def get(self) -> Any:
-        return self._current()
+        return self._read()
 
     def add(self, value: Any) -> None:
-        stored = self.inner.value()
-        now = self.now()
-        current = None if stored is None or self.expired(stored[1], now) else stored[0]
+        current, now = self._live_accumulator()
         new = value if current is None else self.descriptor.reduce_function.reduce(current, value)
         self.inner.update((new, now))
 
 
 class TtlAggregatingState(_TtlAccumulating, AggregatingState):
     def get(self) -> Any:
-        acc = self._current()
+        acc = self._read()
         return None if acc is None else self.descriptor.agg_function.get_result(acc)
 
     def add(self, value: Any) -> None:
         f = self.descriptor.agg_function
-        stored = self.inner.value()
-        now = self.now()
-        acc = f.create_accumulator() if stored is None or self.expired(stored[1], now) else stored[0]
-        self.inner.update((f.add(value, acc), now))
+        acc, now = self._live_accumulator()
+        self.inner.update((f.add(value, f.create_accumulator() if acc is None else acc), now))
 
 
 def ttl_state(backend: Any, descriptor: StateDescriptor, clock: Any) -> TtlState:
