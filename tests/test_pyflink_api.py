@@ -171,6 +171,9 @@ def test_types_shape_values_and_their_printing():
     r = row((1, 0.1))
     assert isinstance(r, Row) and r.id == 1 and r.score == pytest.approx(0.1) and r.score != 0.1
     assert converter(Types.TUPLE([Types.STRING(), Types.INT()]))(Row("a", 1)) == ("a", 1)
+    by_name = row({"score": 2.5, "id": 7})  # a dict becomes a Row by field name, never by key order
+    assert by_name.id == 7 and by_name.score == 2.5
+    assert row("not a row") == "not a row"
     assert converter(Types.INT()) is None
     assert printer(Types.TUPLE([Types.STRING(), Types.INT(), Types.BOOLEAN()]))(("hi", 0, True)) == "(hi,0,true)"
     assert printer(Types.ROW([Types.INT(), Types.STRING()]))(Row(1, "a")) == "+I[1,a]"
@@ -247,3 +250,13 @@ def test_a_jobs_standard_output_holds_only_what_it_prints(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["(a,1)", "(b,2)"]
     assert "[flowpoint]" in proc.stderr
+
+
+def test_a_value_the_output_type_cannot_hold_fails_naming_the_operator(make_env):
+    from flowpoint import CollectSink
+    from flowpoint.errors import SerializationError
+
+    env = make_env(parallelism=1)
+    env.from_collection(["x"]).map(lambda s: s, output_type=Types.FLOAT()).name("to-float").sink_to(CollectSink())
+    with pytest.raises(SerializationError, match="to-float.*Types.FLOAT"):
+        env.execute()

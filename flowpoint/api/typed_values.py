@@ -51,13 +51,17 @@ def converter(type_info: TypeInformation | None) -> Callable[[Any], Any] | None:
                     return None
                 if plain and type(v) is Row and v._fields == names:
                     return v
+                if isinstance(v, dict):  # a record by field name
+                    v = [v.get(n) for n in names]
+                elif not isinstance(v, (tuple, list)):
+                    return v  # not a row: left for the sink or the next operator to refuse
                 values = tuple(v) if plain else tuple(f(x) if f else x for f, x in zip(fields, v, strict=True))
                 return Row.of(names, values)
 
             return to_row
 
         def to_tuple(v: Any) -> Any:
-            if v is None or (plain and type(v) is tuple):
+            if v is None or (plain and type(v) is tuple) or not isinstance(v, (tuple, list)):
                 return v
             return tuple(v) if plain else tuple(f(x) if f else x for f, x in zip(fields, v, strict=True))
 

@@ -20,7 +20,7 @@ from flowpoint.api.row import Row, get_field
 from flowpoint.api.state import ValueStateDescriptor
 from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.api.typed_values import converter
-from flowpoint.errors import FlowpointError, InvalidKeyError, UserFunctionError
+from flowpoint.errors import FlowpointError, InvalidKeyError, SerializationError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.state.keygroups import canonical_bytes
 from flowpoint.tasks.batches import KeyedBatch, as_rows, dumps, encode, num_records
@@ -90,7 +90,13 @@ class Operator:
         if num_records(data) == 0:
             return
         if self.convert is not None and type(data) is list:
-            data = list(map(self.convert, data))
+            try:
+                data = list(map(self.convert, data))
+            except (TypeError, ValueError) as e:
+                msg = (f"operator {self.spec.name!r} (uid {self.spec.uid!r}) emitted a value its output_type "
+                       f"{self.spec.output_type!r} cannot hold: {type(e).__name__}: {e}; return values of that type "
+                       f"or change the output_type")
+                raise SerializationError(msg) from e
         for out in self.outputs:
             out.process(origin, data, ts)
 
