@@ -179,3 +179,21 @@ def test_exactly_once_through_a_failure_and_a_restart_from_a_checkpoint(make_env
     got = Counter(line for text in files.values() for line in text.splitlines())
     expected = Counter(f"{k},{n}" for k, n in expected_outputs(EVENTS))
     assert got == expected, f"duplicates: {sum((got - expected).values())}, missing: {sum((expected - got).values())}"
+
+
+def test_stop_with_savepoint_then_restore_keeps_every_record_once(tmp_path):
+    """A job stopped with a savepoint finishes its open part files; a job restored from that
+    savepoint continues with the next part numbers and writes nothing twice."""
+    policy = RollingPolicy.default_rolling_policy()
+    first = row_sink(tmp_path, policy)
+    epoch(first, 1, 0, ["a"], tmp_path)
+    savepoint = first.snapshot_driver_state()  # the part file stays open (default policy)
+    first.on_job_end("FINISHED")  # stop-with-savepoint: the job ends, its part files are finished
+    assert list(visible(tmp_path).values()) == ["a\n"]
+    second = row_sink(tmp_path, policy)
+    second.restore_driver_state(savepoint)
+    epoch(second, 2, 0, ["b"], tmp_path)
+    second.on_job_end("FINISHED")
+    files = visible(tmp_path)
+    assert sorted(files.values()) == ["a\n", "b\n"]
+    assert sorted(PART.fullmatch(n)["n"] for n in files) == ["0", "1"]

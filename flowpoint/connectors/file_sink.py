@@ -539,6 +539,7 @@ class FileSink(Sink):
     def _stage(self, now: int) -> None:
         """Committed pieces join their open part file; the rolling policy closes part files."""
         for subtask, bucket, rel, size, at in self._driver_pending:
+            self._driver_uuids.setdefault(str(subtask), str(uuid.uuid4()))  # in the snapshot from the start
             key = f"{subtask}/{bucket}"
             part = self._driver_open.setdefault(key, {"subtask": subtask, "bucket": bucket, "pieces": [], "size": 0, "opened": at, "last": at})
             part["pieces"].append(rel)
@@ -584,6 +585,14 @@ class FileSink(Sink):
         # the restored checkpoint completed: what it closed is finished now (Flink's commit on
         # restore); a part file finished before the crash is not written again
         self._finish_closed()
+        # a part file the checkpoint holds open but whose pieces are gone was finished after it
+        # (a job stopped with this savepoint finishes its open part files): close it again under
+        # the same name, which _finish then finds done
+        for key in sorted(self._driver_open):
+            part = self._driver_open[key]
+            if not all(os.path.exists(os.path.join(self.base_path, p)) for p in part["pieces"]):
+                self._close(key)
+        self._finish_closed()
 
     def on_job_end(self, status: str) -> None:
         if status != "FINISHED":
@@ -603,9 +612,13 @@ class FileSink(Sink):
         final = os.path.join(bucket_dir, part["name"])
         pieces = [os.path.join(self.base_path, p) for p in part["pieces"]]
         present = [p for p in pieces if os.path.exists(p)]
+        if os.path.exists(final):
+            # finished before a crash, restored from the checkpoint that closed it (pieces a crash
+            # left after the rename are removed now)
+            for piece in present:
+                os.remove(piece)
+            return
         if not present:
-            if os.path.exists(final):
-                return  # finished before a crash, restored from the checkpoint that closed it
             msg = (f"FileSink at {self.base_path!r}: part file {final!r} cannot be finished: its in-progress pieces "
                    f"{part['pieces']} are gone (the driver must see the executors' files: use a shared directory)")
             raise ConfigurationError(msg)
