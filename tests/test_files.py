@@ -351,7 +351,7 @@ def test_parquet_writer_accepts_arrow_and_python_records(tmp_path):
     writer.write([Row(word="c", n=3), ("d", 4)])
     payload = writer.finish(7)
     assert writer.finish(8) is None  # an epoch without records writes nothing
-    assert os.listdir(tmp_path / "o") == [".part-3-e7.inprogress"]  # in progress: hidden
+    assert os.listdir(tmp_path / "o") == [f".part-{sink.piece_token}-3-e7.inprogress"]  # in progress: hidden
     sink.on_epoch_committed(7, [(3, payload)], 4)
     sink.on_job_end("FINISHED")  # a bounded job's end finishes every part file
     (name,) = os.listdir(tmp_path / "o")

@@ -15,8 +15,9 @@ that instance's part files in the bucket from 0; prefix and suffix come from
 ``OutputFileConfig`` (default ``part`` and none).
 
 A part file goes through Flink's three states. *In progress*: each sink task writes the records
-of an epoch to a hidden piece ``.<prefix>-<subtask>-e<epoch>-<i>.inprogress`` in the bucket (a
-retried task rewrites the same piece). *Pending*: once the epoch commits, the driver adds its
+of an epoch to a hidden piece ``.<prefix>-<sink token>-<subtask>-e<epoch>.inprogress`` in the
+bucket (a retried task rewrites the same piece; the token is new for every sink object, so two
+sinks or jobs on one directory never share a piece). *Pending*: once the epoch commits, the driver adds its
 pieces to the open part file of their instance and bucket; the rolling policy closes a part
 file at a checkpoint: ``on_checkpoint_rolling_policy()`` at every one (bulk formats always),
 ``default_rolling_policy(part_size, rollover_interval, inactivity_interval)`` once the part holds
@@ -337,7 +338,7 @@ class _PieceWriter(SinkWriter):
         out = []
         prefix = self.sink.output_file_config.part_prefix
         for bucket, chunks in sorted(buckets.items()):
-            rel = os.path.join(bucket, f".{prefix}-{self.subtask}-e{epoch}.inprogress")
+            rel = os.path.join(bucket, f".{prefix}-{self.sink.piece_token}-{self.subtask}-e{epoch}.inprogress")
             path = os.path.join(self.sink.base_path, rel)
             size = _write_piece(path, self._writer(chunks, epoch))
             out.append((bucket, rel, size))
@@ -478,6 +479,8 @@ class FileSink(Sink):
         self.rolling_policy = rolling_policy or (RollingPolicy.on_checkpoint_rolling_policy() if bulk_format else RollingPolicy.default_rolling_policy())
         self.output_file_config = output_file_config or OutputFileConfig()
         self.input_type: Any = None  # the stream's type (sink_to sets it): how simple_string_encoder writes values
+        # names this sink's pieces: two sinks (or jobs) on one directory never write the same piece
+        self.piece_token = uuid.uuid4().hex[:8]
         self._driver_reset()
 
     @staticmethod
