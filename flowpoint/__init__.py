@@ -42,6 +42,7 @@ from flowpoint.api.functions import (
     KeySelector,
     MapFunction,
     OutputTag,
+    Partitioner,
     ProcessAllWindowFunction,
     ProcessFunction,
     ProcessWindowFunction,
@@ -190,5 +191,5 @@ __all__ = [
     "KeyedCoProcessFunction", "BroadcastConnectedStream", "DynamicEventTimeSessionWindows",
     "DynamicProcessingTimeSessionWindows", "NeverTrigger", "StateTtlConfig",
     "BucketAssigner", "OutputFileConfig", "RollingPolicy",
-    "AsyncDataStream", "AsyncFunction", "AsyncRetryPredicate", "AsyncRetryStrategy",
+    "AsyncDataStream", "AsyncFunction", "AsyncRetryPredicate", "AsyncRetryStrategy", "Partitioner",
 ]

@@ -260,3 +260,35 @@ def test_a_value_the_output_type_cannot_hold_fails_naming_the_operator(make_env)
     env.from_collection(["x"]).map(lambda s: s, output_type=Types.FLOAT()).name("to-float").sink_to(CollectSink())
     with pytest.raises(SerializationError, match="to-float.*Types.FLOAT"):
         env.execute()
+
+
+class WhereAmI:
+    """A map reporting the parallel instance each record reached."""
+
+    def open(self, runtime_context):
+        self.index = runtime_context.get_index_of_this_subtask()
+
+    def map(self, value):
+        return self.index, value
+
+
+def test_partition_custom_sends_each_record_where_the_partitioner_says(make_env):
+    from flowpoint import CollectSink, MapFunction, Partitioner
+
+    class Where(WhereAmI, MapFunction):
+        pass
+
+    class ByParity(Partitioner):
+        def partition(self, key, num_partitions):
+            return key % 2
+
+    env = make_env(parallelism=3)
+    sink = CollectSink()
+    env.from_collection(list(range(12))).partition_custom(ByParity(), lambda x: x).map(Where()).sink_to(sink)
+    env.execute()
+    assert sorted(sink.results) == sorted((v % 2, v) for v in range(12))
+
+    env = make_env(parallelism=2)
+    env.from_collection([1, 2]).partition_custom(lambda key, n: 5, lambda x: x).map(lambda x: x).sink_to(CollectSink())
+    with pytest.raises(Exception, match=r"custom partitioner .* returned 5 .* from 0 to 1"):
+        env.execute()

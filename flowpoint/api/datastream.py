@@ -16,6 +16,8 @@ from flowpoint.api.functions import (
     MapFunction,
     MapFunctionWrapper,
     OutputTag,
+    Partitioner,
+    PartitionerWrapper,
     ProcessFunction,
     ReduceFunction,
     ReduceFunctionWrapper,
@@ -234,6 +236,16 @@ class DataStream:
         """Keep records in the same parallel instance: the next operator must have this one's
         parallelism (it is chained to it)."""
         t = Transformation(kind="forward", name="Forward", inputs=[self._t], output_type=self._t.output_type)
+        self._env._add_transformation(t)
+        return DataStream(self._env, t)
+
+    def partition_custom(self, partitioner: Partitioner | Any, key_selector: KeySelector | Any) -> DataStream:
+        """Send each record to instance ``partitioner.partition(key_selector(record), n)`` of the
+        next operator (``partitioner`` may be a ``(key, num_partitions) -> int`` callable)."""
+        p = wrap(partitioner, Partitioner, PartitionerWrapper, "partition_custom")
+        selector = FieldKeySelector(key_selector) if isinstance(key_selector, (int, str)) else wrap(key_selector, KeySelector, KeySelectorWrapper, "partition_custom")
+        t = Transformation(kind="partition_custom", name="PartitionCustom", inputs=[self._t], key_selector=selector, output_type=self._t.output_type)
+        t.options["partitioner"] = p
         self._env._add_transformation(t)
         return DataStream(self._env, t)
 

@@ -206,6 +206,13 @@ class KeyedProcessFunction(Function, RuntimeContextAware):
         return None
 
 
+class Partitioner(Function):
+    """``partition_custom(partitioner, key_selector)``: the receiving instance of a key."""
+
+    @abstractmethod
+    def partition(self, key: Any, num_partitions: int) -> int: ...
+
+
 class OutputTag:
     """Names a side output: ``ctx.output(tag, value)`` and ``stream.get_side_output(tag)``."""
 
@@ -331,6 +338,11 @@ class SinkFunctionWrapper(_Wrapped, SinkFunction):
     def invoke(self, value: Any, context: Any) -> None:
         self.func(value)
 
+
+
+class PartitionerWrapper(_Wrapped, Partitioner):
+    def partition(self, key: Any, num_partitions: int) -> int:
+        return self.func(key, num_partitions)
 
 class FieldKeySelector(KeySelector):
     """``key_by(0)`` / ``key_by("channel")``: the key is one field of the record (see

@@ -103,7 +103,7 @@ class JobGraph:
         """The plan as JSON in Flink's shape (``nodes`` with ``id``, ``type``, ``pact``,
         ``contents``, ``parallelism`` and ``predecessors`` with their ``ship_strategy``)."""
         pacts = {"source": "Data Source", "sink": "Data Sink"}
-        strategies = {"forward": "FORWARD", "keyed": "HASH", "rebalance": "REBALANCE", "broadcast": "BROADCAST"}
+        strategies = {"forward": "FORWARD", "keyed": "HASH", "rebalance": "REBALANCE", "broadcast": "BROADCAST", "custom": "CUSTOM"}
         nodes = []
         for n in sorted(self.nodes.values(), key=lambda n: n.id):
             preds = [{"id": u.id, "ship_strategy": strategies.get(part, part.upper()), "side": "second" if i else "first"}
@@ -142,6 +142,10 @@ def _resolve_inputs(t: Transformation) -> list[tuple[Transformation, str, Any]]:
             walk(u.inputs[0], part or "rebalance", key)
         elif u.kind == "forward":
             walk(u.inputs[0], part or "forward", key)
+        elif u.kind == "partition_custom":
+            if part is None:
+                part, key = "custom", (u.options["partitioner"], u.key_selector)
+            walk(u.inputs[0], part, key)
         elif u.kind == "broadcast":
             walk(u.inputs[0], "broadcast", None)
         elif u.kind == "union":

@@ -18,7 +18,7 @@ from flowpoint.errors import JobGraphError
 
 _ids = itertools.count(1)
 
-VIRTUAL_KINDS = frozenset({"key_by", "union", "rebalance", "broadcast", "forward"})
+VIRTUAL_KINDS = frozenset({"key_by", "union", "rebalance", "broadcast", "forward", "partition_custom"})
 KEYED_KINDS = frozenset({"keyed_process", "keyed_map", "keyed_flat_map", "keyed_filter", "reduce", "rolling_agg", "window", "keyed_broadcast_process", "keyed_co_process"})
 _UID_PATTERN = re.compile(r"^[A-Za-z0-9_\-:]+$")
 

@@ -763,4 +763,32 @@ class BroadcastWriter(ExchangeWriter):
             self._send(dest, origin, data, ts)
 
 
-EXCHANGE_WRITERS = {"forward": ForwardWriter, "rebalance": RebalanceWriter, "keyed": KeyedWriter, "broadcast": BroadcastWriter}
+class CustomWriter(ExchangeWriter):
+    """``partition_custom(partitioner, key_selector)``: ``partitioner.partition(key, n)`` picks
+    each record's receiver (0 <= it < n); records keep their order per receiver."""
+
+    def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
+        partitioner, selector = self.edge.key_selector
+        n = self.edge.parallelism
+        rows = as_rows(data, self.edge.input_type)
+        by_dest: dict[int, list[int]] = {}
+        value = None
+        try:
+            for i, value in enumerate(rows):
+                dest = partitioner.partition(selector.get_key(value), n)
+                if not isinstance(dest, int) or isinstance(dest, bool) or not 0 <= dest < n:
+                    msg = (f"the custom partitioner of the exchange into {self.edge.target_name!r} returned {dest!r} for "
+                           f"{value!r:.100}; it must return an int from 0 to {n - 1} (num_partitions {n})")
+                    raise InvalidKeyError(msg)
+                by_dest.setdefault(dest, []).append(i)
+        except FlowpointError:
+            raise
+        except Exception as e:
+            msg = f"the custom partitioner of the exchange into {self.edge.target_name!r} raised {type(e).__name__}: {e} for {value!r:.100}"
+            raise UserFunctionError(msg) from e
+        for dest, idx in sorted(by_dest.items()):
+            chunk = [rows[i] for i in idx]
+            self._send(dest, (*origin, dest), chunk, None if ts is None else [ts[i] for i in idx])
+
+
+EXCHANGE_WRITERS = {"forward": ForwardWriter, "rebalance": RebalanceWriter, "keyed": KeyedWriter, "broadcast": BroadcastWriter, "custom": CustomWriter}
