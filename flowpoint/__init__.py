@@ -59,7 +59,7 @@ from flowpoint.api.operator_state import (
     OperatorStateStore,
 )
 from flowpoint.api.restart import RestartStrategies, RestartStrategyConfiguration
-from flowpoint.api.row import Row
+from flowpoint.api.row import Row, RowKind
 from flowpoint.api.state import (
     AggregatingState,
     AggregatingStateDescriptor,
@@ -191,5 +191,5 @@ __all__ = [
     "KeyedCoProcessFunction", "BroadcastConnectedStream", "DynamicEventTimeSessionWindows",
     "DynamicProcessingTimeSessionWindows", "NeverTrigger", "StateTtlConfig",
     "BucketAssigner", "OutputFileConfig", "RollingPolicy",
-    "AsyncDataStream", "AsyncFunction", "AsyncRetryPredicate", "AsyncRetryStrategy", "Partitioner",
+    "AsyncDataStream", "AsyncFunction", "AsyncRetryPredicate", "AsyncRetryStrategy", "Partitioner", "RowKind",
 ]

@@ -292,3 +292,19 @@ def test_partition_custom_sends_each_record_where_the_partitioner_says(make_env)
     env.from_collection([1, 2]).partition_custom(lambda key, n: 5, lambda x: x).map(lambda x: x).sink_to(CollectSink())
     with pytest.raises(Exception, match=r"custom partitioner .* returned 5 .* from 0 to 1"):
         env.execute()
+
+
+def test_row_kind_prints_pickles_and_survives_conversion():
+    import pickle
+
+    from flowpoint import RowKind
+
+    r = Row(id=1, name="a")
+    assert r.get_row_kind() is RowKind.INSERT
+    r.set_row_kind(RowKind.UPDATE_AFTER)
+    assert pickle.loads(pickle.dumps(r)).get_row_kind() is RowKind.UPDATE_AFTER
+    row_type = Types.ROW_NAMED(["id", "name"], [Types.INT(), Types.STRING()])
+    assert printer(row_type)(r) == "+U[1,a]"
+    assert converter(Types.ROW([Types.INT(), Types.STRING()]))(r).get_row_kind() is RowKind.UPDATE_AFTER
+    with pytest.raises(TypeError, match="RowKind"):
+        r.set_row_kind("-D")

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 
-def _make_row(fields: tuple[str, ...] | None, values: tuple) -> Row:
+class RowKind(Enum):
+    """What a row means in a changelog (PyFlink's ``RowKind``); printed as ``+I``, ``-U``, ``+U``, ``-D``."""
+
+    INSERT = 0
+    UPDATE_BEFORE = 1
+    UPDATE_AFTER = 2
+    DELETE = 3
+
+    def short_string(self) -> str:
+        return ("+I", "-U", "+U", "-D")[self.value]
+
+    def __str__(self) -> str:
+        return self.short_string()
+
+
+def _make_row(fields: tuple[str, ...] | None, values: tuple, kind: RowKind | None = None) -> Row:
     row = tuple.__new__(Row, values)
     row._fields = fields
+    if kind is not None and kind is not RowKind.INSERT:
+        row._row_kind = kind
     return row
 
 
@@ -32,6 +50,18 @@ class Row(tuple):
     def of(fields: tuple[str, ...] | None, values: tuple | list) -> Row:
         """Build a row from field names and values without keyword-argument overhead."""
         return _make_row(fields, tuple(values))
+
+    def get_row_kind(self) -> RowKind:
+        return self.__dict__.get("_row_kind", RowKind.INSERT)
+
+    def set_row_kind(self, row_kind: RowKind) -> None:
+        if not isinstance(row_kind, RowKind):
+            msg = f"set_row_kind() takes a RowKind; got {row_kind!r}"
+            raise TypeError(msg)
+        if row_kind is RowKind.INSERT:
+            self.__dict__.pop("_row_kind", None)
+        else:
+            self._row_kind = row_kind
 
     def as_dict(self) -> dict[str, Any]:
         if self._fields is None:
@@ -61,7 +91,8 @@ class Row(tuple):
         raise AttributeError(msg)
 
     def __reduce__(self):  # type: ignore[override]
-        return (_make_row, (self._fields, tuple(self)))
+        kind = self.__dict__.get("_row_kind")
+        return (_make_row, (self._fields, tuple(self)) if kind is None else (self._fields, tuple(self), kind))
 
     def __repr__(self) -> str:
         if self._fields:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from flowpoint.api.row import Row
+from flowpoint.api.row import Row, RowKind
 from flowpoint.api.types import (
     BasicType,
     ListType,
@@ -56,7 +56,10 @@ def converter(type_info: TypeInformation | None) -> Callable[[Any], Any] | None:
                 elif not isinstance(v, (tuple, list)):
                     return v  # not a row: left for the sink or the next operator to refuse
                 values = tuple(v) if plain else tuple(f(x) if f else x for f, x in zip(fields, v, strict=True))
-                return Row.of(names, values)
+                out = Row.of(names, values)
+                if isinstance(v, Row) and v.get_row_kind() is not RowKind.INSERT:
+                    out.set_row_kind(v.get_row_kind())
+                return out
 
             return to_row
 
@@ -87,7 +90,7 @@ def printer(type_info: TypeInformation | None) -> Callable[[Any], str]:
     if type_info is None or isinstance(type_info, PickledBytesType):
         return lambda v: v if isinstance(v, str) else str(v)
     if isinstance(type_info, RowType):
-        return lambda v: "+I[" + ",".join(str(x) for x in v) + "]"
+        return lambda v: _kind(v) + "[" + ",".join(str(x) for x in v) + "]"
     return _java(type_info)
 
 
@@ -117,7 +120,7 @@ def _java(t: TypeInformation) -> Callable[[Any], str]:
         return lambda v: "null" if v is None else "(" + ",".join(f(x) for f, x in zip(fields, v, strict=True)) + ")"
     if isinstance(t, RowType):
         fields = [_java(f) for f in t.field_types]
-        return lambda v: "null" if v is None else "+I[" + ", ".join(f(x) for f, x in zip(fields, v, strict=True)) + "]"
+        return lambda v: "null" if v is None else _kind(v) + "[" + ", ".join(f(x) for f, x in zip(fields, v, strict=True)) + "]"
     if isinstance(t, ListType):
         element = _java(t.element_type)
         return lambda v: "null" if v is None else "[" + ", ".join(element(x) for x in v) + "]"
@@ -125,6 +128,10 @@ def _java(t: TypeInformation) -> Callable[[Any], str]:
         k, val = _java(t.key_type), _java(t.value_type)
         return lambda v: "null" if v is None else "{" + ", ".join(f"{k(a)}={val(b)}" for a, b in v.items()) + "}"
     return lambda v: "null" if v is None else str(v)
+
+
+def _kind(v: Any) -> str:
+    return v.get_row_kind().short_string() if isinstance(v, Row) else "+I"
 
 
 def java_double_string(d: float) -> str:
