@@ -4,8 +4,9 @@ A :class:`Sink` is configuration that travels to executors; its :class:`SinkWrit
 task and may return a small per-epoch payload for the driver. The driver hands committed
 payloads back to the sink with :meth:`Sink.on_epoch_committed`, in subtask order, only after
 the epoch has committed: print and collect sinks therefore show each record exactly once even
-when Spark retries a task. Writers that write during the epoch (files, functions) are
-at-least-once until exactly-once sinks land.
+when Spark retries a task. A user's ``SinkFunction`` writes during the epoch and is
+at-least-once; exactly-once sinks stage their output and make it final when a checkpoint
+completes (``FileSink``: connectors/file_sink.py; ``KafkaSink``: connectors/kafka/sink.py).
 """
 
 from __future__ import annotations
