@@ -10,7 +10,7 @@ from flowpoint.api.broadcast import BroadcastState, ReadOnlyBroadcastState
 from flowpoint.api.operator_state import BROADCAST, OperatorStateStore
 from flowpoint.errors import StateAccessError
 from flowpoint.tasks.batches import as_rows
-from flowpoint.tasks.operators import KeyedOp, Operator, run_per_record, user_error
+from flowpoint.tasks.operators import KeyedOp, Operator, run_per_record
 
 
 class _Context:
@@ -121,26 +121,6 @@ class KeyedBroadcastProcessOp(_BroadcastMixin, KeyedOp):
         """Per record: the key, the record's timestamp in ``ctx.timestamp()``; each output keeps
         its input record's timestamp; ``(output_tag, value)`` outputs go to that side output."""
         self.records_in += len(data)
-        backend = self.backend
-        f = self.spec.function.process_element
-        ctx = self.read_ctx
-        ctx.origin = origin
-        out: list = []
-        out_ts: list | None = None if ts is None else []
-        key = value = None
-        try:
-            for i, (key, value) in enumerate(data):
-                backend.current_key = key
-                t = None if ts is None else ts[i]
-                ctx.current_timestamp = t
-                r = f(value, ctx)
-                if r is not None:
-                    n = len(out)
-                    out.extend(r)
-                    if out_ts is not None:
-                        out_ts.extend([t] * (len(out) - n))
-        except Exception as e:
-            raise user_error(self.spec, e, value, key) from e
-        finally:
-            backend.current_key = None
+        self.read_ctx.origin = origin
+        out, out_ts = run_per_record(self.spec, self.spec.function.process_element, data, ts, self.read_ctx, self.backend)
         self.emit_routed(origin, out, out_ts)

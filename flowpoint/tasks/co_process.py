@@ -11,7 +11,13 @@ from typing import Any
 
 from flowpoint.tasks.batches import as_rows
 from flowpoint.tasks.keyed_process import KeyedProcessOp
-from flowpoint.tasks.operators import Operator, ProcessOp, run_per_record, user_error
+from flowpoint.tasks.operators import (
+    Operator,
+    ProcessOp,
+    flat_map_records,
+    map_records,
+    run_per_record,
+)
 
 
 class _TwoInputs:
@@ -30,12 +36,7 @@ class CoMapOp(_TwoInputs, Operator):
         rows = self.rows(side, data)
         self.records_in += len(rows)
         f = self.spec.function.map2 if side else self.spec.function.map1
-        x = None
-        try:
-            out = [f(x) for x in rows]
-        except Exception as e:
-            raise user_error(self.spec, e, x) from e
-        self.emit(origin, out, ts)
+        self.emit(origin, map_records(self.spec, f, rows), ts)
 
 
 class CoFlatMapOp(_TwoInputs, Operator):
@@ -44,19 +45,7 @@ class CoFlatMapOp(_TwoInputs, Operator):
         rows = self.rows(side, data)
         self.records_in += len(rows)
         f = self.spec.function.flat_map2 if side else self.spec.function.flat_map1
-        out: list = []
-        out_ts: list | None = None if ts is None else []
-        x = None
-        try:
-            for i, x in enumerate(rows):
-                r = f(x)
-                if r is not None:
-                    n = len(out)
-                    out.extend(r)
-                    if out_ts is not None:
-                        out_ts.extend([ts[i]] * (len(out) - n))  # type: ignore[index]
-        except Exception as e:
-            raise user_error(self.spec, e, x) from e
+        out, out_ts = flat_map_records(self.spec, f, rows, ts)
         self.emit(origin, out, out_ts)
 
 

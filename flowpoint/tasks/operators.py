@@ -193,42 +193,51 @@ class SourceOp(Operator):
             self.emit_watermark(origin, wm)
 
 
+def map_records(spec: Any, f: Any, rows: list) -> list:
+    """``f(record)`` for each record (a map function, or one side of a CoMapFunction)."""
+    try:
+        return [f(x) for x in rows]
+    except Exception as e:
+        raise _first_failure(spec, e, rows, f) from e
+
+
+def flat_map_records(spec: Any, f: Any, rows: list, ts: list | None) -> tuple[list, list | None]:
+    """The records ``f(record)`` yields for each record, each with its input's timestamp (a
+    flat-map function, or one side of a CoFlatMapFunction)."""
+    out: list = []
+    extend = out.extend
+    x = None
+    out_ts: list | None = None if ts is None else []
+    try:
+        if ts is None:
+            for x in rows:
+                r = f(x)
+                if r is not None:
+                    extend(r)
+        else:
+            for x, t in zip(rows, ts, strict=True):
+                r = f(x)
+                if r is not None:
+                    n = len(out)
+                    extend(r)
+                    out_ts.extend([t] * (len(out) - n))  # type: ignore[union-attr]
+    except Exception as e:
+        raise user_error(spec, e, x) from e
+    return out, out_ts
+
+
 class MapOp(Operator):
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         rows = as_rows(data, self.spec.input_type)
         self.records_in += len(rows)
-        f = self.spec.function.map
-        try:
-            out = [f(x) for x in rows]
-        except Exception as e:
-            raise _first_failure(self.spec, e, rows, f) from e
-        self.emit(origin, out, ts)
+        self.emit(origin, map_records(self.spec, self.spec.function.map, rows), ts)
 
 
 class FlatMapOp(Operator):
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         rows = as_rows(data, self.spec.input_type)
         self.records_in += len(rows)
-        f = self.spec.function.flat_map
-        out: list = []
-        extend = out.extend
-        x = None
-        out_ts: list | None = None if ts is None else []
-        try:
-            if ts is None:
-                for x in rows:
-                    r = f(x)
-                    if r is not None:
-                        extend(r)
-            else:
-                for x, t in zip(rows, ts, strict=True):
-                    r = f(x)
-                    if r is not None:
-                        n = len(out)
-                        extend(r)
-                        out_ts.extend([t] * (len(out) - n))  # type: ignore[union-attr]
-        except Exception as e:
-            raise user_error(self.spec, e, x) from e
+        out, out_ts = flat_map_records(self.spec, self.spec.function.flat_map, rows, ts)
         self.emit(origin, out, out_ts)
 
 
@@ -264,15 +273,20 @@ class ProcessOp(Operator):
         self.emit_routed(origin, out, out_ts)
 
 
-def run_per_record(spec: Any, f: Any, rows: list, ts: list | None, ctx: Any) -> tuple[list, list | None]:
+def run_per_record(spec: Any, f: Any, rows: list, ts: list | None, ctx: Any, backend: Any = None) -> tuple[list, list | None]:
     """``f(record, ctx)`` for each record (``ctx.current_timestamp`` set to its timestamp); the
-    records it yields, each with the timestamp of the record it came from."""
+    records it yields, each with the timestamp of the record it came from. With a keyed
+    ``backend``, ``rows`` are ``(key, value)`` pairs: the backend's current key is each record's
+    key while ``f`` runs, and an error names the key."""
     out: list = []
     extend = out.extend
     out_ts: list | None = None if ts is None else []
-    x = None
+    x = key = None
     try:
         for i, x in enumerate(rows):
+            if backend is not None:
+                key, x = x
+                backend.current_key = key
             t = None if ts is None else ts[i]
             ctx.current_timestamp = t
             r = f(x, ctx)
@@ -282,7 +296,10 @@ def run_per_record(spec: Any, f: Any, rows: list, ts: list | None, ctx: Any) -> 
                 if out_ts is not None:
                     out_ts.extend([t] * (len(out) - n))
     except Exception as e:
-        raise user_error(spec, e, x) from e
+        raise user_error(spec, e, x, key) from e
+    finally:
+        if backend is not None:
+            backend.current_key = None
     return out, out_ts
 
 
