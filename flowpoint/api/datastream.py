@@ -183,12 +183,7 @@ class DataStream:
         return windowed_stream.count_window_all(self, size, slide)
 
     def key_by(self, key_selector: KeySelector | Any, key_type: TypeInformation | None = None) -> KeyedStream:
-        if isinstance(key_selector, (int, str)) or (
-            isinstance(key_selector, (list, tuple)) and key_selector and all(isinstance(f, (int, str)) for f in key_selector)
-        ):
-            selector: KeySelector = FieldKeySelector(key_selector)
-        else:
-            selector = wrap(key_selector, KeySelector, KeySelectorWrapper, "key_by")
+        selector = _key_selector(key_selector, "key_by")
         t = Transformation(kind="key_by", name="KeyBy", inputs=[self._t], key_selector=selector, output_type=self._t.output_type)
         t.options["key_type"] = key_type
         self._env._add_transformation(t)
@@ -243,7 +238,7 @@ class DataStream:
         """Send each record to instance ``partitioner.partition(key_selector(record), n)`` of the
         next operator (``partitioner`` may be a ``(key, num_partitions) -> int`` callable)."""
         p = wrap(partitioner, Partitioner, PartitionerWrapper, "partition_custom")
-        selector = FieldKeySelector(key_selector) if isinstance(key_selector, (int, str)) else wrap(key_selector, KeySelector, KeySelectorWrapper, "partition_custom")
+        selector = _key_selector(key_selector, "partition_custom")
         t = Transformation(kind="partition_custom", name="PartitionCustom", inputs=[self._t], key_selector=selector, output_type=self._t.output_type)
         t.options["partitioner"] = p
         self._env._add_transformation(t)
@@ -415,3 +410,13 @@ class _Project(MapFunction):
 
     def map(self, value: Any) -> tuple:
         return tuple(value[i] for i in self.fields)
+
+
+def _key_selector(key_selector: Any, method: str) -> KeySelector:
+    """A KeySelector from what PyFlink accepts: a field position or name (or a list of them), a
+    KeySelector, or a callable."""
+    if isinstance(key_selector, (int, str)) or (
+        isinstance(key_selector, (list, tuple)) and key_selector and all(isinstance(f, (int, str)) for f in key_selector)
+    ):
+        return FieldKeySelector(key_selector)
+    return wrap(key_selector, KeySelector, KeySelectorWrapper, method)
