@@ -293,10 +293,14 @@ class BucketAssigner:
 
 
 def _write_piece(path: str, write: Any) -> int:
+    """``write(f)`` into a temporary file beside ``path``, synced, then renamed to ``path``."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        write(tmp)
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -361,14 +365,7 @@ class _RowPieceWriter(_PieceWriter):
         if header is not None:
             lines.insert(0, header)
         data = ("\n".join(lines) + "\n").encode(encoder.charset)
-
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-
-        return write
+        return lambda f: f.write(data)
 
 
 class _ParquetPieceWriter(_PieceWriter):
@@ -403,14 +400,7 @@ class _ParquetPieceWriter(_PieceWriter):
                 f"column types ({_arrow_message(e)}); give BulkFormat.parquet a type_info"
             )
             raise ConfigurationError(msg) from None
-
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as f:
-                pq.write_table(table, f)
-                f.flush()
-                os.fsync(f.fileno())
-
-        return write
+        return lambda f: pq.write_table(table, f)
 
 
 # -- driver side: part files -------------------------------------------------------------------
@@ -423,9 +413,9 @@ class FileSinkBuilder:
         self._base_path = base_path
         self._encoder = encoder
         self._bulk_format = bulk_format
-        self._bucket_assigner = BucketAssigner.date_time_bucket_assigner()
-        self._rolling_policy = RollingPolicy.on_checkpoint_rolling_policy() if bulk_format is not None else RollingPolicy.default_rolling_policy()
-        self._output_file_config = OutputFileConfig()
+        self._bucket_assigner: BucketAssigner | None = None  # None: FileSink's defaults
+        self._rolling_policy: RollingPolicy | None = None
+        self._output_file_config: OutputFileConfig | None = None
 
     def with_bucket_assigner(self, bucket_assigner: BucketAssigner) -> FileSinkBuilder:
         if not isinstance(bucket_assigner, BucketAssigner):
