@@ -43,6 +43,7 @@ import io
 import json
 import logging
 import os
+import time
 import uuid
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -293,9 +294,11 @@ class BucketAssigner:
 
 
 def _write_piece(path: str, write: Any) -> int:
-    """``write(f)`` into a temporary file beside ``path``, synced, then renamed to ``path``."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+    """``write(f)`` into a hidden temporary file beside ``path``, synced, then renamed to
+    ``path`` (readers never see a partial file)."""
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(tmp, "wb") as f:
             write(f)
@@ -323,11 +326,7 @@ class _PieceWriter(SinkWriter):
 
     def _bucket(self) -> str:
         clock = getattr(self.context, "clock", None)
-        now = int(clock.processing_time) if clock is not None and clock.processing_time else 0
-        if not now:
-            import time
-
-            now = int(time.time() * 1000)
+        now = int(clock.processing_time) if clock is not None and clock.processing_time else int(time.time() * 1000)
         return self.sink.bucket_assigner.bucket_id(now)
 
     def write(self, records: Any) -> None:
@@ -515,19 +514,16 @@ class FileSink(Sink):
         self._driver_closed: list[dict] = []  # part files closed at the last checkpoint, finished when it completes
         self._driver_counters: dict[str, int] = {}  # "<subtask>/<bucket>" -> next part number
         self._driver_uuids: dict[str, str] = {}  # subtask -> the instance's uuid
-        self._driver_now = 0
 
     def on_job_start(self, checkpoint_interval_ms: int | None) -> None:
         if checkpoint_interval_ms is None:
             log.info("FileSink at %s: checkpointing is off, so part files are finished only when the bounded job finishes", self.base_path)
 
     def on_epoch_committed(self, epoch: int, payloads: list[tuple[int, Any]], parallelism: int) -> None:
-        import time
-
-        self._driver_now = int(time.time() * 1000)
+        now = int(time.time() * 1000)
         for subtask, pieces in payloads:
             for bucket, rel, size in pieces:
-                self._driver_pending.append([subtask, bucket, rel, size, self._driver_now])
+                self._driver_pending.append([subtask, bucket, rel, size, now])
 
     def _stage(self, now: int) -> None:
         """Committed pieces join their open part file; the rolling policy closes part files."""
@@ -547,10 +543,9 @@ class FileSink(Sink):
 
     def _close(self, key: str) -> None:
         part = self._driver_open.pop(key)
-        subtask = str(part["subtask"])
-        uid = self._driver_uuids.setdefault(subtask, str(uuid.uuid4()))
-        pieces = part["pieces"] if self.bulk_format is None else [[p] for p in part["pieces"]]
-        groups = [pieces] if self.bulk_format is None else pieces
+        uid = self._driver_uuids[str(part["subtask"])]  # set when the part file opened (_stage)
+        # a row-format part file joins its pieces; Parquet pieces are part files of their own
+        groups = [part["pieces"]] if self.bulk_format is None else [[p] for p in part["pieces"]]
         for group in groups:
             n = self._driver_counters.get(key, 0)
             self._driver_counters[key] = n + 1
@@ -558,8 +553,6 @@ class FileSink(Sink):
             self._driver_closed.append({"bucket": part["bucket"], "pieces": list(group), "name": name})
 
     def snapshot_driver_state(self) -> Any:
-        import time
-
         self._stage(int(time.time() * 1000))
         return {"open": dict(self._driver_open), "closed": list(self._driver_closed),
                 "counters": dict(self._driver_counters), "uuids": dict(self._driver_uuids)}
@@ -619,21 +612,20 @@ class FileSink(Sink):
             missing = sorted(set(pieces) - set(present))
             msg = f"FileSink at {self.base_path!r}: part file {final!r} lost pieces {missing}; not finishing it"
             raise ConfigurationError(msg)
-        tmp = os.path.join(bucket_dir, f".{part['name']}.{uuid.uuid4().hex[:8]}.tmp")
         if len(pieces) == 1:
             os.replace(pieces[0], final)
             return
         skip_header = self.encoder is not None and self.encoder.kind == "csv" and self.encoder.header
-        with open(tmp, "wb") as out:
+
+        def join(out: Any) -> None:
             for i, piece in enumerate(pieces):
                 with open(piece, "rb") as f:
                     if skip_header and i:
                         f.readline()
                     while chunk := f.read(1 << 20):
                         out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, final)
+
+        _write_piece(final, join)
         for piece in pieces:
             os.remove(piece)
 
