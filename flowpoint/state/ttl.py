@@ -112,12 +112,15 @@ class TtlValueState(_TtlSingle, ValueState):
 
 
 class TtlListState(TtlState, ListState):
+    def _unexpired(self, stored: list, now: int) -> list:
+        return [(v, ts) for v, ts in stored if not self.expired(ts, now)]
+
     def get(self) -> list:
         stored = self.inner.get() or []
         if not stored:
             return []
         now = self.now()
-        live = [(v, ts) for v, ts in stored if not self.expired(ts, now)]
+        live = self._unexpired(stored, now)
         out = [v for v, _ in (stored if self.config.return_expired else live)]
         if self.config.update_on_read:
             live = [(v, now) for v, _ in live]
@@ -139,7 +142,7 @@ class TtlListState(TtlState, ListState):
 
     def clean_current(self, now: int) -> None:
         stored = self.inner.get() or []
-        live = [(v, ts) for v, ts in stored if not self.expired(ts, now)]
+        live = self._unexpired(stored, now)
         if len(live) != len(stored):
             self.inner.update(live)
 
