@@ -174,6 +174,10 @@ def test_types_shape_values_and_their_printing():
     by_name = row({"score": 2.5, "id": 7})  # a dict becomes a Row by field name, never by key order
     assert by_name.id == 7 and by_name.score == 2.5
     assert row("not a row") == "not a row"
+    with pytest.raises(ValueError, match="1 fields"):  # never a Row with fewer values than names
+        row((1,))
+    with pytest.raises(ValueError, match="3 fields"):
+        converter(Types.TUPLE([Types.STRING(), Types.INT()]))(("a", 1, 2))
     assert converter(Types.INT()) is None
     assert printer(Types.TUPLE([Types.STRING(), Types.INT(), Types.BOOLEAN()]))(("hi", 0, True)) == "(hi,0,true)"
     assert printer(Types.ROW([Types.INT(), Types.STRING()]))(Row(1, "a")) == "+I[1,a]"

@@ -43,6 +43,14 @@ def converter(type_info: TypeInformation | None) -> Callable[[Any], Any] | None:
     if isinstance(type_info, (RowType, TupleType)):
         fields = [converter(t) for t in type_info.field_types]
         plain = all(f is None for f in fields)
+        arity = len(fields)
+
+        def field_values(v: Any) -> tuple:
+            if len(v) != arity:
+                msg = f"{len(v)} fields for {type_info!r}, which has {arity}"
+                raise ValueError(msg)
+            return tuple(v) if plain else tuple(f(x) if f else x for f, x in zip(fields, v, strict=True))
+
         if isinstance(type_info, RowType):
             names = tuple(type_info.field_names)
 
@@ -55,8 +63,7 @@ def converter(type_info: TypeInformation | None) -> Callable[[Any], Any] | None:
                     v = [v.get(n) for n in names]
                 elif not isinstance(v, (tuple, list)):
                     return v  # not a row: left for the sink or the next operator to refuse
-                values = tuple(v) if plain else tuple(f(x) if f else x for f, x in zip(fields, v, strict=True))
-                out = Row.of(names, values)
+                out = Row.of(names, field_values(v))
                 if isinstance(v, Row) and v.get_row_kind() is not RowKind.INSERT:
                     out.set_row_kind(v.get_row_kind())
                 return out
@@ -64,9 +71,9 @@ def converter(type_info: TypeInformation | None) -> Callable[[Any], Any] | None:
             return to_row
 
         def to_tuple(v: Any) -> Any:
-            if v is None or (plain and type(v) is tuple) or not isinstance(v, (tuple, list)):
+            if v is None or (plain and type(v) is tuple and len(v) == arity) or not isinstance(v, (tuple, list)):
                 return v
-            return tuple(v) if plain else tuple(f(x) if f else x for f, x in zip(fields, v, strict=True))
+            return field_values(v)
 
         return to_tuple
     if isinstance(type_info, ListType):
