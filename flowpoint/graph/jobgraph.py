@@ -131,6 +131,11 @@ class JobGraph:
 
 def _resolve_inputs(t: Transformation) -> list[tuple[Transformation, str, Any]]:
     """The physical operators feeding ``t`` with the partitioning of each path."""
+    return [r for i in t.inputs for r in _resolve_input(i)]
+
+
+def _resolve_input(first: Transformation) -> list[tuple[Transformation, str, Any]]:
+    """The physical operators behind one input (through key_by, unions, rebalance, ...)."""
     out: list[tuple[Transformation, str, Any]] = []
 
     def walk(u: Transformation, part: str | None, key: Any) -> None:
@@ -154,8 +159,7 @@ def _resolve_inputs(t: Transformation) -> list[tuple[Transformation, str, Any]]:
         else:
             out.append((u, part or "forward", key))
 
-    for i in t.inputs:
-        walk(i, None, None)
+    walk(first, None, None)
     return out
 
 
@@ -165,7 +169,7 @@ TWO_INPUT_KINDS = frozenset({"co_map", "co_flat_map", "co_process", "keyed_co_pr
 def _input_sides(t: Transformation) -> list[int]:
     """For each resolved input of ``t`` (in :func:`_resolve_inputs` order, so the stage's input
     edge index), which of ``t.inputs`` it belongs to: 0 or 1 for a two-input operator."""
-    return [side for side, i in enumerate(t.inputs) for _ in _resolve_inputs(Transformation(kind="probe", name="", inputs=[i]))]
+    return [side for side, i in enumerate(t.inputs) for _ in _resolve_input(i)]
 
 
 class _Builder:
