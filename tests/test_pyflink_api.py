@@ -312,3 +312,21 @@ def test_row_kind_prints_pickles_and_survives_conversion():
     assert converter(Types.ROW([Types.INT(), Types.STRING()]))(r).get_row_kind() is RowKind.UPDATE_AFTER
     with pytest.raises(TypeError, match="RowKind"):
         r.set_row_kind("-D")
+
+
+def test_batch_keeps_each_records_timestamp_when_only_some_inputs_have_them(make_env):
+    from flowpoint import CollectSink, KeyedProcessFunction, WatermarkStrategy
+
+    class Stamp(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            yield value, ctx.timestamp()
+
+    env = make_env(parallelism=2)
+    env.set_runtime_mode(RuntimeExecutionMode.BATCH)
+    timed = env.from_collection([3, 1]).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, _: v * 1000))
+    untimed = env.from_collection([7])
+    sink = CollectSink()
+    timed.union(untimed).key_by(lambda v: 0).process(Stamp()).sink_to(sink)
+    env.execute()
+    assert sorted(sink.results) == [(1, 1000), (3, 3000), (7, None)]

@@ -398,7 +398,7 @@ def _in_time_order(plan: StagePlan, received: list) -> list:
     """BATCH: a keyed operator sees its whole input in timestamp order (stable), as Flink's batch
     execution sorts keyed input by key and timestamp; the watermarks (the end of input) follow."""
     data: list = []
-    stamps: list | None = []
+    stamps: list = []  # None for a record of an input without timestamps
     first = None
     marks = []
     for edge_index, origin, blob in received:
@@ -410,14 +410,13 @@ def _in_time_order(plan: StagePlan, received: list) -> list:
             batch = batch.pairs(plan.ops[plan.head].input_type)
         first = first or (edge_index, origin)
         data.extend(batch)
-        if ts is None or stamps is None:
-            stamps = None
-        else:
-            stamps.extend(ts)
+        stamps.extend(ts if ts is not None else [None] * len(batch))
     if first is None:
         return marks
-    if stamps is not None:
+    if None not in stamps:
         order = sorted(range(len(data)), key=stamps.__getitem__)
         data = [data[i] for i in order]
         stamps = [stamps[i] for i in order]
+    elif all(t is None for t in stamps):
+        stamps = None  # type: ignore[assignment]
     return [(*first, ("decoded", (data, stamps))), *marks]
