@@ -79,6 +79,14 @@ class StateAccessError(StateError):
     recoverable = False
 
 
+class StateMigrationError(StateAccessError):
+    """Restored state does not fit the state the job declares (Flink's
+    ``StateMigrationException``): a state whose kind changed (ValueState ``count`` restored into
+    a MapState ``count``). Names the operator, the state and both kinds. No restart can fix it."""
+
+    recoverable = False
+
+
 class StateNotFoundError(StateError):
     """A task cannot find (or verify) its partition's committed state file; names the file.
     No restart can fix it: a partition never starts from empty state."""

@@ -29,6 +29,7 @@ from flowpoint.checkpoint.savepoint import (
 )
 from flowpoint.errors import ConfigurationError
 from flowpoint.runtime.job import new_job_id
+from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps, state_key
 from flowpoint.state.keygroups import (
     assign_to_key_group,
     check_parallelism,
@@ -73,7 +74,8 @@ class StateReader:
             tables = keyed_state_tables(self.spark, self.access, op)
         else:
             tables = load_operator_state(self.access, self.metadata, uid)
-        return tables if state_name is None else tables.get(state_name, {})
+        maps = keyed_state_maps(tables)
+        return maps if state_name is None else maps.get(state_name, KeyedStateMap())
 
     def keyed_state(self, uid: str, state_name: str | None = None) -> Any:
         """The keyed state of operator ``uid`` as a Spark DataFrame: one row per key (MapState:
@@ -135,7 +137,7 @@ class StateWriter:
                 cols = "(key, user_key, value)" if kind == "map" else "(key, value)"
                 msg = f"state {state_name!r} of uid {uid!r}: a {kind} state needs rows {cols}; got {len(row)} columns: {row!r:.200}"
                 raise ConfigurationError(msg)
-            key = _plain(row[0])
+            key = state_key(_plain(row[0]))
             if kind == "map":
                 table.setdefault(key, {})[_plain(row[1])] = _plain(row[2])
             elif kind == "list":

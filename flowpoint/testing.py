@@ -32,6 +32,7 @@ import cloudpickle
 
 from flowpoint.api.watermarks import Watermark
 from flowpoint.errors import ConfigurationError, FlowpointError, InvalidKeyError
+from flowpoint.state.key_identity import keyed_state_maps
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
 from flowpoint.tasks.context import TaskRuntimeContext
 from flowpoint.tasks.plan import OpSpec
@@ -227,7 +228,7 @@ class KeyedOperatorHarness:
 
     def state_entries(self) -> dict[str, dict[Any, Any]]:
         """All keyed state, read as data: ``{state name: {key: value}}``."""
-        return self.backend.snapshot() if self.backend_kind == "rocksdb" else {n: dict(t) for n, t in self.backend.snapshot().items()}
+        return keyed_state_maps(self.backend.snapshot())
 
     def num_event_time_timers(self) -> int:
         return self.operator.timers.num_event_time_timers()

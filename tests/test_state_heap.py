@@ -9,6 +9,7 @@ import pickle
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from state_functions import AverageAggregate, MaxAggregate, SumReduce
 
 from flowpoint import (
     AggregatingStateDescriptor,
@@ -17,15 +18,19 @@ from flowpoint import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from flowpoint.errors import ConfigurationError, FlowpointError, StateAccessError, StateNotFoundError
+from flowpoint.errors import (
+    ConfigurationError,
+    FlowpointError,
+    StateAccessError,
+    StateNotFoundError,
+)
 from flowpoint.state import durable
 from flowpoint.state.backend import HashMapPartitionBackend
 from flowpoint.state.heap import HeapKeyedStateBackend
+from flowpoint.state.key_identity import KeyedStateMap
 from flowpoint.state.working import CommittedChain, CommittedFile, TaskStateCache
 from flowpoint.tasks.batches import dumps
 from flowpoint.tasks.protocol import StateLocation, TaskSlice, TaskStateAck
-
-from state_functions import AverageAggregate, MaxAggregate, SumReduce
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -197,7 +202,7 @@ def test_aggregating_state_with_aggregate_function():
     avg.clear()
     assert avg.get() is None
     # the table holds accumulators; get() returns the result
-    assert b.snapshot()["avg"] == {("x", 1): [9, 3]}
+    assert KeyedStateMap(b.snapshot()["avg"]) == {("x", 1): [9, 3]}
 
 
 def test_state_without_current_key_raises():

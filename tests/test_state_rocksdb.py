@@ -18,6 +18,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from state_functions import AverageAggregate, MaxAggregate, SumReduce
 
 from flowpoint import (
     AggregatingStateDescriptor,
@@ -29,6 +30,7 @@ from flowpoint import (
 from flowpoint.api.row import Row
 from flowpoint.errors import FlowpointError, JobExecutionError, StateAccessError
 from flowpoint.state.heap import HeapKeyedStateBackend
+from flowpoint.state.key_identity import KeyedStateMap
 from flowpoint.state.keygroups import assign_to_key_group
 from flowpoint.state.rocksdb import (
     META,
@@ -39,8 +41,6 @@ from flowpoint.state.rocksdb import (
     parse_db_key,
     prefix_end,
 )
-
-from state_functions import AverageAggregate, MaxAggregate, SumReduce
 
 MAXP = 128
 
@@ -302,7 +302,7 @@ def test_aggregating_state_with_aggregate_function(new):
     avg.clear()
     assert avg.get() is None
     commit_epoch(b)
-    assert b.snapshot()["avg"] == {("x", 1): [9, 3]}
+    assert KeyedStateMap(b.snapshot()["avg"]) == {("x", 1): [9, 3]}
 
 
 def test_state_without_current_key_raises(new):

@@ -55,6 +55,7 @@ from flowpoint.checkpoint.metadata import (
 )
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
 from flowpoint.errors import CheckpointError, ConfigurationError, CorruptStateError
+from flowpoint.state.key_identity import state_key, user_key
 from flowpoint.state.keygroups import assign_to_key_group
 from flowpoint.tasks.batches import dumps
 
@@ -141,7 +142,7 @@ def encode_tables(tables: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, s
             kind = infer_kind(table)
         rows = 0
         for key, value in table.items():
-            kb = dumps(key)
+            kb = dumps(user_key(key))
             kg = assign_to_key_group(key, max_parallelism)
             keys.add(kb)
             if kind == "map" and isinstance(value, dict) and value:
@@ -188,7 +189,7 @@ def decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[int
     for name, kb, ukb, vb in zip(names, key_col, uk_col, val_col, strict=True):
         key = key_cache.get(kb)
         if key is None:
-            key = key_cache[kb] = loads(kb)
+            key = key_cache[kb] = state_key(loads(kb))
         into = out.setdefault(name, {})
         kind = kinds.get(name, "value")
         if kind == "map" and ukb is not None:

@@ -24,6 +24,7 @@ from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
 from flowpoint.runtime.restore import RestoredJob, plan_restore, split_position
 from flowpoint.runtime.resume import job_fingerprint, restore_point
 from flowpoint.state import durable
+from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps
 from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.state.working import (
     CommittedChain,
@@ -723,9 +724,10 @@ class Coordinator:
         merged = read_keyed_state(self.spark.sparkContext, self.location(), self._state_partitions(uid), uid)
         if self.done.is_set():
             self._remove_local_state()  # the read rebuilt it on executors; the job is over
+        maps = keyed_state_maps(merged)
         if state_name is None:
-            return merged
-        return merged.get(state_name, {})
+            return maps
+        return maps.get(state_name, KeyedStateMap())
 
 
 def _warn_missing_uids(graph: JobGraph) -> None:

@@ -130,6 +130,7 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
                 files = tuple((f"{base}/{f.path}", f.local_name or f.path.rsplit("/", 1)[-1], f.size, f.sha256) for f in sub.files)
                 chains.setdefault((stage.id, sub.index), []).append(RestoredFile(op.uid, base, sub.state_size, files=files, epoch=meta.epoch))
             continue
+        kinds, declared = _recorded_kinds(op)
         for p in range(stage.parallelism):
             mine = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
             for sub in op.subtasks:
@@ -141,7 +142,9 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
                     kg = None if whole else (mine.start, mine.end, stage.max_parallelism)
                     # driver-memory storage (JobManagerCheckpointStorage) is invisible to executors: ship the bytes
                     data = read_uri_bytes(uri) if uri.startswith("memory://") else None
-                    chains.setdefault((stage.id, p), []).append(RestoredFile(op.uid, uri, f.size, kg, data, epoch=meta.epoch, sha256=f.sha256))
+                    chains.setdefault((stage.id, p), []).append(
+                        RestoredFile(op.uid, uri, f.size, kg, data, epoch=meta.epoch, kinds=kinds, declared=declared, sha256=f.sha256)
+                    )
     positions: dict[tuple[str, int], tuple[Any, Any, bool]] = {}
     sources = {n.uid: n for n in graph.sources()}
     for sp in meta.sources:
@@ -164,11 +167,17 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
     )
 
 
+def _recorded_kinds(op: Any) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """``((state name, kind), ...)`` and the declared names, as ``_metadata`` records them."""
+    kinds = tuple(sorted((n, s["kind"]) for n, s in (op.states or {}).items() if s.get("kind")))
+    declared = tuple(sorted(n for n, s in (op.states or {}).items() if s.get("declared")))
+    return kinds, declared
+
+
 def _plan_canonical(op: Any, base: str, stage: Any, epoch: int, chains: dict[tuple[int, int], list[RestoredFile]]) -> None:
     """Savepoint rows: every new partition reads the files overlapping its key-group range and
     keeps its own key groups (any parallelism up to the max parallelism, either backend)."""
-    kinds = tuple(sorted((n, s["kind"]) for n, s in (op.states or {}).items() if s.get("kind")))
-    declared = tuple(sorted(n for n, s in (op.states or {}).items() if s.get("declared")))
+    kinds, declared = _recorded_kinds(op)
     for p in range(stage.parallelism):
         mine = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
         for sub in op.subtasks:

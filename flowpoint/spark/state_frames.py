@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flowpoint.state.key_identity import user_key
+
 COLUMNS = ("state_name", "key", "namespace", "user_key", "value")
 
 
@@ -64,6 +66,7 @@ def state_rows(tables: dict, kinds: dict, state_name: str | None) -> list[tuple]
     for name in (sorted(tables) if state_name is None else [state_name]):
         kind = kinds.get(name)
         for key, value in tables.get(name, {}).items():
+            key = user_key(key)
             if kind == "map" or (kind is None and isinstance(value, dict)):
                 for uk, v in value.items():
                     rows.append((name, key, None, uk, v))

@@ -32,6 +32,7 @@ from typing import Any
 
 from flowpoint import private_files
 from flowpoint.state import durable
+from flowpoint.state.compatibility import recorded_kinds
 from flowpoint.state.working import (
     CACHE,
     CommittedChain,
@@ -184,7 +185,7 @@ class HashMapPartitionBackend(PartitionBackend):
     def new_operator_backend(self, ts: TaskState, uid: str, name: str) -> Any:
         from flowpoint.state.heap import HeapKeyedStateBackend
 
-        return HeapKeyedStateBackend(name)
+        return HeapKeyedStateBackend(name, uid=uid)
 
     def _apply_file(self, ts: TaskState, f: CommittedFile, what: str, stage_id: int, partition: int) -> None:
         kind, per_uid = pickle.loads(self.read(f, what, stage_id, partition))
@@ -217,7 +218,9 @@ class HashMapPartitionBackend(PartitionBackend):
                 self._apply_file(ts, chain.base, "base snapshot", stage_id, partition)
             elif chain.restored:
                 for uid, tables in load_restored(chain.restored, self.location.options).items():
-                    ts.backend(uid, uid).restore(tables)
+                    b = ts.backend(uid, uid)
+                    b.restore(tables)
+                    b.recorded_kinds = recorded_kinds(chain.restored, uid, tables)
             ts.commit()
             ts.version = chain.base_epoch
             self.cache.put(run, stage_id, partition, ts)
@@ -246,7 +249,6 @@ class HashMapPartitionBackend(PartitionBackend):
         return TaskStateAck(epoch, token, delta, None, changed, total)
 
     def snapshot(self, ts: TaskState, uids: list[str], partition: int, target: CheckpointTarget, shared: dict[str, str]) -> Callable[[], list[OperatorPart]]:
-        from flowpoint.checkpoint.savepoint import infer_kind
 
         frozen = []
         for uid in uids:
@@ -254,7 +256,7 @@ class HashMapPartitionBackend(PartitionBackend):
             b = ts.backends.get(uid)
             tables = b.snapshot() if b is not None else {}
             data = dumps(tables)
-            states = {name: {"kind": infer_kind(t), "declared": False, "keys": len(t)} for name, t in tables.items() if t}
+            states = {name: _heap_kind(b, name, t) | {"keys": len(t)} for name, t in tables.items() if t}
             frozen.append((uid, data, _num_keys(tables), (time.perf_counter() - t0) * 1000, states))
         options = self.options
 
@@ -273,7 +275,29 @@ class HashMapPartitionBackend(PartitionBackend):
         return write
 
     def committed_tables(self, ts: TaskState, uids: list[str]) -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
-        return {uid: ts.backends[uid].snapshot() for uid in uids if uid in ts.backends}, {}
+        tables, kinds = {}, {}
+        for uid in uids:
+            b = ts.backends.get(uid)
+            if b is None:
+                continue
+            tables[uid] = b.snapshot()
+            known = {name: _heap_kind(b, name, t) for name, t in tables[uid].items()}
+            kinds[uid] = {name: k["kind"] for name, k in known.items() if k["declared"]}
+        return tables, kinds
+
+
+def _heap_kind(b: Any, name: str, table: dict) -> dict[str, Any]:
+    """A HashMap state's kind for ``_metadata``: declared when the job registered the state (in
+    this run, or in the run whose declared kind was restored), else inferred from its values."""
+    from flowpoint.checkpoint.savepoint import infer_kind
+
+    kind = b.kinds.get(name)
+    if kind is not None:
+        return {"kind": kind, "declared": True}
+    recorded = b.recorded_kinds.get(name)
+    if recorded is not None and recorded[1]:
+        return {"kind": recorded[0], "declared": True}
+    return {"kind": infer_kind(table), "declared": False}
 
 
 # -- RocksDB -----------------------------------------------------------------------------------
@@ -298,7 +322,7 @@ class RocksDBPartitionBackend(PartitionBackend):
     def new_operator_backend(self, ts: TaskState, uid: str, name: str) -> Any:
         from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
-        b = RocksDBKeyedStateBackend(name, db_path(ts.directory, uid), self.max_parallelism)
+        b = RocksDBKeyedStateBackend(name, db_path(ts.directory, uid), self.max_parallelism, uid=uid)
         b.open()
         if b.version() < ts.version:
             b.set_version(ts.version)  # an operator without state until now: empty at every epoch
@@ -332,7 +356,7 @@ class RocksDBPartitionBackend(PartitionBackend):
             if b is None:
                 from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
-                b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism)
+                b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid)
             b.open()
             for f in chain.deltas:
                 if f.epoch <= b.version():
@@ -361,7 +385,7 @@ class RocksDBPartitionBackend(PartitionBackend):
                     continue  # an operator without state yet (its empty DB starts at any version)
                 from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
-                b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism)
+                b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid)
             b.open()
             if not chain.base_epoch <= b.version() <= chain.version:
                 return False
@@ -394,7 +418,7 @@ class RocksDBPartitionBackend(PartitionBackend):
                 if native:
                     restore_native(db_path(directory, uid), native, self.location.options)
         for uid in names:
-            b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism)
+            b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid)
             b.open()
             tables = [f for f in chain.restored if f.uid == uid and not f.files] if chain.base is None else []
             if tables:
@@ -539,5 +563,6 @@ def restore_tables(backend: Any, files: list[RestoredFile], options: dict) -> No
     kinds: dict[str, str] = {}
     for f in files:
         kinds.update({name: kind for name, kind in f.kinds if name in f.declared})
-    for tables in load_restored(files, options).values():
+    for uid, tables in load_restored(files, options).items():
         backend.restore(tables, kinds or None)
+        backend.recorded_kinds = recorded_kinds(files, uid, tables)

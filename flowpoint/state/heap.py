@@ -27,6 +27,8 @@ from flowpoint.api.state import (
     ValueStateDescriptor,
 )
 from flowpoint.errors import StateAccessError
+from flowpoint.state.compatibility import Recorded, check_restored_kind, operator_label
+from flowpoint.state.key_identity import CurrentKey, key_table
 
 _MISSING: Any = object()
 
@@ -54,15 +56,16 @@ def _private(value: Any) -> Any:
 Delta = dict[str, tuple[dict[Any, Any], list[Any]]]
 
 
-class HeapKeyedStateBackend:
+class HeapKeyedStateBackend(CurrentKey):
     """The keyed state of one operator for one key-group range, held in memory."""
 
-    def __init__(self, operator_name: str):
+    def __init__(self, operator_name: str, uid: str | None = None):
         self.operator_name = operator_name
-        self.current_key: Any = None
+        self.uid = uid
         self.tables: dict[str, dict[Any, Any]] = {}
         self.undo: dict[str, dict[Any, Any]] = {}
         self.kinds: dict[str, str] = {}
+        self.recorded_kinds: dict[str, Recorded] = {}  # of the restored state (compatibility.py)
         self._states: dict[str, Any] = {}
 
     # -- state registration -------------------------------------------------------------------
@@ -76,6 +79,8 @@ class HeapKeyedStateBackend:
                 f"but it was declared as {known} state before; give the two states different names"
             )
             raise StateAccessError(msg)
+        if known is None:
+            check_restored_kind(operator_label(self.operator_name, self.uid), name, descriptor.kind, self.recorded_kinds.get(name))
         self.kinds[name] = descriptor.kind
         table = self.tables.setdefault(name, {})
         undo = self.undo.setdefault(name, {})
@@ -135,8 +140,8 @@ class HeapKeyedStateBackend:
         for name, (puts, deletes) in delta.items():
             table = self.tables.setdefault(name, {})
             self.undo.setdefault(name, {})
-            table.update(puts)
-            for key in deletes:
+            table.update(key_table(puts))
+            for key in key_table(dict.fromkeys(deletes)):
                 table.pop(key, None)
 
     def snapshot(self) -> dict[str, dict[Any, Any]]:
@@ -145,7 +150,7 @@ class HeapKeyedStateBackend:
 
     def restore(self, tables: dict[str, dict[Any, Any]]) -> None:
         for name, table in tables.items():
-            self.tables.setdefault(name, {}).update(table)
+            self.tables.setdefault(name, {}).update(key_table(table))
             self.undo.setdefault(name, {})
 
     def num_keys(self) -> int:
@@ -168,7 +173,7 @@ class _HeapState:
         self._descriptor = descriptor
 
     def _key(self) -> Any:
-        key = self._backend.current_key
+        key = self._backend._sk
         if key is None:
             msg = (
                 f"state {self._descriptor.name!r} of operator {self._backend.operator_name!r} was used "
@@ -200,7 +205,7 @@ class HeapValueState(_HeapState, ValueState):
     __slots__ = ()
 
     def value(self) -> Any:
-        key = self._backend.current_key
+        key = self._backend._sk
         if key is None:
             self._key()
         value = self._table.get(key)
@@ -209,7 +214,7 @@ class HeapValueState(_HeapState, ValueState):
         return self._guard(key, value)
 
     def update(self, value: Any) -> None:
-        key = self._backend.current_key
+        key = self._backend._sk
         if key is None:
             self._key()
         table = self._table
@@ -316,7 +321,7 @@ class HeapMapState(_HeapState, MapState):
             current = self._touch()
             del current[key]
             if not current:
-                del self._table[self._backend.current_key]
+                del self._table[self._backend._sk]
 
     def contains(self, key: Any) -> bool:
         return key in self._current()

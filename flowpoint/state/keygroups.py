@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import mmh3
 
@@ -18,6 +19,7 @@ UPPER_BOUND_MAX_PARALLELISM = 1 << 15
 DEFAULT_LOWER_BOUND_MAX_PARALLELISM = 1 << 7
 
 _pack_double = struct.Struct("<d").pack
+_NAN = _pack_double(float("nan"))  # every NaN (any sign or payload) is one key
 
 
 def _canonical(key: object, out: list[bytes]) -> None:
@@ -31,12 +33,14 @@ def _canonical(key: object, out: list[bytes]) -> None:
     elif key is None:
         out.append(b"n")
     elif t is float:
-        f = key  # 1.0 and 1 are different keys in Python dicts only by type, keep them apart
+        f = key  # 1.0 and 1 are different keys (as in PyFlink, which compares serialized bytes)
         out.append(b"f")
-        out.append(_pack_double(0.0 if f == 0.0 else f))  # -0.0 == 0.0
+        out.append(_NAN if f != f else _pack_double(0.0 if f == 0.0 else f))  # one NaN; -0.0 is 0.0
     elif t is bytes:
         out.append(b"y")
         out.append(key)  # type: ignore[arg-type]
+    elif t is StateKey:
+        out.append(key.cb)  # type: ignore[union-attr]
     elif isinstance(key, tuple):  # tuple, Row, namedtuple
         out.append(b"(")
         for item in key:
@@ -52,20 +56,63 @@ def _canonical(key: object, out: list[bytes]) -> None:
         _canonical(float.__float__(key), out)
     elif isinstance(key, bytes):
         _canonical(bytes(key), out)
-    elif isinstance(key, frozenset):
-        out.append(b"{")
+    elif isinstance(key, list):
+        out.append(b"[")
+        for item in key:
+            _canonical(item, out)
+            out.append(b"\x00")
+        out.append(b"]")
+    elif isinstance(key, (set, frozenset)):
+        out.append(b"{" if isinstance(key, frozenset) else b"S")
         for part in sorted(canonical_bytes(k) for k in key):
             out.append(part)
+            out.append(b"\x00")
+        out.append(b"}")
+    elif isinstance(key, dict):
+        out.append(b"d")
+        for kb, vb in sorted((canonical_bytes(k), canonical_bytes(v)) for k, v in key.items()):
+            out.append(kb)
+            out.append(b"\x00")
+            out.append(vb)
             out.append(b"\x00")
         out.append(b"}")
     elif hasattr(key, "item") and hasattr(key, "dtype"):  # numpy scalar
         _canonical(key.item(), out)  # type: ignore[union-attr]
     else:
         msg = (
-            f"a key must be a str, int, float, bool, bytes, None, or a tuple/Row of those; "
+            f"a key must be a str, int, float, bool, bytes, None, or a tuple/Row/list/dict/set of those; "
             f"got a {type(key).__name__}: {key!r:.80}"
         )
         raise InvalidKeyError(msg)
+
+
+class StateKey:
+    """A key compared and hashed by its canonical bytes (``cb``); ``key`` is the user's key."""
+
+    __slots__ = ("key", "cb", "_hash")
+
+    def __init__(self, key: Any, cb: bytes | None = None) -> None:
+        self.key = key
+        self.cb = canonical_bytes(key) if cb is None else cb
+        self._hash = hash(self.cb)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is StateKey and other.cb == self.cb  # type: ignore[union-attr]
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> Any:
+        # pickles (deltas, checkpoints) hold the user's key only; the identity is recomputed
+        from flowpoint.state.key_identity import state_key
+
+        return (state_key, (self.key,))
+
+    def __repr__(self) -> str:
+        return f"StateKey({self.key!r})"
 
 
 def canonical_bytes(key: object) -> bytes:
@@ -73,6 +120,8 @@ def canonical_bytes(key: object) -> bytes:
     t = type(key)
     if t is str:
         return b"s" + key.encode("utf-8")  # type: ignore[union-attr]
+    if t is StateKey:
+        return key.cb  # type: ignore[union-attr]
     out: list[bytes] = []
     _canonical(key, out)
     return b"".join(out)

@@ -60,6 +60,8 @@ from flowpoint.api.state import (
     ValueStateDescriptor,
 )
 from flowpoint.errors import JobExecutionError, StateAccessError
+from flowpoint.state.compatibility import Recorded, check_restored_kind, operator_label
+from flowpoint.state.key_identity import CurrentKey, StateKey, state_key
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
 from flowpoint.tasks.batches import dumps
 
@@ -111,16 +113,41 @@ class _SortedFrozenset:
         return (frozenset, (self.items,))
 
 
+class _Sorted:
+    """Pickles as ``factory(items)`` with the items in canonical order (dict and set keys)."""
+
+    __slots__ = ("factory", "items")
+
+    def __init__(self, factory: Any, items: list) -> None:
+        self.factory = factory
+        self.items = items
+
+    def __reduce__(self) -> Any:
+        return (self.factory, (self.items,))
+
+
+_NAN = float("nan")  # every NaN key pickles as this one
+
+
 def _normalize(key: Any) -> Any:
     """The form of a key that is pickled: equal keys (as ``keygroups.canonical_bytes`` sees
     them) give equal pickles."""
     t = type(key)
     if t in _KEY_ATOMIC:
         return key
+    if t is StateKey:
+        return _normalize(key.key)
     if t is float:
-        return 0.0 if key == 0.0 else key
+        return _NAN if key != key else 0.0 if key == 0.0 else key
     if isinstance(key, tuple):
         return tuple(_normalize(x) for x in key)
+    if isinstance(key, list):
+        return [_normalize(x) for x in key]
+    if isinstance(key, dict):
+        items = sorted(((_normalize(k), _normalize(v)) for k, v in key.items()), key=lambda kv: canonical_bytes(kv))
+        return _Sorted(dict, items)
+    if isinstance(key, set):
+        return _Sorted(set, sorted((_normalize(k) for k in key), key=canonical_bytes))
     if isinstance(key, str):
         return str(key)
     if isinstance(key, bool):
@@ -331,20 +358,21 @@ def _closed_get(*_args: Any) -> Any:
 # -- backend -------------------------------------------------------------------------------------
 
 
-class RocksDBKeyedStateBackend:
+class RocksDBKeyedStateBackend(CurrentKey):
     """The keyed state of one operator for one key-group range, in a RocksDB directory."""
 
-    def __init__(self, operator_name: str, db_path: str, max_parallelism: int, lock_timeout: float = 30.0):
+    def __init__(self, operator_name: str, db_path: str, max_parallelism: int, lock_timeout: float = 30.0, uid: str | None = None):
         self.operator_name = operator_name
+        self.uid = uid
         self.db_path = db_path
         self.max_parallelism = max_parallelism
         self.lock_timeout = lock_timeout
-        self.current_key: Any = None
         self._db: Any = None
         self._get: Any = _closed_get
         self._write_opts: Any = None
         self._unflushed = False
         self._names: dict[str, tuple[int, str]] = {}  # persisted: name -> (state id, kind)
+        self.recorded_kinds: dict[str, Recorded] = {}  # of restored state of unknown kind (compatibility.py)
         self._tables: dict[str, _Table] = {}
         self._enc: dict[Any, tuple[bytes, bytes]] = {}  # key -> (key group bytes, rest of key)
         self._kg_bytes = [key_group_prefix(g) for g in range(max_parallelism)]
@@ -550,6 +578,9 @@ class RocksDBKeyedStateBackend:
             raise StateAccessError(msg)
         if table is None:
             self._require_db()
+            known = self._names.get(name)
+            recorded = (known[1], True) if known is not None and known[1] != UNKNOWN_KIND else self.recorded_kinds.get(name)
+            check_restored_kind(operator_label(self.operator_name, self.uid), name, kind, recorded)
             sid = self._ensure_state(name, kind)
             table = self._tables[name] = _Table(name, sid, kind)
         cls = _STATE_CLASSES[type(descriptor)]
@@ -781,7 +812,7 @@ class RocksDBKeyedStateBackend:
             if name is None:  # pragma: no cover - data of an unregistered id
                 continue
             table = out.setdefault(name, {})
-            key = _loads(kbytes)
+            key = state_key(_loads(kbytes))
             if kind == "map":
                 table.setdefault(key, {})[_loads(ukb)] = _loads(raw)
             else:
@@ -831,10 +862,11 @@ class RocksDBKeyedStateBackend:
                 it.seek(key_group_prefix(group) + sidb)
                 continue
             _kg, _sid, kbytes, _ns, ukb = parse_db_key(kb)
+            key = state_key(_loads(kbytes))
             if kind == "map":
-                out.setdefault(_loads(kbytes), {})[_loads(ukb)] = _loads(it.value())
+                out.setdefault(key, {})[_loads(ukb)] = _loads(it.value())
             else:
-                out[_loads(kbytes)] = _loads(it.value())
+                out[key] = _loads(it.value())
             it.next()
         del it
         return out
@@ -1007,7 +1039,7 @@ class _RocksState:
         self._descriptor = descriptor
 
     def _key(self) -> Any:
-        key = self._backend.current_key
+        key = self._backend._sk
         if key is None:
             msg = (
                 f"state {self._descriptor.name!r} of operator {self._backend.operator_name!r} was used "
@@ -1066,7 +1098,7 @@ class RocksDBValueState(_RocksState, ValueState):
         return value
 
     def value(self) -> Any:
-        key = self._backend.current_key
+        key = self._backend._sk
         value = self._cache.get(key, _MISS)
         if value is _MISS:
             if key is None:
@@ -1075,7 +1107,7 @@ class RocksDBValueState(_RocksState, ValueState):
         return value
 
     def update(self, value: Any) -> None:
-        key = self._backend.current_key
+        key = self._backend._sk
         if key is None:
             self._key()
         self._cache[key] = value
@@ -1142,7 +1174,7 @@ class RocksDBMapState(_RocksState, MapState):
 
     def _prefix(self, mo: _MapOverlay) -> bytes:
         if mo.prefix is None:
-            mo.prefix = self._backend._db_key(self._table, self._backend.current_key)
+            mo.prefix = self._backend._db_key(self._table, self._backend._sk)
         return mo.prefix
 
     def _entry(self, mo: _MapOverlay, uk: Any) -> Any:

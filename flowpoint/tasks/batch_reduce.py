@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from flowpoint.api.time import MAX_WATERMARK
+from flowpoint.state.key_identity import state_key
 from flowpoint.tasks.keyed_process import OutputBuffer, TimerOp
 from flowpoint.tasks.operators import ReduceOp, RollingAggOp
 from flowpoint.tasks.timers import InternalTimerService
@@ -29,7 +30,7 @@ class _FinalPerKey(TimerOp):
         super()._run(pairs, backend, out)  # type: ignore[misc]  # the streaming update of the state
         out.clear()
         register = self.timers.register_event_time_timer
-        for key in dict.fromkeys(k for k, _ in pairs):
+        for key in {state_key(k): None for k, _ in pairs}:  # each key once, by key identity
             backend.current_key = key
             register(None, MAX_WATERMARK)
         backend.current_key = None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import SerializationError
 from flowpoint.graph.transformation import describe_function
+from flowpoint.state.key_identity import user_key
 from flowpoint.tasks.batches import dumps
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def unpicklable_state_error(plan: StagePlan, ts: TaskState) -> SerializationErro
             fn = describe_function(spec.function) if spec.function is not None else spec.kind
             msg = (
                 f"operator {spec.name!r} (uid {spec.uid!r}, function {fn}) wrote a {type(value).__name__} value to "
-                f"state {name!r} for key {key!r:.100}{where} that cannot be pickled: {type(error).__name__}: {error}. "
+                f"state {name!r} for key {user_key(key)!r:.100}{where} that cannot be pickled: {type(error).__name__}: {error}. "
                 "State values are written as pickles (working state, checkpoints, savepoints): keep locks, "
                 "connections, clients and other resources in fields of the function set in open(), not in state"
             )

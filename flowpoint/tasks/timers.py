@@ -22,6 +22,7 @@ from typing import Any
 
 from flowpoint.api.state import MapStateDescriptor
 from flowpoint.api.time import TimeDomain
+from flowpoint.state.key_identity import user_key
 from flowpoint.state.keygroups import canonical_bytes
 
 EVENT_TIMERS_STATE = "_timers-event"
@@ -41,7 +42,7 @@ class TimerQueue:
         self.backend = backend
         self.state_name = state_name
         self.state = backend.get_partitioned_state(MapStateDescriptor(state_name))
-        self.live: set[tuple[Any, Any, int]] = set()  # (key, namespace, timestamp)
+        self.live: set[tuple[Any, Any, int]] = set()  # (state key, namespace, timestamp)
         # (timestamp, key bytes, namespace bytes, namespace, key): distinct timers differ before
         # the objects, which are never compared
         self.heap: list[tuple[int, bytes, bytes, Any, Any]] = []
@@ -60,7 +61,7 @@ class TimerQueue:
         heapq.heapify(self.heap)
 
     def add(self, key: Any, namespace: Any, timestamp: int) -> None:
-        """Register a timer for ``key``, which must be the backend's current key."""
+        """Register a timer for ``key``, which must be the backend's current state key."""
         timer = (key, namespace, timestamp)
         if timer in self.live:
             return
@@ -69,7 +70,7 @@ class TimerQueue:
         heapq.heappush(self.heap, (timestamp, canonical_bytes(key), canonical_bytes(namespace), namespace, key))
 
     def remove(self, key: Any, namespace: Any, timestamp: int) -> None:
-        """Delete a timer of ``key`` (the backend's current key); unknown timers are ignored."""
+        """Delete a timer of ``key`` (the backend's current state key); unknown timers are ignored."""
         timer = (key, namespace, timestamp)
         if timer not in self.live:
             return
@@ -85,8 +86,8 @@ class TimerQueue:
         self.stale = len(self.heap) - len(self.live)
 
     def pop_due(self, time: int) -> tuple[Any, Any, int] | None:
-        """Remove and return the first timer with ``timestamp <= time`` (the backend's current
-        key is then the timer's key), or None."""
+        """Remove and return the first timer ``(user's key, namespace, timestamp)`` with
+        ``timestamp <= time`` (the backend's current key is then the timer's key), or None."""
         heap = self.heap
         while heap and heap[0][0] <= time:
             ts, _kb, _nb, ns, key = heapq.heappop(heap)
@@ -101,7 +102,7 @@ class TimerQueue:
                 # operator): never fire a timer twice; open() brings the index up to date
                 continue
             self.state.remove((ts, ns))
-            return timer
+            return (user_key(key), ns, ts)
         return None
 
     def next_timestamp(self) -> int | None:
@@ -148,16 +149,16 @@ class InternalTimerService:
     # -- timers of the current key -------------------------------------------------------------
 
     def register_event_time_timer(self, namespace: Any, timestamp: int) -> None:
-        self.event.add(self.backend.current_key, namespace, timestamp)
+        self.event.add(self.backend.current_state_key, namespace, timestamp)
 
     def delete_event_time_timer(self, namespace: Any, timestamp: int) -> None:
-        self.event.remove(self.backend.current_key, namespace, timestamp)
+        self.event.remove(self.backend.current_state_key, namespace, timestamp)
 
     def register_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
-        self.processing.add(self.backend.current_key, namespace, timestamp)
+        self.processing.add(self.backend.current_state_key, namespace, timestamp)
 
     def delete_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
-        self.processing.remove(self.backend.current_key, namespace, timestamp)
+        self.processing.remove(self.backend.current_state_key, namespace, timestamp)
 
     # -- firing -------------------------------------------------------------------------------
 
