@@ -28,7 +28,11 @@ from flowpoint import (
     ValueStateDescriptor,
 )
 from flowpoint.state.key_identity import KeyedStateMap, StateKey, state_key, user_key
-from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes, key_group_range_for_operator
+from flowpoint.state.keygroups import (
+    assign_to_key_group,
+    canonical_bytes,
+    key_group_range_for_operator,
+)
 from flowpoint.testing import KeyedOperatorHarness
 
 # -- keys Python compares oddly ------------------------------------------------------------------
