@@ -22,12 +22,26 @@ from flowpoint.state.keygroups import StateKey, canonical_bytes
 __all__ = ["CurrentKey", "KeyedStateMap", "StateKey", "key_table", "keyed_state_maps", "state_key", "user_key"]
 
 
+_PLAIN = frozenset({str, int, bytes})
+
+
 def state_key(key: Any) -> Any:
     """The state key of ``key`` (idempotent). Raises ``InvalidKeyError`` for a value that
-    cannot be a key."""
+    cannot be a key.
+
+    Plain values are their own state key: exactly ``str``, ``int`` and ``bytes``, and tuples of
+    them (a Row or namedtuple of them as the plain tuple). Among plain values Python's equality is
+    the canonical one, and no plain value equals a :class:`StateKey`, so the common keys (a user
+    id, a ``(channel, behavior)`` pair) cost no canonical bytes per record."""
     t = type(key)
     if t is str or t is int or t is bytes or t is StateKey:
         return key
+    if isinstance(key, tuple):
+        for x in key:
+            if type(x) not in _PLAIN:
+                break
+        else:
+            return key if t is tuple else tuple(key)
     cb = canonical_bytes(key)
     # subclasses of str, int and bytes (str enums, IntEnum, numpy integers) are the plain
     # value's key: hold them as the plain value so they meet it in every table
@@ -130,6 +144,13 @@ class CurrentKey:
         t = type(key)
         if t is str or t is int or t is bytes or key is None:
             self._key = self._sk = key
+        elif t is tuple:  # state_key's plain tuples, inlined: the per-record path of tuple keys
+            self._key = key
+            for x in key:
+                if type(x) not in _PLAIN:
+                    self._sk = state_key(key)
+                    return
+            self._sk = key
         elif t is StateKey:
             self._key = key.key
             self._sk = key
