@@ -115,6 +115,14 @@ class PartitionBackend:
         uri = f.path or ""
         return durable.read_file(uri, f.size, f.crc, self.options, what, self.cache_path(stage_id, partition, uri))
 
+    def load(self, f: CommittedFile, what: str, stage_id: int, partition: int) -> Any:
+        """The unpickled contents of a committed durable file (:meth:`read`); StateDecodeError
+        naming it when it matches its checksum but does not unpickle."""
+        from flowpoint.checkpoint.integrity import decode
+
+        data = self.read(f, what, stage_id, partition)
+        return decode(pickle.loads, data, f.path or "", None, f"working {what}", durable.RESTORE_HINT)
+
     def write(self, stage_id: int, partition: int, name: str, data: bytes) -> tuple[str, int, int]:
         uri = durable.join(self.durable_dir(stage_id, partition), name)
         size, crc = durable.write_file(uri, data, self.options, self.cache_path(stage_id, partition, uri))
@@ -187,7 +195,7 @@ class HashMapPartitionBackend(PartitionBackend):
         return HeapKeyedStateBackend(name)
 
     def _apply_file(self, ts: TaskState, f: CommittedFile, what: str, stage_id: int, partition: int) -> None:
-        kind, per_uid = pickle.loads(self.read(f, what, stage_id, partition))
+        kind, per_uid = self.load(f, what, stage_id, partition)
         for uid, data in per_uid.items():
             b = ts.backend(uid, uid)
             if kind == "base":
@@ -341,7 +349,7 @@ class RocksDBPartitionBackend(PartitionBackend):
                 if f.path:
                     per_uid = cache.get(f.path)
                     if per_uid is None:
-                        per_uid = cache[f.path] = pickle.loads(self.read(f, "delta", stage_id, partition))[1]
+                        per_uid = cache[f.path] = self.load(f, "delta", stage_id, partition)[1]
                     delta = per_uid.get(uid)
                 b.apply(delta, version=f.epoch)
         ts.version = chain.version

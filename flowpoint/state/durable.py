@@ -30,6 +30,7 @@ _ACCESS: dict[tuple[str, tuple], Any] = {}
 _RECENT: OrderedDict[str, bytes] = OrderedDict()  # files this process wrote lately (read-your-writes)
 _RECENT_BYTES = 0
 _RECENT_LIMIT = 64 << 20
+RESTORE_HINT = "restore the job from a checkpoint"
 
 
 def is_local(uri: str) -> bool:
