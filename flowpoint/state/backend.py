@@ -409,7 +409,9 @@ class RocksDBPartitionBackend(PartitionBackend):
                 restore_tables(b, tables, self.location.options)
             b.set_version(base_epoch)
         ts.db_id = uuid.uuid4().hex[:12]
-        private_files.write_private(os.path.join(directory, _LINEAGE), ts.db_id.encode(), atomic=False)
+        lineage = os.path.join(directory, _LINEAGE)
+        with durable.io_errors("write the local state file", lineage):
+            private_files.write_private(lineage, ts.db_id.encode(), atomic=False)
 
     def _download(self, path: str, files: list[tuple[str, str, int, int]]) -> None:
         from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
@@ -420,7 +422,8 @@ class RocksDBPartitionBackend(PartitionBackend):
         try:
             for uri, name, size, crc in files:
                 data = durable.read_file(uri, size, crc, self.options, "base snapshot file")
-                private_files.write_private(os.path.join(staging, name), data, atomic=False)
+                with durable.io_errors("write the local state file", os.path.join(staging, name)):
+                    private_files.write_private(os.path.join(staging, name), data, atomic=False)
             RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -534,7 +537,8 @@ def restore_native(path: str, files: list[RestoredFile], options: dict) -> None:
         for f in files:
             for uri, local_name, size, sha256 in f.files:
                 data = check_bytes(read_uri(uri, options), size, sha256, uri, f.uid, "checkpoint file")
-                with open(os.path.join(staging, local_name), "wb") as out:
+                target = os.path.join(staging, local_name)
+                with durable.io_errors("write the local state file", target), open(target, "wb") as out:
                     out.write(data)
         RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
     finally:
