@@ -24,7 +24,9 @@ file at a checkpoint: ``on_checkpoint_rolling_policy()`` at every one (bulk form
 ``part_size`` bytes, was opened ``rollover_interval`` ms ago or got nothing for
 ``inactivity_interval`` ms. *Finished*: when that checkpoint completes, the closed part files'
 pieces are joined into ``<prefix>-<uuid>-<n><suffix>`` (written under a hidden name, renamed into
-place) and the pieces deleted. The open and closed part files are part of the checkpoint, so a
+place) and the pieces deleted. Every piece is checked against the size and SHA-256 its task
+recorded when it wrote it (kept with the part file in the checkpoint): a piece changed since
+raises CorruptSinkFileError naming it, and nothing of it is committed. The open and closed part files are part of the checkpoint, so a
 restore finishes what the checkpoint closed (once: a part file already finished is not written
 again) and carries on with the open ones: output is exactly once. When a bounded job finishes,
 every part file is finished. Without checkpointing, part files are finished only then (as in
