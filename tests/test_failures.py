@@ -312,6 +312,9 @@ RECOVERABLE = {  # by class name: every error class must be here (its flag decid
     "UserFunctionError": True,
     "JobCancelledError": False,
     "CheckpointError": True,
+    "StateDecodeError": False,
+    "CorruptSinkFileError": False,
+    "StateIOError": True,
 }
 
 
