@@ -10,6 +10,7 @@ their class when they cross Spark from a task to the driver (``flowpoint.runtime
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 
@@ -139,3 +140,45 @@ class CorruptStateError(StateError, CheckpointError):
 
     def __reduce__(self):  # keeps ``path`` when a task returns it to the driver
         return (type(self), (str(self), self.path))
+
+
+class StateDecodeError(CorruptStateError):
+    """A state file that matches its recorded size and checksum cannot be decoded (unpickled):
+    a checkpoint or savepoint part, a durable delta or base, a pickled value in ``_metadata``.
+    It was damaged before its checksum was computed or rewritten together with it, or the job
+    no longer defines a class its state uses. Names the file (``path``) and the operator when
+    known; no restart can fix it."""
+
+    recoverable = False
+
+
+class CorruptSinkFileError(CorruptStateError):
+    """A sink's file written before a checkpoint (a FileSink in-progress piece) no longer has
+    the size or SHA-256 recorded when it was written: changed, appended to or replaced before
+    it was committed. Names the file (``path``); nothing is committed from it, and no restart
+    can fix it."""
+
+    recoverable = False
+
+
+class StateIOError(CheckpointError):
+    """An I/O error (disk full, permission denied, ...) while writing or reading a state, delta
+    or checkpoint file; names the path and the operation. Recoverable: space may be freed and
+    storage may come back (the restart strategy's limits apply)."""
+
+    recoverable = True
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+    def __reduce__(self):  # keeps ``path`` when a task returns it to the driver
+        return (type(self), (str(self), self.path))
+
+    @classmethod
+    def of(cls, operation: str, path: str, error: OSError) -> StateIOError:
+        """``error`` (an OSError while doing ``operation`` on ``path``) as a StateIOError."""
+        reason = error.strerror or str(error) or type(error).__name__
+        code = f"[Errno {error.errno}] " if error.errno else ""
+        hint = " (the filesystem is full: free space there; a restart can then go on)" if error.errno == errno.ENOSPC else ""
+        return cls(f"cannot {operation} {path}: {type(error).__name__}: {code}{reason}{hint}", path=path)

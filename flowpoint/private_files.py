@@ -149,13 +149,19 @@ def write_private(path: str, data: bytes, atomic: bool = True) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     fd = os.open(target, flags, FILE_MODE)
     try:
-        if POSIX:
-            os.fchmod(fd, FILE_MODE)  # an existing file keeps its mode on open: set it
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+        try:
+            if POSIX:
+                os.fchmod(fd, FILE_MODE)  # an existing file keeps its mode on open: set it
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    except BaseException:
+        if atomic:  # a partial temporary file (a full disk) would only take more space
+            with contextlib.suppress(OSError):
+                os.remove(target)
+        raise
     if atomic:
         os.replace(target, path)
 

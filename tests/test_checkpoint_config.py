@@ -237,12 +237,15 @@ def test_checkpoint_storage_from_a_uri_an_object_or_a_local_path(tmp_path):
     assert (s.storage, s.checkpoints_dir) == ("filesystem", "hdfs://namenode:8020/flink/ck")
     cfg.set_checkpoint_storage(FileSystemCheckpointStorage("s3://bucket/ck"))
     assert resolve_checkpoint_settings(env).checkpoints_dir == "s3://bucket/ck"
-    cfg.set_checkpoint_storage("relative/ck")
-    assert resolve_checkpoint_settings(env).checkpoints_dir == f"file://{tmp_path}/relative/ck"
+    cfg.set_checkpoint_storage(str(tmp_path / "local" / "ck"))
+    assert resolve_checkpoint_settings(env).checkpoints_dir == f"file://{tmp_path}/local/ck"
+    # a relative path would depend on where the driver starts (issue 17, case 8): refused
+    with pytest.raises(ConfigurationError, match=r"'state.checkpoints.dir' must be an absolute path or a URI with a scheme.*got 'relative/ck'"):
+        cfg.set_checkpoint_storage("relative/ck")
     cfg.set_checkpoint_storage(JobManagerCheckpointStorage())
     s = resolve_checkpoint_settings(env)
     assert s.storage == "jobmanager"
-    assert cfg.get_checkpoint_storage() == JobManagerCheckpointStorage(f"file://{tmp_path}/relative/ck")
+    assert cfg.get_checkpoint_storage() == JobManagerCheckpointStorage(f"file://{tmp_path}/local/ck")
 
 
 def test_storage_defaults_to_filesystem_when_a_directory_is_set():
@@ -336,7 +339,7 @@ def test_configuration_checks_typed_keys_and_keeps_unknown_ones():
     assert conf.get("execution.checkpointing.timeout") == 60000
     assert conf.get("my.job.param") == "x" and conf.get("parallelism.default") == 4
     assert conf.copy().to_dict() == conf.to_dict()
-    with pytest.raises(ConfigurationError, match="'parallelism.default' must be int"):
+    with pytest.raises(ConfigurationError, match="'parallelism.default' must be an integer >= 1; got 'many'"):
         conf.set("parallelism.default", "many")
     with pytest.raises(ConfigurationError, match=r"'state.backend' \(another name of 'state.backend.type'\) must be one of"):
         conf.set("state.backend", "memory")

@@ -87,6 +87,10 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(msg)
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_LOCATION_FORMS = "an absolute path or a URI with a scheme (/data/ck, file:///data/ck, s3://bucket/ck, hdfs://namenode:8020/ck)"
+
+
 def parse_uri(value: Any) -> str:
     """A checkpoint/savepoint directory as a URI; a bare local path becomes ``file:///abs/path``."""
     if isinstance(value, os.PathLike):
@@ -95,7 +99,7 @@ def parse_uri(value: Any) -> str:
         msg = "a directory URI such as 'file:///data/checkpoints', 'hdfs://namenode:8020/flink/ck', 's3://bucket/ck' or a local path"
         raise ValueError(msg)
     value = value.strip()
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value) or value.startswith("file:/"):
+    if _SCHEME.match(value) or value.startswith("file:/"):
         return value
     return "file://" + os.path.abspath(os.path.expanduser(value))
 
@@ -114,18 +118,40 @@ def _duration(min_ms: int) -> Callable[[Any], int]:
     return parse
 
 
-def _int(min_value: int) -> Callable[[Any], int]:
+def _int(min_value: int, max_value: int | None = None, meaning: str = "") -> Callable[[Any], int]:
+    """An integer in ``min_value..max_value``; ``meaning`` follows the range in the message."""
+    allowed = f"an integer >= {min_value}" if max_value is None else f"an integer from {min_value} to {max_value}"
+    allowed += f" ({meaning})" if meaning else ""
+
     def parse(value: Any) -> int:
         try:
             n = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip())
         except ValueError:
             n = None
-        if isinstance(value, (bool, float)) or n is None or n < min_value:
-            msg = f"an integer >= {min_value}"
-            raise ValueError(msg)
+        if isinstance(value, (bool, float)) or n is None or n < min_value or (max_value is not None and n > max_value):
+            raise ValueError(allowed)
         return n
 
     return parse
+
+
+def absolute_location(value: Any) -> str:
+    """``value`` (a path or URI) unchanged if it is an absolute path or a URI with a scheme;
+    ValueError otherwise: a relative path would depend on the directory the driver happens to
+    start in, and executors start elsewhere."""
+    raw = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(raw, str) or not raw.strip():
+        raise ValueError(_LOCATION_FORMS)
+    raw = raw.strip()
+    if not (_SCHEME.match(raw) or raw.startswith("file:/") or os.path.isabs(os.path.expanduser(raw))):
+        msg = f"{_LOCATION_FORMS}; a relative path would resolve against the current directory (here {os.path.abspath(raw)})"
+        raise ValueError(msg)
+    return raw
+
+
+def parse_directory_uri(value: Any) -> str:
+    """:func:`parse_uri` of an absolute path or a URI with a scheme (:func:`absolute_location`)."""
+    return parse_uri(absolute_location(value))
 
 
 def _float(low: float, high: float | None, low_open: bool) -> Callable[[Any], float]:
@@ -196,8 +222,8 @@ OPTIONS = {
     o.key: o
     for o in [
         Option("spark.master", None, str, "Spark master URL; default local[*,4] (local, 4 task attempts)"),
-        Option("parallelism.default", None, int, "default parallelism of operators; default: Spark's default parallelism"),
-        Option("pipeline.max-parallelism", None, int, "default max parallelism (number of key groups)"),
+        Option("parallelism.default", None, int, "default parallelism of operators; default: Spark's default parallelism", _int(1)),
+        Option("pipeline.max-parallelism", None, int, "default max parallelism (number of key groups), 1 to 32768", _int(1, 32768)),
         Option("pipeline.name", None, str, "job name"),
         Option("pipeline.auto-watermark-interval", 200, int, "periodic watermarks: flowpoint emits them after every source batch and at every epoch; 0 turns them off (as in Flink: only watermarks from on_event, and the final one at the end of input)", _duration(0)),
         Option("pipeline.operator-chaining.enabled", True, bool, "false: every operator runs in a task of its own, with an exchange between any two (disable_operator_chaining())", parse_bool),
@@ -213,16 +239,16 @@ OPTIONS = {
         Option("task.cancellation.timeout", 180_000, int, "accepted for compatibility; cancellation stops the Spark job", _duration(0)),
         Option("execution.checkpointing.snapshot-compression", False, bool, "accepted for compatibility; snapshot files are not compressed", parse_bool),
         Option("execution.runtime-mode", "STREAMING", str, "STREAMING | BATCH | AUTOMATIC: BATCH (or AUTOMATIC with only bounded sources) emits final results only", _choice(_names("STREAMING", "BATCH", "AUTOMATIC"))),
-        Option("execution.epoch.max-records", 100_000, int, "records read per epoch over all source splits"),
-        Option("execution.epoch.interval", 200, int, "ms to wait before polling sources that had no new records"),
+        Option("execution.epoch.max-records", 100_000, int, "records read per epoch over all source splits (>= 1)", _int(1)),
+        Option("execution.epoch.interval", 200, int, "ms to wait before polling sources that had no new records", _duration(0)),
         Option(
             "execution.epoch.idle-interval", 1000, int,
-            "ms between epochs without new records in jobs with timers, windows or watermarks (time still passes)",
+            "ms between epochs without new records in jobs with timers, windows or watermarks (time still passes)", _duration(0),
         ),
-        Option("execution.progress.interval", 1000, int, "ms between progress lines (0: every epoch, -1: never)"),
+        Option("execution.progress.interval", 1000, int, "ms between progress lines (0: every epoch, -1: never)", _int(-1, None, "ms between progress lines; 0: every epoch, -1: never")),
         Option("state.working.dir", None, str, "directory for working-state delta files (executor local disk)"),
-        Option("state.working.remote-dir", None, str, "durable storage URI (s3://, hdfs://, file://) for committed working-state changes, readable by every executor; default: <checkpoint dir>/<job id>/taskowned when checkpoints go to remote storage, else <state.working.dir>/durable"),
-        Option("state.working.compaction-bytes", 1 << 20, int, "delta bytes before a partition writes a new base snapshot"),
+        Option("state.working.remote-dir", None, str, "durable storage URI (s3://, hdfs://, file://) for committed working-state changes, readable by every executor; default: <checkpoint dir>/<job id>/taskowned when checkpoints go to remote storage, else <state.working.dir>/durable", absolute_location),
+        Option("state.working.compaction-bytes", 1 << 20, int, "delta bytes before a partition writes a new base snapshot (>= 0)", _int(0)),
         # -- checkpointing (durations are kept in ms) --
         Option("execution.checkpointing.interval", None, int, "checkpoint every this often, at the first epoch boundary after it (so 1 ms: every epoch); unset: checkpointing off", _duration(1)),
         Option("execution.checkpointing.mode", "EXACTLY_ONCE", str, "EXACTLY_ONCE | AT_LEAST_ONCE; both give exactly-once state: every checkpoint is an aligned cut at an epoch boundary", _choice(_names("EXACTLY_ONCE", "AT_LEAST_ONCE"))),
@@ -234,8 +260,8 @@ OPTIONS = {
         Option("execution.checkpointing.unaligned", False, bool, "accepted for compatibility; unaligned checkpoints do not apply (no in-flight data between epochs)", parse_bool),
         Option("state.backend.type", "hashmap", str, "working-state backend: hashmap | rocksdb", _choice(_names("hashmap", "rocksdb"))),
         Option("state.backend.incremental", False, bool, "incremental checkpoints (rocksdb only): upload only new files", parse_bool),
-        Option("state.checkpoints.dir", None, str, "checkpoint directory URI (file://, hdfs://, s3://; a local path becomes file://)", parse_uri),
-        Option("state.savepoints.dir", None, str, "default savepoint directory URI", parse_uri),
+        Option("state.checkpoints.dir", None, str, "checkpoint directory URI (file://, hdfs://, s3://; an absolute local path becomes file://)", parse_directory_uri),
+        Option("state.savepoints.dir", None, str, "default savepoint directory URI (absolute path or URI with a scheme)", parse_directory_uri),
         Option("state.checkpoints.num-retained", 1, int, "completed checkpoints kept (>= 1)", _int(1)),
         Option("state.checkpoint-storage", None, str, "jobmanager | filesystem; default filesystem when state.checkpoints.dir is set, else jobmanager", _choice(_names("jobmanager", "filesystem"))),
         Option("execution.savepoint.path", None, str, "checkpoint or savepoint to restore the job from (-s)"),

@@ -18,16 +18,19 @@ The scheme (docs/checkpoints.md, "Integrity"):
 
 A mismatch raises :class:`~flowpoint.errors.CorruptStateError` naming the file (``.path``), which
 no restart can fix: the job fails at once, and another checkpoint or savepoint must be restored.
+A file that matches its checksum but does not decode (unpickle) raises its subclass
+:class:`~flowpoint.errors.StateDecodeError` the same way (:func:`decode`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.errors import CorruptStateError
+from flowpoint.errors import CorruptStateError, StateDecodeError
 
 if TYPE_CHECKING:
     from flowpoint.checkpoint.metadata import CheckpointMetadata, StateFile
@@ -64,6 +67,26 @@ def file_problem(data_size: int, data_sha256: str | None, f: StateFile) -> str |
 def corrupt(uri: str, problem: str, uid: str | None = None, what: str = "state file") -> CorruptStateError:
     owner = f" (operator uid {uid!r})" if uid else ""
     return CorruptStateError(f"{what} {uri}{owner} {problem}: it is corrupt, truncated or replaced; {HINT}", path=uri)
+
+
+def undecodable(uri: str, error: BaseException, uid: str | None = None, what: str = "state file", hint: str = HINT) -> StateDecodeError:
+    """The error for a file that matched its checksum but could not be decoded."""
+    owner = f" (operator uid {uid!r})" if uid else ""
+    msg = (
+        f"{what} {uri}{owner} matches its recorded checksum but cannot be decoded ({type(error).__name__}: "
+        f"{str(error)[:300]}): it was damaged before its checksum was computed or rewritten together with it, or the "
+        f"job no longer defines a class or module its state uses; {hint}"
+    )
+    return StateDecodeError(msg, path=uri)
+
+
+def decode(loads: Callable[[bytes], Any], data: bytes, uri: str, uid: str | None = None, what: str = "state file", hint: str = HINT) -> Any:
+    """``loads(data)`` of a verified file; any failure becomes a StateDecodeError naming ``uri``
+    (no restart can fix it: the job fails once)."""
+    try:
+        return loads(data)
+    except Exception as e:  # noqa: BLE001 - unpickling raises anything (EOFError, AttributeError, ...)
+        raise undecodable(uri, e, uid, what, hint) from e
 
 
 def check_bytes(data: bytes, size: int | None, sha256: str | None, uri: str, uid: str | None = None, what: str = "state file") -> bytes:

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from flowpoint.checkpoint.integrity import check_bytes, corrupt
+from flowpoint.checkpoint.integrity import check_bytes, corrupt, decode, undecodable
 from flowpoint.checkpoint.metadata import (
     METADATA_FILE,
     CheckpointMetadata,
@@ -172,9 +172,18 @@ def encode_tables(tables: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, s
     return EncodedPart(pa.Table.from_arrays(arrays, schema=SCHEMA), len(keys), states)
 
 
-def decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[int, int] | None = None) -> dict[str, dict[Any, Any]]:
-    """Canonical rows back to ``{state name: {key: value}}``; only key groups ``first..last``
-    if given (rescaling)."""
+def decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[int, int] | None = None,
+                uri: str = "(savepoint rows)", uid: str | None = None) -> dict[str, dict[Any, Any]]:
+    """Canonical rows (of file ``uri``) back to ``{state name: {key: value}}``; only key groups
+    ``first..last`` if given (rescaling). A key or value that does not unpickle raises
+    StateDecodeError naming ``uri``."""
+    try:
+        return _decode_rows(table, kinds, key_groups)
+    except Exception as e:  # noqa: BLE001 - unpickling raises anything
+        raise undecodable(uri, e, uid, "savepoint file") from e
+
+
+def _decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[int, int] | None) -> dict[str, dict[Any, Any]]:
     if key_groups is not None:
         first, last = key_groups
         kg = table.column("key_group")
@@ -540,7 +549,7 @@ def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: 
     if op.backend == CANONICAL:
         kinds = operator_kinds(op)
         for f in sub.files:
-            for name, table in decode_rows(read_canonical(access, f, op.uid), kinds).items():
+            for name, table in decode_rows(read_canonical(access, f, op.uid), kinds, None, access.uri(f.path), op.uid).items():
                 merged.setdefault(name, {}).update(table)
         return merged
     from flowpoint.state.backend import writes_native_files
@@ -551,7 +560,7 @@ def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: 
     for f in sub.files:
         uri = access.uri(f.path)
         data = check_bytes(access.read_bytes(f.path), f.size, f.sha256, uri, op.uid, "checkpoint file")
-        for name, table in pickle.loads(data).items():  # noqa: S301 - user state: reading it means trusting it
+        for name, table in decode(pickle.loads, data, uri, op.uid, "checkpoint file").items():  # user state: reading it means trusting it
             merged.setdefault(name, {}).update(table)
     return merged
 

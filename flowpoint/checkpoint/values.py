@@ -152,7 +152,14 @@ def user_to_data(value: Any, where: str = "value") -> Any:
     return {PICKLE: base64.b64encode(raw).decode("ascii")}
 
 
-def load_user(value: Any) -> Any:
+def load_user(value: Any, uri: str | None = None, what: str = "a pickled value in") -> Any:
     """A user value read by :func:`from_data` with ``user=True``, unpickled if it was pickled.
-    Only a restore calls this."""
-    return value.load() if isinstance(value, PickledValue) else value
+    Only a restore calls this. With ``uri`` (the ``_metadata`` file), a pickle that does not
+    load raises StateDecodeError naming it and ``what`` the value is."""
+    if not isinstance(value, PickledValue):
+        return value
+    if uri is None:
+        return value.load()
+    from flowpoint.checkpoint.integrity import decode
+
+    return decode(pickle.loads, value.data, uri, None, what)

@@ -24,7 +24,9 @@ file at a checkpoint: ``on_checkpoint_rolling_policy()`` at every one (bulk form
 ``part_size`` bytes, was opened ``rollover_interval`` ms ago or got nothing for
 ``inactivity_interval`` ms. *Finished*: when that checkpoint completes, the closed part files'
 pieces are joined into ``<prefix>-<uuid>-<n><suffix>`` (written under a hidden name, renamed into
-place) and the pieces deleted. The open and closed part files are part of the checkpoint, so a
+place) and the pieces deleted. Every piece is checked against the size and SHA-256 its task
+recorded when it wrote it (kept with the part file in the checkpoint): a piece changed since
+raises CorruptSinkFileError naming it, and nothing of it is committed. The open and closed part files are part of the checkpoint, so a
 restore finishes what the checkpoint closed (once: a part file already finished is not written
 again) and carries on with the open ones: output is exactly once. When a bounded job finishes,
 every part file is finished. Without checkpointing, part files are finished only then (as in
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import hashlib
 import io
 import json
 import logging
@@ -63,7 +66,7 @@ from flowpoint.connectors.files import (
     _local_path,
 )
 from flowpoint.connectors.sinks import Sink, SinkWriter
-from flowpoint.errors import ConfigurationError
+from flowpoint.errors import ConfigurationError, CorruptSinkFileError
 
 log = logging.getLogger("flowpoint")
 
@@ -293,17 +296,23 @@ class BucketAssigner:
 # -- task side: pieces -----------------------------------------------------------------------
 
 
-def _write_piece(path: str, write: Any) -> int:
+def _write_piece(path: str, write: Any) -> tuple[int, str]:
     """``write(f)`` into a hidden temporary file beside ``path``, synced, then renamed to
-    ``path`` (readers never see a partial file)."""
+    ``path`` (readers never see a partial file). Returns the file's size and SHA-256, read
+    back from the temporary file before the rename."""
     directory, name = os.path.split(path)
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "w+b") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+            f.seek(0)
+            digest, size = hashlib.sha256(), 0
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -311,12 +320,53 @@ def _write_piece(path: str, write: Any) -> int:
         except OSError:
             pass
         raise
-    return os.path.getsize(path)
+    return size, digest.hexdigest()
+
+
+class _CheckedPiece:
+    """Reads a piece as recorded when it was written (``[path, size, sha256]``): :meth:`check`
+    raises CorruptSinkFileError naming the file unless the bytes read match both."""
+
+    def __init__(self, base: str, piece: list, final: str):
+        rel, self.size, self.sha256 = piece
+        self.path = os.path.join(base, rel)
+        self.final = final
+        self.read = 0
+        self.hash = hashlib.sha256()
+        self.f = open(self.path, "rb")  # noqa: SIM115 - closed by the with statement
+
+    def __enter__(self) -> _CheckedPiece:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.f.close()
+
+    def chunks(self, skip_first_line: bool = False) -> Any:
+        if skip_first_line:
+            self._seen(self.f.readline())
+        while chunk := self.f.read(1 << 20):
+            yield self._seen(chunk)
+
+    def _seen(self, data: bytes) -> bytes:
+        self.read += len(data)
+        self.hash.update(data)
+        return data
+
+    def check(self) -> None:
+        if self.read == self.size and self.hash.hexdigest() == self.sha256:
+            return
+        problem = (f"has {self.read} bytes, {self.size} were written" if self.read != self.size
+                   else "does not match the SHA-256 recorded when it was written")
+        msg = (f"FileSink in-progress piece {self.path} {problem}: it was changed after its task wrote it, so part "
+               f"file {self.final} is not finished from it (nothing of it is committed). Find out who else writes into "
+               f"the sink's directory; the piece's records must be written again: rerun the job, or restore it from a "
+               f"checkpoint taken before the piece's epoch")
+        raise CorruptSinkFileError(msg, path=self.path)
 
 
 class _PieceWriter(SinkWriter):
     """Buffers an epoch's records per bucket; ``finish`` writes one hidden piece per bucket and
-    returns ``[(bucket, piece path relative to the base, size)]`` for the driver."""
+    returns ``[(bucket, piece path relative to the base, size, sha256)]`` for the driver."""
 
     def __init__(self, sink: FileSink, subtask: int, context: Any):
         self.sink = sink
@@ -343,8 +393,8 @@ class _PieceWriter(SinkWriter):
         for bucket, chunks in sorted(buckets.items()):
             rel = os.path.join(bucket, f".{prefix}-{self.sink.piece_token}-{self.subtask}-e{epoch}.inprogress")
             path = os.path.join(self.sink.base_path, rel)
-            size = _write_piece(path, self._writer(chunks, epoch))
-            out.append((bucket, rel, size))
+            size, sha256 = _write_piece(path, self._writer(chunks, epoch))
+            out.append((bucket, rel, size, sha256))
         return out
 
     def _writer(self, chunks: list, epoch: int) -> Any:
@@ -509,7 +559,7 @@ class FileSink(Sink):
     # -- driver side ---------------------------------------------------------------------------
 
     def _driver_reset(self) -> None:
-        self._driver_pending: list[list] = []  # [subtask, bucket, piece, size, epoch ms] of committed epochs
+        self._driver_pending: list[list] = []  # [subtask, bucket, piece, size, epoch ms, sha256] of committed epochs
         self._driver_open: dict[str, dict] = {}  # "<subtask>/<bucket>" -> the open part file
         self._driver_closed: list[dict] = []  # part files closed at the last checkpoint, finished when it completes
         self._driver_counters: dict[str, int] = {}  # "<subtask>/<bucket>" -> next part number
@@ -522,16 +572,16 @@ class FileSink(Sink):
     def on_epoch_committed(self, epoch: int, payloads: list[tuple[int, Any]], parallelism: int) -> None:
         now = int(time.time() * 1000)
         for subtask, pieces in payloads:
-            for bucket, rel, size in pieces:
-                self._driver_pending.append([subtask, bucket, rel, size, now])
+            for bucket, rel, size, sha256 in pieces:
+                self._driver_pending.append([subtask, bucket, rel, size, now, sha256])
 
     def _stage(self, now: int) -> None:
         """Committed pieces join their open part file; the rolling policy closes part files."""
-        for subtask, bucket, rel, size, at in self._driver_pending:
+        for subtask, bucket, rel, size, at, sha256 in self._driver_pending:
             self._driver_uuids.setdefault(str(subtask), str(uuid.uuid4()))  # in the snapshot from the start
             key = f"{subtask}/{bucket}"
             part = self._driver_open.setdefault(key, {"subtask": subtask, "bucket": bucket, "pieces": [], "size": 0, "opened": at, "last": at})
-            part["pieces"].append(rel)
+            part["pieces"].append([rel, size, sha256])  # checked when the part file is finished
             part["size"] += size
             part["last"] = at
         self._driver_pending = []
@@ -568,6 +618,11 @@ class FileSink(Sink):
         self._driver_closed = [dict(c) for c in state["closed"]]
         self._driver_counters = {k: int(v) for k, v in state["counters"].items()}
         self._driver_uuids = dict(state["uuids"])
+        for part in [*self._driver_open.values(), *self._driver_closed]:
+            if any(not isinstance(p, list) or len(p) != 3 for p in part["pieces"]):
+                msg = (f"FileSink at {self.base_path!r}: the checkpoint's part file state has pieces without a recorded size "
+                       f"and SHA-256 (written by an older flowpoint); restore from a newer checkpoint or rerun the job")
+                raise ConfigurationError(msg)
         # the restored checkpoint completed: what it closed is finished now (Flink's commit on
         # restore); a part file finished before the crash is not written again
         self._finish_closed()
@@ -576,7 +631,7 @@ class FileSink(Sink):
         # the same name, which _finish then finds done
         for key in sorted(self._driver_open):
             part = self._driver_open[key]
-            if not all(os.path.exists(os.path.join(self.base_path, p)) for p in part["pieces"]):
+            if not all(os.path.exists(os.path.join(self.base_path, p[0])) for p in part["pieces"]):
                 self._close(key)
         self._finish_closed()
 
@@ -596,7 +651,7 @@ class FileSink(Sink):
     def _finish(self, part: dict) -> None:
         bucket_dir = os.path.join(self.base_path, part["bucket"])
         final = os.path.join(bucket_dir, part["name"])
-        pieces = [os.path.join(self.base_path, p) for p in part["pieces"]]
+        pieces = [os.path.join(self.base_path, p[0]) for p in part["pieces"]]
         present = [p for p in pieces if os.path.exists(p)]
         if os.path.exists(final):
             # finished before a crash, restored from the checkpoint that closed it (pieces a crash
@@ -613,17 +668,20 @@ class FileSink(Sink):
             msg = f"FileSink at {self.base_path!r}: part file {final!r} lost pieces {missing}; not finishing it"
             raise ConfigurationError(msg)
         if len(pieces) == 1:
+            with _CheckedPiece(self.base_path, part["pieces"][0], final) as piece:
+                for _ in piece.chunks():
+                    pass
+                piece.check()
             os.replace(pieces[0], final)
             return
         skip_header = self.encoder is not None and self.encoder.kind == "csv" and self.encoder.header
 
         def join(out: Any) -> None:
-            for i, piece in enumerate(pieces):
-                with open(piece, "rb") as f:
-                    if skip_header and i:
-                        f.readline()
-                    while chunk := f.read(1 << 20):
+            for i, entry in enumerate(part["pieces"]):
+                with _CheckedPiece(self.base_path, entry, final) as piece:
+                    for chunk in piece.chunks(skip_header and i > 0):
                         out.write(chunk)
+                    piece.check()
 
         _write_piece(final, join)
         for piece in pieces:

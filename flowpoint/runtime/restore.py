@@ -161,9 +161,12 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
         positions[(sp.source_uid, sp.split_index)] = (split, position, sp.finished)
     verify_state_files(CheckpointStorageAccess(job_dir_uri, options), meta)
     restored_chains = {k: CommittedChain(last_epoch=meta.epoch, restored=tuple(v)) for k, v in chains.items()}
+    metadata_uri = job_dir_uri.rstrip("/") + (f"/chk-{meta.checkpoint_id}" if meta.kind == "checkpoint" else "") + "/_metadata"
+    sinks = {k: load_user(v, metadata_uri, f"the driver state of sink uid {k!r} in") for k, v in meta.sinks.items()}
+    watermarks = {k: load_user(v, metadata_uri, f"the {k} state in") for k, v in meta.watermarks.items()}
     return RestoredJob(
-        meta.checkpoint_id, meta.epoch, restored_chains, positions, {k: load_user(v) for k, v in meta.sinks.items()},
-        int(meta.stats.get("records_read", 0)), sorted(set(dropped)), {k: load_user(v) for k, v in meta.watermarks.items()},
+        meta.checkpoint_id, meta.epoch, restored_chains, positions, sinks,
+        int(meta.stats.get("records_read", 0)), sorted(set(dropped)), watermarks,
     )
 
 

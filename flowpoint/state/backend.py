@@ -116,6 +116,14 @@ class PartitionBackend:
         uri = f.path or ""
         return durable.read_file(uri, f.size, f.crc, self.options, what, self.cache_path(stage_id, partition, uri))
 
+    def load(self, f: CommittedFile, what: str, stage_id: int, partition: int) -> Any:
+        """The unpickled contents of a committed durable file (:meth:`read`); StateDecodeError
+        naming it when it matches its checksum but does not unpickle."""
+        from flowpoint.checkpoint.integrity import decode
+
+        data = self.read(f, what, stage_id, partition)
+        return decode(pickle.loads, data, f.path or "", None, f"working {what}", durable.RESTORE_HINT)
+
     def write(self, stage_id: int, partition: int, name: str, data: bytes) -> tuple[str, int, int]:
         uri = durable.join(self.durable_dir(stage_id, partition), name)
         size, crc = durable.write_file(uri, data, self.options, self.cache_path(stage_id, partition, uri))
@@ -188,7 +196,7 @@ class HashMapPartitionBackend(PartitionBackend):
         return HeapKeyedStateBackend(name, uid=uid)
 
     def _apply_file(self, ts: TaskState, f: CommittedFile, what: str, stage_id: int, partition: int) -> None:
-        kind, per_uid = pickle.loads(self.read(f, what, stage_id, partition))
+        kind, per_uid = self.load(f, what, stage_id, partition)
         for uid, data in per_uid.items():
             b = ts.backend(uid, uid)
             if kind == "base":
@@ -365,7 +373,7 @@ class RocksDBPartitionBackend(PartitionBackend):
                 if f.path:
                     per_uid = cache.get(f.path)
                     if per_uid is None:
-                        per_uid = cache[f.path] = pickle.loads(self.read(f, "delta", stage_id, partition))[1]
+                        per_uid = cache[f.path] = self.load(f, "delta", stage_id, partition)[1]
                     delta = per_uid.get(uid)
                 b.apply(delta, version=f.epoch)
         ts.version = chain.version
@@ -425,7 +433,9 @@ class RocksDBPartitionBackend(PartitionBackend):
                 restore_tables(b, tables, self.location.options)
             b.set_version(base_epoch)
         ts.db_id = uuid.uuid4().hex[:12]
-        private_files.write_private(os.path.join(directory, _LINEAGE), ts.db_id.encode(), atomic=False)
+        lineage = os.path.join(directory, _LINEAGE)
+        with durable.io_errors("write the local state file", lineage):
+            private_files.write_private(lineage, ts.db_id.encode(), atomic=False)
 
     def _download(self, path: str, files: list[tuple[str, str, int, int]]) -> None:
         from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
@@ -436,7 +446,8 @@ class RocksDBPartitionBackend(PartitionBackend):
         try:
             for uri, name, size, crc in files:
                 data = durable.read_file(uri, size, crc, self.options, "base snapshot file")
-                private_files.write_private(os.path.join(staging, name), data, atomic=False)
+                with durable.io_errors("write the local state file", os.path.join(staging, name)):
+                    private_files.write_private(os.path.join(staging, name), data, atomic=False)
             RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -550,7 +561,8 @@ def restore_native(path: str, files: list[RestoredFile], options: dict) -> None:
         for f in files:
             for uri, local_name, size, sha256 in f.files:
                 data = check_bytes(read_uri(uri, options), size, sha256, uri, f.uid, "checkpoint file")
-                with open(os.path.join(staging, local_name), "wb") as out:
+                target = os.path.join(staging, local_name)
+                with durable.io_errors("write the local state file", target), open(target, "wb") as out:
                     out.write(data)
         RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
     finally:

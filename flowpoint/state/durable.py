@@ -23,13 +23,14 @@ import zlib
 from collections import OrderedDict
 from typing import Any
 
-from flowpoint.errors import StateNotFoundError
+from flowpoint.errors import StateIOError, StateNotFoundError
 from flowpoint.private_files import write_private
 
 _ACCESS: dict[tuple[str, tuple], Any] = {}
 _RECENT: OrderedDict[str, bytes] = OrderedDict()  # files this process wrote lately (read-your-writes)
 _RECENT_BYTES = 0
 _RECENT_LIMIT = 64 << 20
+RESTORE_HINT = "restore the job from a checkpoint"
 
 
 def is_local(uri: str) -> bool:
@@ -76,11 +77,22 @@ def _write_local(path: str, data: bytes) -> None:
     write_private(path, data)  # 0600 in new 0700 directories, whatever the umask; atomic
 
 
+@contextlib.contextmanager
+def io_errors(operation: str, path: str) -> Any:
+    """An OSError (a full disk, a permission) while doing ``operation`` on ``path`` becomes a
+    StateIOError naming both (recoverable: space may be freed)."""
+    try:
+        yield
+    except OSError as e:
+        raise StateIOError.of(operation, path, e) from e
+
+
 def write_file(uri: str, data: bytes, options: tuple = (), cache: str | None = None) -> tuple[int, int]:
     """Write ``data`` atomically; returns ``(size, crc32)``. ``cache``: a local path that keeps
     a copy of a remote file for this executor's other Python workers."""
     if is_local(uri):
-        _write_local(local_path(uri), data)
+        with io_errors("write the working-state file", local_path(uri)):
+            _write_local(local_path(uri), data)
     else:
         root, name = _split(uri)
         _access(root, options).write_bytes(name, data)
@@ -175,11 +187,13 @@ def upload_dir(local_dir: str, uri: str, options: tuple = ()) -> list[tuple[str,
     """Copy every file of ``local_dir`` below ``uri``; returns ``[(uri, name, size, crc32)]``."""
     out = []
     for name in sorted(os.listdir(local_dir)):
-        with open(os.path.join(local_dir, name), "rb") as f:
+        source = os.path.join(local_dir, name)
+        with io_errors("read the local state file", source), open(source, "rb") as f:
             data = f.read()
         target = join(uri, name)
         if is_local(target):
-            _write_local(local_path(target), data)
+            with io_errors("write the working-state file", local_path(target)):
+                _write_local(local_path(target), data)
         else:
             root, n = _split(target)
             _access(root, options).write_bytes(n, data)

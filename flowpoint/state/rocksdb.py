@@ -59,7 +59,7 @@ from flowpoint.api.state import (
     ValueState,
     ValueStateDescriptor,
 )
-from flowpoint.errors import JobExecutionError, StateAccessError
+from flowpoint.errors import JobExecutionError, StateAccessError, StateDecodeError
 from flowpoint.state.compatibility import Recorded, check_restored_kind, operator_label
 from flowpoint.state.key_identity import CurrentKey, StateKey, state_key
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
@@ -1049,6 +1049,17 @@ class _RocksState:
             raise StateAccessError(msg)
         return key
 
+    def _undecodable(self, e: Exception) -> StateDecodeError:
+        """A committed value or user key that does not unpickle: no restart can fix it."""
+        b = self._backend
+        msg = (
+            f"a stored value of state {self._descriptor.name!r} of operator {b.operator_name!r} (RocksDB at {b.db_path}) "
+            f"cannot be unpickled ({type(e).__name__}: {str(e)[:300]}): the job no longer defines a class or module "
+            f"the state uses, or the restored files were damaged before their checksums were computed; restore from "
+            f"another checkpoint or savepoint, or bring the class back"
+        )
+        return StateDecodeError(msg, path=b.db_path)
+
     def _fetch(self, key: Any) -> bytes | None:
         """The committed bytes of ``key`` (``None`` if none), remembered with its DB key."""
         b = self._backend
@@ -1066,7 +1077,10 @@ class _RocksState:
         if raw is None:
             self._cache[key] = _ABSENT
             return _ABSENT
-        value = self._cache[key] = _loads(raw)
+        try:
+            value = self._cache[key] = _loads(raw)
+        except Exception as e:
+            raise self._undecodable(e) from e
         if not _immutable(value):  # user code may mutate it in place
             self._dirty.add(key)
         return value
@@ -1092,7 +1106,10 @@ class RocksDBValueState(_RocksState, ValueState):
         if raw is None:
             self._cache[key] = None
             return None
-        value = self._cache[key] = _loads(raw)
+        try:
+            value = self._cache[key] = _loads(raw)
+        except Exception as e:
+            raise self._undecodable(e) from e
         if type(value) not in _ATOMIC and not _immutable(value):
             self._dirty.add(key)
         return value
@@ -1128,7 +1145,10 @@ class RocksDBListState(_RocksState, ListState):
         if raw is None:
             self._cache[key] = _ABSENT
             return _ABSENT
-        value = self._cache[key] = _loads(raw)
+        try:
+            value = self._cache[key] = _loads(raw)
+        except Exception as e:
+            raise self._undecodable(e) from e
         if not all(map(_immutable, value)):
             self._dirty.add(key)
         return value
@@ -1190,7 +1210,10 @@ class RocksDBMapState(_RocksState, MapState):
     def _value(self, mo: _MapOverlay, uk: Any, value: Any) -> Any:
         """A value about to be handed to user code."""
         if type(value) is _Raw:
-            value = mo.entries[uk] = _loads(value.raw)
+            try:
+                value = mo.entries[uk] = _loads(value.raw)
+            except Exception as e:
+                raise self._undecodable(e) from e
             if not _immutable(value):
                 mo.dirty.add(uk)
         return value
@@ -1202,7 +1225,10 @@ class RocksDBMapState(_RocksState, MapState):
         n = len(prefix)
         entries, orig = mo.entries, mo.orig
         for kb, raw in self._backend._scan(prefix, prefix_end(prefix)):
-            uk = _loads(kb[n:])
+            try:
+                uk = _loads(kb[n:])
+            except Exception as e:
+                raise self._undecodable(e) from e
             if uk not in entries:
                 entries[uk] = _Raw(raw)
                 orig[uk] = raw
@@ -1260,7 +1286,10 @@ class RocksDBMapState(_RocksState, MapState):
         prefix = self._prefix(mo)
         n = len(prefix)
         for kb, raw in self._backend._scan(prefix, prefix_end(prefix)):
-            uk = _loads(kb[n:])
+            try:
+                uk = _loads(kb[n:])
+            except Exception as e:
+                raise self._undecodable(e) from e
             if mo.entries.get(uk, _MISS) is _ABSENT:
                 continue
             mo.entries[uk] = _Raw(raw)

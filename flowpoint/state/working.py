@@ -201,7 +201,7 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options:
     """A checkpoint's full snapshots merged per operator uid, each file keeping only its key
     groups: ``{uid: {state name: {key: value}}}``. Each file is checked against its recorded
     size and SHA-256 before it is decoded (CorruptStateError naming it otherwise)."""
-    from flowpoint.checkpoint.integrity import check_bytes
+    from flowpoint.checkpoint.integrity import check_bytes, decode
 
     merged: dict[str, dict[str, dict[Any, Any]]] = {}
     for f in files:
@@ -212,11 +212,11 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options:
             kgs = None if f.key_groups is None else f.key_groups[:2]
             into = merged.setdefault(f.uid, {})
             table = canonical_table(data, f.uri, f.size, f.sha256, f.rows, f.uid)
-            for name, rows in decode_rows(table, dict(f.kinds), kgs).items():
+            for name, rows in decode_rows(table, dict(f.kinds), kgs, f.uri, f.uid).items():
                 into.setdefault(name, {}).update(rows)
             continue
         check_bytes(data, f.size, f.sha256, f.uri, f.uid, "checkpoint file")
-        tables = pickle.loads(data)  # noqa: S301 - the job's own state, verified above
+        tables = decode(pickle.loads, data, f.uri, f.uid, "checkpoint file")  # the job's own state, verified above
         into = merged.setdefault(f.uid, {})
         for name, table in tables.items():
             if f.key_groups is not None:

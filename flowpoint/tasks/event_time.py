@@ -118,7 +118,9 @@ class TimestampsOp(Operator):
         if st is None:
             blob = self.saved.get(key)
             if blob is not None:
-                st = pickle.loads(blob)
+                from flowpoint.checkpoint.integrity import decode
+
+                st = decode(pickle.loads, blob, "the restored checkpoint's _metadata", self.spec.uid, f"the watermark generator state {key!r} from")
             else:
                 split = key.rsplit(":", 1)[1]
                 ctx = GeneratorContext(self.spec.name, split, self.partition)
