@@ -48,6 +48,19 @@ class StateDescriptor:
             raise ConfigurationError(msg)
         self.ttl_config = ttl_config
 
+    migration_function: Any = None
+
+    def with_migration(self, function: Any) -> StateDescriptor:
+        """Restore this state from a checkpoint or savepoint that holds it with another declared
+        type: ``function(old_value)`` gives the new value (a list state's elements and a map
+        state's values one by one). Values already of the new type are left alone. A Row type
+        that only gained or lost fields needs no function (fields match by name)."""
+        if not callable(function):
+            msg = f"with_migration() on state {self.name!r} needs a function old_value -> new_value; got {function!r:.80}"
+            raise ConfigurationError(msg)
+        self.migration_function = function
+        return self
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 

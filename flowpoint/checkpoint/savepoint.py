@@ -261,10 +261,14 @@ def create_savepoint_dir(target: str, job_id: str, options: Mapping[str, Any] | 
     return access
 
 
-def write_part(access: CheckpointStorageAccess, uid: str, index: int, key_group_start: int, key_group_end: int, tables: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, str], max_parallelism: int, declared: bool = False) -> tuple[SubtaskState, dict[str, dict[str, Any]]]:
+def write_part(access: CheckpointStorageAccess, uid: str, index: int, key_group_start: int, key_group_end: int, tables: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, str], max_parallelism: int, declared: bool = False, schemas: Mapping[str, dict] | None = None) -> tuple[SubtaskState, dict[str, dict[str, Any]]]:
     """Write one operator's state of one parallel instance as a Parquet file (run by the task
-    that holds the state); returns its subtask entry and per-state counts for ``_metadata``."""
+    that holds the state); returns its subtask entry and per-state counts (and declared
+    schemas) for ``_metadata``."""
     enc = encode_tables(tables, kinds, max_parallelism, declared)
+    for name, schema in (schemas or {}).items():
+        if name in enc.states and schema is not None:
+            enc.states[name]["schema"] = schema
     data = parquet_bytes(enc.table)
     rel = file_name(uid, index)
     access.write_bytes(rel, data)
@@ -284,6 +288,8 @@ def assemble_operator(uid: str, name: str, parallelism: int, max_parallelism: in
             into["rows"] += info["rows"]
             if info["declared"] and not into["declared"]:
                 into["kind"], into["declared"] = info["kind"], True
+            if info.get("schema") is not None:
+                into.setdefault("schema", info["schema"])
     subtasks = sorted((sub for sub, _ in parts), key=lambda sub: sub.index)
     return OperatorState(uid, name, parallelism, max_parallelism, CANONICAL, subtasks, merged)
 

@@ -95,6 +95,8 @@ def merge_states(op: OperatorState, states: dict[str, dict[str, Any]]) -> None:
             into["keys"] = into.get("keys", 0) + int(info["keys"])
         if info.get("declared") and not into["declared"]:
             into["kind"], into["declared"] = info.get("kind"), True
+        if info.get("schema") is not None:
+            into.setdefault("schema", info["schema"])
 
 
 class CheckpointCoordinator:

@@ -40,7 +40,7 @@ def _run(sc: Any, items: list[StatePartition], task: Any, description: str) -> l
 
 def _with_state(location: StateLocation, action: Any):
     def task(iterator: Any):
-        from flowpoint.state.backend import partition_backend
+        from flowpoint.state.backend import partition_backend, state_schemas
 
         out = []
         for item in iterator:
@@ -48,7 +48,8 @@ def _with_state(location: StateLocation, action: Any):
             ts, _fresh = backend.acquire(item.stage_id, item.partition, item.chain, list(item.uids))
             try:
                 tables, kinds = backend.committed_tables(ts, list(item.uids))
-                out.extend(action(item, tables, kinds))
+                schemas = {uid: state_schemas(ts.backends[uid]) for uid in item.uids if uid in ts.backends}
+                out.extend(action(item, tables, kinds, schemas))
             finally:
                 backend.release(ts)
         return iter(out)
@@ -60,7 +61,7 @@ def write_savepoint_parts(sc: Any, location: StateLocation, items: list[StatePar
     """``[(uid, SubtaskState, state counts)]`` of every part written below ``savepoint_uri``."""
     options = location.options
 
-    def action(item: StatePartition, tables: dict, kinds: dict) -> list:
+    def action(item: StatePartition, tables: dict, kinds: dict, schemas: dict) -> list:
         from flowpoint.checkpoint.savepoint import write_part
         from flowpoint.checkpoint.storage import CheckpointStorageAccess
 
@@ -69,7 +70,7 @@ def write_savepoint_parts(sc: Any, location: StateLocation, items: list[StatePar
         for uid in item.uids:
             sub, states = write_part(
                 access, uid, item.partition, item.key_group_start, item.key_group_end, tables.get(uid, {}),
-                kinds.get(uid, {}), item.max_parallelism, declared=uid in kinds,
+                kinds.get(uid, {}), item.max_parallelism, declared=uid in kinds, schemas=schemas.get(uid),
             )
             out.append((uid, sub, states))
         return out
@@ -80,7 +81,7 @@ def write_savepoint_parts(sc: Any, location: StateLocation, items: list[StatePar
 def read_keyed_state(sc: Any, location: StateLocation, items: list[StatePartition], uid: str) -> dict[str, dict]:
     """``{state name: {key: value}}`` of operator ``uid``, read where its partitions are."""
 
-    def action(item: StatePartition, tables: dict, kinds: dict) -> list:
+    def action(item: StatePartition, tables: dict, kinds: dict, schemas: dict) -> list:
         return [tables.get(uid, {})]
 
     merged: dict[str, dict] = {}

@@ -32,7 +32,7 @@ from typing import Any
 
 from flowpoint import private_files
 from flowpoint.state import durable
-from flowpoint.state.compatibility import recorded_kinds
+from flowpoint.state.compatibility import recorded_states
 from flowpoint.state.working import (
     CACHE,
     CommittedChain,
@@ -228,7 +228,7 @@ class HashMapPartitionBackend(PartitionBackend):
                 for uid, tables in load_restored(chain.restored, self.location.options).items():
                     b = ts.backend(uid, uid)
                     b.restore(tables)
-                    b.recorded_kinds = recorded_kinds(chain.restored, uid, tables)
+                    b.restored_states = recorded_states(chain.restored, uid, tables)
             ts.commit()
             ts.version = chain.base_epoch
             self.cache.put(run, stage_id, partition, ts)
@@ -299,13 +299,23 @@ def _heap_kind(b: Any, name: str, table: dict) -> dict[str, Any]:
     this run, or in the run whose declared kind was restored), else inferred from its values."""
     from flowpoint.checkpoint.savepoint import infer_kind
 
+    schema = state_schemas(b).get(name)
     kind = b.kinds.get(name)
-    if kind is not None:
-        return {"kind": kind, "declared": True}
-    recorded = b.recorded_kinds.get(name)
-    if recorded is not None and recorded[1]:
-        return {"kind": recorded[0], "declared": True}
-    return {"kind": infer_kind(table), "declared": False}
+    recorded = b.restored_states.get(name)
+    if kind is None and recorded is not None and recorded.declared:
+        kind = recorded.kind
+    out = {"kind": kind, "declared": True} if kind is not None else {"kind": infer_kind(table), "declared": False}
+    if schema is not None:
+        out["schema"] = schema
+    return out
+
+
+def state_schemas(b: Any) -> dict[str, dict]:
+    """The declared schema of each state of an operator backend (declared in this run, else as
+    restored): for ``_metadata``, where a restore checks it (state/compatibility.py)."""
+    out = {name: r.schema for name, r in b.restored_states.items() if r.schema is not None}
+    out.update({name: s for name, s in b.schemas.items() if s is not None})
+    return out
 
 
 # -- RocksDB -----------------------------------------------------------------------------------
@@ -431,6 +441,8 @@ class RocksDBPartitionBackend(PartitionBackend):
             tables = [f for f in chain.restored if f.uid == uid and not f.files] if chain.base is None else []
             if tables:
                 restore_tables(b, tables, self.location.options)
+            elif chain.base is None and chain.restored:
+                b.restored_states = recorded_states(chain.restored, uid)
             b.set_version(base_epoch)
         ts.db_id = uuid.uuid4().hex[:12]
         lineage = os.path.join(directory, _LINEAGE)
@@ -489,7 +501,8 @@ class RocksDBPartitionBackend(PartitionBackend):
             t0 = time.perf_counter()
             local = os.path.join(root, safe_name(uid))
             files = b.create_checkpoint(local)
-            states = {name: {"kind": kind, "declared": True} for name, (_sid, kind) in b._names.items() if kind in _KINDS}
+            schemas = state_schemas(b)
+            states = {name: {"kind": kind, "declared": True} | ({"schema": schemas[name]} if name in schemas else {}) for name, (_sid, kind) in b._names.items() if kind in _KINDS}
             frozen.append((uid, local, files, b.num_keys(), (time.perf_counter() - t0) * 1000, states))
         options, incremental, db_id = self.options, self.location.incremental, ts.db_id
 
@@ -577,4 +590,4 @@ def restore_tables(backend: Any, files: list[RestoredFile], options: dict) -> No
         kinds.update({name: kind for name, kind in f.kinds if name in f.declared})
     for uid, tables in load_restored(files, options).items():
         backend.restore(tables, kinds or None)
-        backend.recorded_kinds = recorded_kinds(files, uid, tables)
+        backend.restored_states = recorded_states(files, uid, tables)

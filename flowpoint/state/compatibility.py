@@ -1,18 +1,36 @@
 """Restored state against the state a job declares, as Flink checks it when a state is
-registered after a restore (``StateMigrationException``).
+registered after a restore (``StateMigrationException``, state schema evolution).
 
-A checkpoint or savepoint records each state's kind (value, list, map, reducing, aggregating):
-*declared* when the writing job had registered the state (every RocksDB state, and HashMap
-states since issue 17), else *inferred* from the values (a dict is taken for a map, a list for a
-list, anything else for a value). When the restored job registers a state of another kind under
-the same name, the task fails once, naming the operator, the state and both kinds; it never
-hands the old value to the new state's user code, where it would fail at every restart.
+A checkpoint or savepoint records each keyed state's kind (value, list, map, reducing,
+aggregating): *declared* when the writing job had registered the state (every RocksDB state, and
+HashMap states since issue 17), else *inferred* from the values (a dict is taken for a map, a
+list for a list, anything else for a value). It also records the state's *schema*: the type
+information its descriptor declared (``Types.ROW_NAMED([...], [...])``, ``Types.INT()``, ...).
+
+When a restored job registers a state under the same name:
+
+- another kind fails the task once, naming the operator, the state and both kinds;
+- a Row type that gained or lost fields is migrated, value by value, by field name: an added
+  field is None, a removed field is dropped (Flink's POJO and Avro evolution);
+- any other change of the declared type fails the same way unless the descriptor names a
+  migration function (``descriptor.with_migration(fn)``), which is then applied to every
+  restored value (list elements, map values) that is not already of the new type;
+- dataclass values whose class gained fields (with a default) or lost fields are rebuilt with
+  the current class, whatever the descriptor declares. A named tuple that gained trailing
+  fields with defaults loads as it is; one that lost fields cannot be loaded (its pickle holds
+  only the values) and fails naming the file.
+
+Migration happens when the state is registered in a task that restored it, before user code
+sees a value; it is idempotent (by field names, and by type for migration functions), so a task
+that rebuilds the same restored state later migrates it again to the same values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 from flowpoint.errors import StateMigrationError
 
@@ -20,12 +38,44 @@ from flowpoint.errors import StateMigrationError
 # map state's, a dict is not a list state's and a list is not a map state's
 _INFERRED_MISFITS = {"value": {"list", "map"}, "list": {"map"}, "map": {"list"}}
 
-Recorded = tuple[str, bool]  # (kind, declared)
+
+class Recorded(NamedTuple):
+    """What a checkpoint or savepoint records of one keyed state."""
+
+    kind: str
+    declared: bool
+    schema: dict | None = None
 
 
-def recorded_kinds(files: Iterable[Any], uid: str, tables: Mapping[str, Mapping[Any, Any]] | None = None) -> dict[str, Recorded]:
-    """The kinds a restore recorded for operator ``uid`` (from the restored files' metadata),
-    with kinds inferred from ``tables`` for states the metadata does not record."""
+Migration = Callable[[Any], Any]
+
+
+# -- what is recorded -------------------------------------------------------------------------
+
+
+def declared_schema(descriptor: Any) -> dict | None:
+    """The schema a descriptor declares, as data for ``_metadata`` (None: no type declared)."""
+    from flowpoint.api.types import RowType
+
+    t = getattr(descriptor, "type_info", None)
+    kt = getattr(descriptor, "key_type_info", None)
+    if t is None and kt is None:
+        return None
+    out: dict[str, Any] = {"type": None if t is None else repr(t)}
+    if isinstance(t, RowType):
+        out["fields"] = [[n, repr(ft)] for n, ft in zip(t.field_names, t.field_types, strict=True)]
+    if kt is not None:
+        out["key_type"] = repr(kt)
+    return out
+
+
+def schema_json(schema: dict | None) -> str:
+    return "" if schema is None else json.dumps(schema, sort_keys=True)
+
+
+def recorded_states(files: Iterable[Any], uid: str, tables: Mapping[str, Mapping[Any, Any]] | None = None) -> dict[str, Recorded]:
+    """What a restore recorded for operator ``uid`` (from the restored files' metadata), with
+    kinds inferred from ``tables`` for states the metadata does not record."""
     from flowpoint.checkpoint.savepoint import infer_kind
 
     out: dict[str, Recorded] = {}
@@ -33,12 +83,13 @@ def recorded_kinds(files: Iterable[Any], uid: str, tables: Mapping[str, Mapping[
         if f.uid != uid:
             continue
         declared = set(f.declared)
+        schemas = {name: json.loads(s) for name, s in getattr(f, "schemas", ()) if s}
         for name, kind in f.kinds:
-            if name not in out or (name in declared and not out[name][1]):
-                out[name] = (kind, name in declared)
+            if name not in out or (name in declared and not out[name].declared):
+                out[name] = Recorded(kind, name in declared, schemas.get(name))
     for name, table in (tables or {}).items():
         if name not in out and table:
-            out[name] = (infer_kind(table), False)
+            out[name] = Recorded(infer_kind(table), False)
     return out
 
 
@@ -49,12 +100,15 @@ def operator_label(name: str, uid: str | None) -> str:
     return f"operator {name!r} (uid {uid!r})"
 
 
+# -- the check at registration ------------------------------------------------------------------
+
+
 def check_restored_kind(operator: str, name: str, kind: str, recorded: Recorded | None) -> None:
     """Refuse to register state ``name`` as ``kind`` when the restored state of that name has
     another kind (declared), or values no state of that kind can hold (inferred)."""
     if recorded is None or name.startswith("_"):  # flowpoint's own states (timers, windows) keep their kinds
         return
-    old, declared = recorded
+    old, declared = recorded.kind, recorded.declared
     if old == kind:
         return
     if declared or kind in _INFERRED_MISFITS.get(old, ()):
@@ -66,3 +120,182 @@ def check_restored_kind(operator: str, name: str, kind: str, recorded: Recorded 
             "--allow-non-restored-state if the old one goes), or migrate the savepoint with flowpoint.state_io"
         )
         raise StateMigrationError(msg)
+
+
+def restored_state_migration(operator: str, descriptor: Any, recorded: Recorded | None) -> Migration | None:
+    """Check state ``descriptor`` against what was restored for it; the function that brings a
+    restored value (a list element, a map value) to the declared schema, or None when nothing
+    was restored for it. Raises StateMigrationError for a change that cannot be migrated."""
+    from flowpoint.api.types import RowType
+
+    name, kind = descriptor.name, descriptor.kind
+    check_restored_kind(operator, name, kind, recorded)
+    if recorded is None or name.startswith("_"):
+        return None
+    new = declared_schema(descriptor)
+    old = recorded.schema
+    plan = _Plan()
+    if old is not None and new is not None and old != new and not (old.get("key_type") == new.get("key_type") and _row_fields_only(old, new)):
+        fn = getattr(descriptor, "migration_function", None)
+        if fn is None:
+            msg = (
+                f"{operator} declares state {name!r} with type {_describe(new)}, but the checkpoint or savepoint it was "
+                f"restored from holds it with type {_describe(old)}. Restore with the old type, or name a migration "
+                f"function on the descriptor (descriptor.with_migration(lambda old_value: new_value)); a Row type "
+                "may gain or lose fields without one"
+            )
+            raise StateMigrationError(msg)
+        plan.steps.append(_typed_migration(fn, descriptor.type_info, operator, name))
+        plan.typed = True
+    t = getattr(descriptor, "type_info", None)
+    if isinstance(t, RowType):  # by field name, also for values restored without a recorded schema
+        old_names = [n for n, _ in old["fields"]] if old is not None and "fields" in old else []
+        plan.row_names = tuple(t.field_names)
+        plan.steps.append(_row_evolution(list(t.field_names), old_names))
+    plan.steps.append(_evolve_dataclass)
+    return plan
+
+
+class _Plan:
+    """The migration of one restored state: its steps, and what tells a pass is needed."""
+
+    def __init__(self) -> None:
+        self.steps: list[Migration] = []
+        self.typed = False
+        self.row_names: tuple[str, ...] | None = None
+
+    def __call__(self, value: Any) -> Any:
+        for step in self.steps:
+            value = step(value)
+        return value
+
+    def worth_scanning(self, kind: str, sample: Any) -> bool:
+        if self.typed:
+            return True
+        if kind == "list" and isinstance(sample, list):
+            sample = sample[0] if sample else None
+        elif kind == "map" and isinstance(sample, dict):
+            sample = next(iter(sample.values()), None)
+        if dataclasses.is_dataclass(sample) and not isinstance(sample, type):
+            return True
+        return self.row_names is not None and isinstance(sample, tuple) and tuple(getattr(sample, "_fields", None) or ()) != self.row_names
+
+
+def _row_fields_only(old: dict, new: dict) -> bool:
+    """Both are Row types whose common fields keep their types (fields added or removed only)."""
+    if "fields" not in old or "fields" not in new:
+        return False
+    before = dict(map(tuple, old["fields"]))
+    return all(before.get(n, t) == t for n, t in new["fields"])
+
+
+def _describe(schema: dict) -> str:
+    t = schema.get("type")
+    return t if "key_type" not in schema else f"{schema['key_type']} -> {t}"
+
+
+def _row_evolution(names: list[str], old_names: list[str]) -> Migration:
+    """A Row value with other field names as a Row of ``names``: by name, None for a new field;
+    a Row without names (or a plain tuple) is read by the old schema's positions."""
+    from flowpoint.api.row import Row
+
+    target = tuple(names)
+
+    def evolve(value: Any) -> Any:
+        if not isinstance(value, tuple):
+            return value
+        fields = getattr(value, "_fields", None) or (tuple(old_names) if len(value) == len(old_names) else None)
+        if fields is None or tuple(fields) == target:
+            return value
+        by_name = dict(zip(fields, value, strict=True))
+        out = Row.of(target, [by_name.get(n) for n in target])
+        kind = getattr(value, "get_row_kind", None)
+        if kind is not None and hasattr(out, "set_row_kind"):
+            out.set_row_kind(kind())
+        return out
+
+    return evolve
+
+
+def _conforms(value: Any, type_info: Any) -> bool:
+    if type_info is None:
+        return True
+    classes = type_info.python_classes()
+    return object in classes or isinstance(value, classes)
+
+
+def _typed_migration(fn: Migration, type_info: Any, operator: str, name: str) -> Migration:
+    def migrate(value: Any) -> Any:
+        if _conforms(value, type_info):
+            return value
+        try:
+            return fn(value)
+        except Exception as e:
+            msg = f"{operator}: the migration function of state {name!r} failed on the restored value {value!r:.100}: {type(e).__name__}: {e}"
+            raise StateMigrationError(msg) from e
+
+    return migrate
+
+
+def _evolve_dataclass(value: Any) -> Any:
+    """A dataclass instance restored with the fields of an older class definition, rebuilt with
+    the current one: kept fields keep their values, new ones get their defaults."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    state = getattr(value, "__dict__", None)
+    if state is None:
+        return value
+    fields = dataclasses.fields(value)
+    names = {f.name for f in fields}
+    if names == state.keys():
+        return value
+    new = object.__new__(type(value))
+    for f in fields:
+        if f.name in state:
+            v = state[f.name]
+        elif f.default is not dataclasses.MISSING:
+            v = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            v = f.default_factory()
+        else:
+            msg = (
+                f"restored {type(value).__qualname__} values have no field {f.name!r}, which the class now declares "
+                "without a default: give the new field a default (field(default=...)) to restore old state"
+            )
+            raise StateMigrationError(msg)
+        object.__setattr__(new, f.name, v)
+    return new
+
+
+# -- applying a migration to stored values ------------------------------------------------------
+
+
+def migrate_value(kind: str, value: Any, migrate: Migration) -> Any:
+    """``value`` as stored for a state of ``kind`` (a list's elements, a map's values) migrated;
+    the same object when nothing changed."""
+    if kind == "list" and isinstance(value, list):
+        out = [migrate(x) for x in value]
+        return value if all(a is b for a, b in zip(out, value, strict=True)) else out
+    if kind == "map" and isinstance(value, dict):
+        out = {k: migrate(v) for k, v in value.items()}
+        return value if all(out[k] is v for k, v in value.items()) else out
+    return migrate(value)
+
+
+def migrate_table(kind: str, table: dict, migrate: Migration) -> int:
+    """Migrate every value of one state's table in place; how many changed."""
+    changed = 0
+    for key, value in table.items():
+        new = migrate_value(kind, value, migrate)
+        if new is not value:
+            table[key] = new
+            changed += 1
+    return changed
+
+
+def worth_scanning(migrate: Migration, kind: str, sample: Any) -> bool:
+    """Whether the restored values of a state need a pass, judged by one stored value
+    (``sample``): a type change always does; the field evolutions only when the sample shows
+    an older Row or dataclass shape (a state is written by one job, so its values share one)."""
+    check = getattr(migrate, "worth_scanning", None)
+    return True if check is None else check(kind, sample)

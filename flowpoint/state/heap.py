@@ -27,7 +27,14 @@ from flowpoint.api.state import (
     ValueStateDescriptor,
 )
 from flowpoint.errors import StateAccessError
-from flowpoint.state.compatibility import Recorded, check_restored_kind, operator_label
+from flowpoint.state.compatibility import (
+    Recorded,
+    declared_schema,
+    migrate_table,
+    operator_label,
+    restored_state_migration,
+    worth_scanning,
+)
 from flowpoint.state.key_identity import CurrentKey, key_table
 
 _MISSING: Any = object()
@@ -65,7 +72,9 @@ class HeapKeyedStateBackend(CurrentKey):
         self.tables: dict[str, dict[Any, Any]] = {}
         self.undo: dict[str, dict[Any, Any]] = {}
         self.kinds: dict[str, str] = {}
-        self.recorded_kinds: dict[str, Recorded] = {}  # of the restored state (compatibility.py)
+        self.restored_states: dict[str, Recorded] = {}  # what a restore recorded (compatibility.py)
+        self.schemas: dict[str, dict | None] = {}  # declared in this run
+        self._migrated: set[str] = set()  # restored states already brought to their declared schema
         self._states: dict[str, Any] = {}
 
     # -- state registration -------------------------------------------------------------------
@@ -80,7 +89,14 @@ class HeapKeyedStateBackend(CurrentKey):
             )
             raise StateAccessError(msg)
         if known is None:
-            check_restored_kind(operator_label(self.operator_name, self.uid), name, descriptor.kind, self.recorded_kinds.get(name))
+            label = operator_label(self.operator_name, self.uid)
+            migrate = restored_state_migration(label, descriptor, self.restored_states.get(name))
+            table = self.tables.get(name)
+            if migrate is not None and table and name not in self._migrated:
+                if worth_scanning(migrate, descriptor.kind, next(iter(table.values()))):
+                    migrate_table(descriptor.kind, table, migrate)
+                self._migrated.add(name)
+            self.schemas[name] = declared_schema(descriptor)
         self.kinds[name] = descriptor.kind
         table = self.tables.setdefault(name, {})
         undo = self.undo.setdefault(name, {})

@@ -60,7 +60,15 @@ from flowpoint.api.state import (
     ValueStateDescriptor,
 )
 from flowpoint.errors import JobExecutionError, StateAccessError, StateDecodeError
-from flowpoint.state.compatibility import Recorded, check_restored_kind, operator_label
+from flowpoint.state.compatibility import (
+    Recorded,
+    check_restored_kind,
+    declared_schema,
+    migrate_value,
+    operator_label,
+    restored_state_migration,
+    worth_scanning,
+)
 from flowpoint.state.key_identity import CurrentKey, StateKey, state_key
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
 from flowpoint.tasks.batches import dumps
@@ -372,7 +380,9 @@ class RocksDBKeyedStateBackend(CurrentKey):
         self._write_opts: Any = None
         self._unflushed = False
         self._names: dict[str, tuple[int, str]] = {}  # persisted: name -> (state id, kind)
-        self.recorded_kinds: dict[str, Recorded] = {}  # of restored state of unknown kind (compatibility.py)
+        self.restored_states: dict[str, Recorded] = {}  # what a restore recorded (compatibility.py)
+        self.schemas: dict[str, dict | None] = {}  # declared in this run
+        self._migrated: set[str] = set()  # restored states already brought to their declared schema
         self._tables: dict[str, _Table] = {}
         self._enc: dict[Any, tuple[bytes, bytes]] = {}  # key -> (key group bytes, rest of key)
         self._kg_bytes = [key_group_prefix(g) for g in range(max_parallelism)]
@@ -564,6 +574,26 @@ class RocksDBKeyedStateBackend(CurrentKey):
             wb.put(META_COUNT, _pack_u64(self._count))
         self._write(wb)
 
+    def _migrate_values(self, sid: int, kind: str, migrate: Any) -> None:
+        """Bring every restored value of one state to its declared schema (compatibility.py)."""
+        wb = self._batch()
+        changed = 0
+        first = True
+        for kb, raw in self._scan(b"", DATA_END):
+            if kb[2] != sid:
+                continue
+            value = _loads(raw)
+            if first:
+                first = False
+                if not worth_scanning(migrate, "list" if kind == "list" else "value", value):
+                    return
+            new = migrate_value("list" if kind == "list" else "value", value, migrate)  # a map entry is one value
+            if new is not value:
+                wb.put(kb, dumps(new))
+                changed += 1
+        if changed:
+            self._write(wb)
+
     # -- state registration ------------------------------------------------------------------
 
     def get_partitioned_state(self, descriptor: StateDescriptor) -> Any:
@@ -579,9 +609,19 @@ class RocksDBKeyedStateBackend(CurrentKey):
         if table is None:
             self._require_db()
             known = self._names.get(name)
-            recorded = (known[1], True) if known is not None and known[1] != UNKNOWN_KIND else self.recorded_kinds.get(name)
-            check_restored_kind(operator_label(self.operator_name, self.uid), name, kind, recorded)
+            recorded = self.restored_states.get(name)
+            if known is not None and known[1] != UNKNOWN_KIND:  # the DB knows the declared kind
+                recorded = Recorded(known[1], True, recorded.schema if recorded is not None else None)
+            migrate = None
+            if name not in self._migrated and name in self.restored_states:
+                migrate = restored_state_migration(operator_label(self.operator_name, self.uid), descriptor, recorded)
+            else:
+                check_restored_kind(operator_label(self.operator_name, self.uid), name, kind, recorded)
             sid = self._ensure_state(name, kind)
+            if migrate is not None:
+                self._migrate_values(sid, kind, migrate)
+                self._migrated.add(name)
+            self.schemas[name] = declared_schema(descriptor)
             table = self._tables[name] = _Table(name, sid, kind)
         cls = _STATE_CLASSES[type(descriptor)]
         return cls(self, table, descriptor)

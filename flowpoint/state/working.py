@@ -66,6 +66,7 @@ class RestoredFile:
     format: str = "pickle"  # "pickle" (a HashMap checkpoint's snapshot) | "canonical" (savepoint Parquet rows)
     kinds: tuple[tuple[str, str], ...] = ()  # canonical: (state name, kind) of every state
     declared: tuple[str, ...] = ()  # canonical: the state names whose kind is declared, not inferred
+    schemas: tuple[tuple[str, str], ...] = ()  # (state name, JSON of its declared type) as _metadata records it
     sha256: str | None = None  # of the file at ``uri`` (not for RocksDB: see ``files``)
     rows: int | None = None  # canonical: the Parquet row count
 
