@@ -669,9 +669,9 @@ def _count_table(ts) -> dict:
 
 def _file(directory, kind: str, epoch: int, token: str, per_uid: dict) -> CommittedFile:
     uri = str(directory / f"{kind}-{epoch:08d}-{token}.pkl")
-    size, crc = durable.write_file(uri, dumps((kind, per_uid)))
+    size, digest = durable.write_file(uri, dumps((kind, per_uid)))
     durable._RECENT.pop(uri, None)  # as another process wrote it
-    return CommittedFile(epoch, token, uri, size, crc)
+    return CommittedFile(epoch, token, uri, size, digest)
 
 
 def _write_delta(directory, epoch: int, token: str, puts: dict, deletes=()) -> TaskStateAck:
@@ -840,8 +840,8 @@ def test_remote_durable_files_are_cached_locally_and_a_bad_copy_is_refetched(tmp
     checksum is dropped and the file read again, never used."""
     location = StateLocation(JOB, str(tmp_path / "local"), f"memory://durable-{tmp_path.name}")
     writer = HashMapPartitionBackend(location, 128, TaskStateCache())
-    uri, size, crc = writer.write(1, 0, "delta-00000001-t1.pkl", dumps(("delta", {"op-uid": {"count": ({"a": 1}, [])}})))
-    chain = CommittedChain().committed(1, "t1", _ack(1, "t1", CommittedFile(1, "t1", uri, size, crc)))
+    uri, size, digest = writer.write(1, 0, "delta-00000001-t1.pkl", dumps(("delta", {"op-uid": {"count": ({"a": 1}, [])}})))
+    chain = CommittedChain().committed(1, "t1", _ack(1, "t1", CommittedFile(1, "t1", uri, size, digest)))
     copy = tmp_path / "local" / JOB / "stage-1" / "part-0" / "durable" / "delta-00000001-t1.pkl"
     assert copy.exists()
     durable._RECENT.clear()  # another worker process

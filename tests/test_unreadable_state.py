@@ -55,7 +55,7 @@ def test_savepoint_rows_that_do_not_unpickle_name_the_file():
 
 def test_a_durable_delta_that_does_not_unpickle_names_the_file():
     backend = types.SimpleNamespace(read=lambda f, what, stage, part: NOT_A_PICKLE)
-    f = CommittedFile(4, "t", "file:///w/durable/run/stage-1/part-0/delta-00000004-t.pkl", len(NOT_A_PICKLE), 0)
+    f = CommittedFile(4, "t", "file:///w/durable/run/stage-1/part-0/delta-00000004-t.pkl", len(NOT_A_PICKLE), None)
     with pytest.raises(StateDecodeError) as info:
         PartitionBackend.load(backend, f, "delta", 1, 0)
     _check(info, f.path)

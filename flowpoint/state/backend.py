@@ -114,7 +114,7 @@ class PartitionBackend:
 
     def read(self, f: CommittedFile, what: str, stage_id: int, partition: int) -> bytes:
         uri = f.path or ""
-        return durable.read_file(uri, f.size, f.crc, self.options, what, self.cache_path(stage_id, partition, uri))
+        return durable.read_file(uri, f.size, f.sha256, self.options, what, self.cache_path(stage_id, partition, uri))
 
     def load(self, f: CommittedFile, what: str, stage_id: int, partition: int) -> Any:
         """The unpickled contents of a committed durable file (:meth:`read`); StateDecodeError
@@ -126,8 +126,8 @@ class PartitionBackend:
 
     def write(self, stage_id: int, partition: int, name: str, data: bytes) -> tuple[str, int, int]:
         uri = durable.join(self.durable_dir(stage_id, partition), name)
-        size, crc = durable.write_file(uri, data, self.options, self.cache_path(stage_id, partition, uri))
-        return uri, size, crc
+        size, digest = durable.write_file(uri, data, self.options, self.cache_path(stage_id, partition, uri))
+        return uri, size, digest
 
     def prune(self, stage_id: int, partition: int, chain: CommittedChain) -> None:
         if chain.base is not None:
@@ -165,8 +165,8 @@ class PartitionBackend:
         if not changed:
             return None, changed, total
         per_uid = {uid: b.delta() for uid, b in ts.backends.items()}
-        uri, size, crc = self.write(s.stage_id, s.partition, f"delta-{epoch:08d}-{token}.pkl", dumps(("delta", per_uid)))
-        return CommittedFile(epoch, token, uri, size, crc), changed, total
+        uri, size, digest = self.write(s.stage_id, s.partition, f"delta-{epoch:08d}-{token}.pkl", dumps(("delta", per_uid)))
+        return CommittedFile(epoch, token, uri, size, digest), changed, total
 
 
 def _storage(target: CheckpointTarget, options: tuple) -> Any:
@@ -251,8 +251,8 @@ class HashMapPartitionBackend(PartitionBackend):
             changed = sum(b.changed_keys() for b in ts.backends.values())
             total = sum(b.num_keys() for b in ts.backends.values())
             per_uid = {uid: b.snapshot() for uid, b in ts.backends.items()}
-            uri, size, crc = self.write(s.stage_id, s.partition, f"base-{epoch:08d}-{token}.pkl", dumps(("base", per_uid)))
-            return TaskStateAck(epoch, token, None, CommittedFile(epoch, token, uri, size, crc), changed, total)
+            uri, size, digest = self.write(s.stage_id, s.partition, f"base-{epoch:08d}-{token}.pkl", dumps(("base", per_uid)))
+            return TaskStateAck(epoch, token, None, CommittedFile(epoch, token, uri, size, digest), changed, total)
         delta, changed, total = self._write_delta(ts, s, epoch, token)
         return TaskStateAck(epoch, token, delta, None, changed, total)
 
@@ -421,10 +421,10 @@ class RocksDBPartitionBackend(PartitionBackend):
         private_files.makedirs(directory)
         base_epoch = chain.base_epoch
         if chain.base is not None:
-            by_uid: dict[str, list[tuple[str, str, int, int]]] = {}
-            for uri, local_name, size, crc in chain.base.files:
+            by_uid: dict[str, list[tuple[str, str, int, str]]] = {}
+            for uri, local_name, size, digest in chain.base.files:
                 uid_dir, _, name = local_name.partition("/")
-                by_uid.setdefault(uid_dir, []).append((uri, name, size, crc))
+                by_uid.setdefault(uid_dir, []).append((uri, name, size, digest))
             for uid in names:
                 files = by_uid.get(safe_name(uid))
                 if files:
@@ -449,15 +449,15 @@ class RocksDBPartitionBackend(PartitionBackend):
         with durable.io_errors("write the local state file", lineage):
             private_files.write_private(lineage, ts.db_id.encode(), atomic=False)
 
-    def _download(self, path: str, files: list[tuple[str, str, int, int]]) -> None:
+    def _download(self, path: str, files: list[tuple[str, str, int, str]]) -> None:
         from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
         staging = path + ".download"
         shutil.rmtree(staging, ignore_errors=True)
         private_files.makedirs(staging)
         try:
-            for uri, name, size, crc in files:
-                data = durable.read_file(uri, size, crc, self.options, "base snapshot file")
+            for uri, name, size, digest in files:
+                data = durable.read_file(uri, size, digest, self.options, "base snapshot file")
                 with durable.io_errors("write the local state file", os.path.join(staging, name)):
                     private_files.write_private(os.path.join(staging, name), data, atomic=False)
             RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
@@ -470,15 +470,15 @@ class RocksDBPartitionBackend(PartitionBackend):
             # the DBs hold the committed state this epoch started from: that is the new base
             tmp = os.path.join(ts.directory, f"base-{token}")
             shutil.rmtree(tmp, ignore_errors=True)
-            files: list[tuple[str, str, int, int]] = []
+            files: list[tuple[str, str, int, str]] = []
             size = 0
             uri = durable.join(self.durable_dir(s.stage_id, s.partition), f"base-{ts.version:08d}-{token}")
             try:
                 for uid, b in sorted(ts.backends.items()):
                     local = os.path.join(tmp, safe_name(uid))
                     b.create_checkpoint(local)
-                    for f_uri, name, fsize, crc in durable.upload_dir(local, durable.join(uri, safe_name(uid)), self.options):
-                        files.append((f_uri, f"{safe_name(uid)}/{name}", fsize, crc))
+                    for f_uri, name, fsize, digest in durable.upload_dir(local, durable.join(uri, safe_name(uid)), self.options):
+                        files.append((f_uri, f"{safe_name(uid)}/{name}", fsize, digest))
                         size += fsize
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)

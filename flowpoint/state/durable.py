@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import zlib
+import hashlib
 from collections import OrderedDict
 from typing import Any
 
@@ -87,8 +87,13 @@ def io_errors(operation: str, path: str) -> Any:
         raise StateIOError.of(operation, path, e) from e
 
 
-def write_file(uri: str, data: bytes, options: tuple = (), cache: str | None = None) -> tuple[int, int]:
-    """Write ``data`` atomically; returns ``(size, crc32)``. ``cache``: a local path that keeps
+def sha256(data: bytes) -> str:
+    """The checksum of every working-state file (one scheme with checkpoint files: SHA-256)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_file(uri: str, data: bytes, options: tuple = (), cache: str | None = None) -> tuple[int, str]:
+    """Write ``data`` atomically; returns ``(size, SHA-256 hex)``. ``cache``: a local path that keeps
     a copy of a remote file for this executor's other Python workers."""
     if is_local(uri):
         with io_errors("write the working-state file", local_path(uri)):
@@ -100,11 +105,11 @@ def write_file(uri: str, data: bytes, options: tuple = (), cache: str | None = N
             with contextlib.suppress(OSError):
                 _write_local(cache, data)
     _remember(uri, data)
-    return len(data), zlib.crc32(data)
+    return len(data), sha256(data)
 
 
-def _cached(cache: str | None, size: int | None, crc: int | None) -> bytes | None:
-    """A local copy that matches the committed size and CRC-32 (else it is dropped)."""
+def _cached(cache: str | None, size: int | None, digest: str | None) -> bytes | None:
+    """A local copy that matches the committed size and SHA-256 (else it is dropped)."""
     if not cache:
         return None
     try:
@@ -112,7 +117,7 @@ def _cached(cache: str | None, size: int | None, crc: int | None) -> bytes | Non
             data = f.read()
     except OSError:
         return None
-    if (size is not None and len(data) != size) or (crc is not None and zlib.crc32(data) != crc):
+    if (size is not None and len(data) != size) or (digest is not None and sha256(data) != digest):
         with contextlib.suppress(OSError):
             os.remove(cache)
         return None
@@ -135,12 +140,12 @@ def prune_cache(directory: str, before_epoch: int) -> None:
                 os.remove(os.path.join(directory, name))
 
 
-def read_file(uri: str, size: int | None, crc: int | None, options: tuple = (), what: str = "state file", cache: str | None = None) -> bytes:
-    """The bytes of a durable file, checked against its recorded size and CRC-32 (``cache``: a
+def read_file(uri: str, size: int | None, digest: str | None, options: tuple = (), what: str = "state file", cache: str | None = None) -> bytes:
+    """The bytes of a durable file, checked against its recorded size and SHA-256 (``cache``: a
     local copy to try first, and to keep)."""
     data = _RECENT.get(uri)
     if data is None and not is_local(uri):
-        data = _cached(cache, size, crc)
+        data = _cached(cache, size, digest)
         if data is None and cache:
             data = _read_remote(uri, options, what)
             with contextlib.suppress(OSError):
@@ -160,7 +165,7 @@ def read_file(uri: str, size: int | None, crc: int | None, options: tuple = (), 
     if size is not None and len(data) != size:
         msg = f"working {what} {uri} has {len(data)} bytes, the committed epoch recorded {size}: it was changed or truncated; restore the job from a checkpoint"
         raise StateNotFoundError(msg)
-    if crc is not None and zlib.crc32(data) != crc:
+    if digest is not None and sha256(data) != digest:
         msg = f"working {what} {uri} does not match the checksum recorded when its epoch committed: it is corrupt; restore the job from a checkpoint"
         raise StateNotFoundError(msg)
     return data
@@ -183,8 +188,8 @@ def _not_found(uri: str, what: str, e: BaseException) -> StateNotFoundError:
     return StateNotFoundError(msg)
 
 
-def upload_dir(local_dir: str, uri: str, options: tuple = ()) -> list[tuple[str, str, int, int]]:
-    """Copy every file of ``local_dir`` below ``uri``; returns ``[(uri, name, size, crc32)]``."""
+def upload_dir(local_dir: str, uri: str, options: tuple = ()) -> list[tuple[str, str, int, str]]:
+    """Copy every file of ``local_dir`` below ``uri``; returns ``[(uri, name, size, SHA-256 hex)]``."""
     out = []
     for name in sorted(os.listdir(local_dir)):
         source = os.path.join(local_dir, name)
@@ -197,7 +202,7 @@ def upload_dir(local_dir: str, uri: str, options: tuple = ()) -> list[tuple[str,
         else:
             root, n = _split(target)
             _access(root, options).write_bytes(n, data)
-        out.append((target, name, len(data), zlib.crc32(data)))
+        out.append((target, name, len(data), sha256(data)))
     return out
 
 

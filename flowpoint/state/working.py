@@ -44,8 +44,8 @@ class CommittedFile:
     token: str
     path: str | None  # its URI; None: the epoch changed nothing
     size: int = 0
-    crc: int | None = None  # CRC-32 of the file, checked on every read
-    files: tuple[tuple[str, str, int, int], ...] = ()  # RocksDB base: (uri, name in the DB directory, size, crc32)
+    sha256: str | None = None  # SHA-256 (hex) of the file, checked on every read
+    files: tuple[tuple[str, str, int, str], ...] = ()  # RocksDB base: (uri, name in the DB directory, size, SHA-256)
 
     def uris(self) -> list[str]:
         return [u for u, *_ in self.files] if self.files else ([self.path] if self.path else [])
