@@ -17,9 +17,9 @@ local disk (one host, or executors sharing that directory).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
-import hashlib
 from collections import OrderedDict
 from typing import Any
 
