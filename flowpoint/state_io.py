@@ -52,7 +52,7 @@ class StateReader:
             if op.states is not None:
                 states = {n: s.get("kind") for n, s in sorted(op.states.items())}
             else:
-                from flowpoint.checkpoint.savepoint import infer_kind
+                from flowpoint.state.compatibility import infer_kind
 
                 states = {n: infer_kind(t) for n, t in sorted(load_operator_state(self.access, self.metadata, op.uid).items())}
             out.append({

@@ -55,6 +55,7 @@ from flowpoint.checkpoint.metadata import (
 )
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
 from flowpoint.errors import CheckpointError, ConfigurationError, CorruptStateError
+from flowpoint.state.compatibility import infer_kind
 from flowpoint.state.key_identity import state_key, user_key
 from flowpoint.state.keygroups import assign_to_key_group
 from flowpoint.tasks.batches import dumps
@@ -98,17 +99,6 @@ def file_name(uid: str, partition: int) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", uid)[:60]
     return f"{safe}-{hashlib.sha1(uid.encode()).hexdigest()[:8]}-{partition}.parquet"
-
-
-def infer_kind(table: Mapping[Any, Any]) -> str:
-    """HashMap state keeps no kinds: a dict is taken for MapState, a list for ListState."""
-    for v in table.values():
-        if isinstance(v, dict):
-            return "map"
-        if isinstance(v, list):
-            return "list"
-        return "value"
-    return "value"
 
 
 # -- encoding ----------------------------------------------------------------------------------

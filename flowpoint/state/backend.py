@@ -32,7 +32,7 @@ from typing import Any
 
 from flowpoint import private_files
 from flowpoint.state import durable
-from flowpoint.state.compatibility import recorded_states
+from flowpoint.state.compatibility import infer_kind, recorded_states
 from flowpoint.state.working import (
     CACHE,
     CommittedChain,
@@ -297,8 +297,6 @@ class HashMapPartitionBackend(PartitionBackend):
 def _heap_kind(b: Any, name: str, table: dict) -> dict[str, Any]:
     """A HashMap state's kind for ``_metadata``: declared when the job registered the state (in
     this run, or in the run whose declared kind was restored), else inferred from its values."""
-    from flowpoint.checkpoint.savepoint import infer_kind
-
     schema = state_schemas(b).get(name)
     kind = b.kinds.get(name)
     recorded = b.restored_states.get(name)

@@ -53,6 +53,17 @@ Migration = Callable[[Any], Any]
 # -- what is recorded -------------------------------------------------------------------------
 
 
+def infer_kind(table: Mapping[Any, Any]) -> str:
+    """HashMap state keeps no kinds: a dict is taken for MapState, a list for ListState."""
+    for v in table.values():
+        if isinstance(v, dict):
+            return "map"
+        if isinstance(v, list):
+            return "list"
+        return "value"
+    return "value"
+
+
 def declared_schema(descriptor: Any) -> dict | None:
     """The schema a descriptor declares, as data for ``_metadata`` (None: no type declared)."""
     from flowpoint.api.types import RowType
@@ -76,8 +87,6 @@ def schema_json(schema: dict | None) -> str:
 def recorded_states(files: Iterable[Any], uid: str, tables: Mapping[str, Mapping[Any, Any]] | None = None) -> dict[str, Recorded]:
     """What a restore recorded for operator ``uid`` (from the restored files' metadata), with
     kinds inferred from ``tables`` for states the metadata does not record."""
-    from flowpoint.checkpoint.savepoint import infer_kind
-
     out: dict[str, Recorded] = {}
     for f in files:
         if f.uid != uid:
