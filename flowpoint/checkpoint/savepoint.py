@@ -240,8 +240,10 @@ class OperatorSnapshot:
 
 
 def create_savepoint_dir(target: str, job_id: str, options: Mapping[str, Any] | None = None, directory_name: str | None = None) -> CheckpointStorageAccess:
-    """A new, empty savepoint directory below ``target``; an existing one is refused."""
+    """A new, empty savepoint directory below ``target``; an existing one is refused, and so is a
+    local ``target`` another user owns or can write (InsecurePathError; created if missing)."""
     root = CheckpointStorageAccess(target, options)
+    root.check_trusted("savepoint directory", "state.savepoints.dir or the savepoint target", create=True)
     name = directory_name or savepoint_dir_name(job_id)
     if root.exists(name):
         msg = f"savepoint directory {root.uri(name)} already exists; choose another target directory"
