@@ -454,6 +454,26 @@ class CheckpointStorageAccess:
                     pass
 
 
+    def delete_empty_dir(self, rel: str = "") -> bool:
+        """Delete directory ``rel`` only if nothing is in it (temporary files included); returns
+        whether it went."""
+        path = self._path(rel)
+        with self._errors("delete", rel):
+            if self.is_local:
+                try:
+                    os.rmdir(path)
+                except OSError as e:
+                    if e.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
+                        return False
+                    raise
+                return True
+            info = self.fs.get_file_info(path)
+            if info.type != pafs.FileType.Directory or self.fs.get_file_info(pafs.FileSelector(path, recursive=False)):
+                return False
+            self.fs.delete_dir(path)
+            return True
+
+
 def _fsync_path(path: str, directory: bool = False) -> None:
     flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
     try:
