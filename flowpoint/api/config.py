@@ -174,7 +174,10 @@ FILE_MODES = ("0600", "0640", "0604", "0644")
 
 
 def _file_mode(value: Any) -> str:
-    """An octal file mode in which only the owner writes (``"640"``, ``"0o640"`` and 640 are 0640)."""
+    """An octal file mode in which only the owner writes (``"640"``, ``"0o640"`` and 640 are 0640,
+    and so is 416 = 0o640, what YAML makes of an unquoted 0640)."""
+    if isinstance(value, int) and not isinstance(value, bool) and f"0{value:o}" in FILE_MODES:
+        return f"0{value:o}"
     text = str(value).strip().lower().removeprefix("0o") if not isinstance(value, bool) else ""
     mode = f"0{text.lstrip('0')}" if text.isdigit() else ""
     if mode not in FILE_MODES:
