@@ -42,8 +42,10 @@ class ConfigurationError(FlowpointError):
 
 class InsecurePathError(ConfigurationError):
     """A local file or directory flowpoint would trust (the working directory, the control
-    token) is owned by another user, open to other users, or below a directory they can
-    replace. The message names the path and says what to do."""
+    token, FLOWPOINT_HOME and the job registry, checkpoint, savepoint and remote working
+    directories, a run directory ``--resume`` considers) is owned by another user, open to other
+    users, or below a directory they can replace. The message names the path and says what to
+    do (and the setting that accepts it, ``security.trust-shared-directories``, where there is one)."""
 
     recoverable = False
 

@@ -8,6 +8,11 @@ a directory owned by the current user that no one else can write, below director
 the user or root can change (a directory anyone can write is accepted only with the sticky bit,
 as ``/tmp``). Files are written by :func:`write_private` with mode 0600 whatever the umask.
 
+Directories the user chooses for durable state (checkpoint, savepoint and remote working
+directories, the run directories ``--resume`` considers) and ``FLOWPOINT_HOME`` are checked the
+same way by :func:`check_dir` (DESIGN 10a), without being created or tightened; for the state
+directories the setting :data:`TRUST_SHARED` (named in every refusal) turns the check off.
+
 On systems without POSIX ownership (Windows) the checks are skipped.
 """
 
@@ -22,6 +27,9 @@ from flowpoint.errors import InsecurePathError
 POSIX = os.name == "posix"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+#: The setting that accepts checkpoint, savepoint and remote working directories (and run
+#: directories) that other users own or can write: only for users who trust every one of them.
+TRUST_SHARED = "security.trust-shared-directories"
 
 
 def _uid() -> int:
@@ -37,22 +45,30 @@ def _owner(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _check_ancestors(path: str, what: str) -> None:
-    """No one but the user (or root) can rename or replace ``path`` through a parent directory."""
+def _sentence(hint: str | None) -> str:
+    return hint[:1].upper() + hint[1:] if hint else ""
+
+
+def _check_ancestors(path: str, what: str, hint: str | None = None) -> None:
+    """No one but the user (or root) can rename or replace ``path`` through a parent directory
+    (parents that do not exist yet are skipped: what exists of the path is checked)."""
     me = _uid()
     parent = os.path.dirname(path)
     while True:
-        st = os.stat(parent)
-        if st.st_uid not in (me, 0):
+        try:
+            st = os.stat(parent)
+        except FileNotFoundError:
+            st = None
+        if st is not None and st.st_uid not in (me, 0):
             msg = (
                 f"{what} {path} is below {parent}, which belongs to {_owner(st.st_uid)}: that user could replace it. "
-                f"Use a directory below one you own"
+                f"{_sentence(hint) or 'Use a directory below one you own'}"
             )
             raise InsecurePathError(msg)
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        if st is not None and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
             msg = (
                 f"{what} {path} is below {parent}, which other users can write (mode {stat.S_IMODE(st.st_mode):04o}, "
-                f"no sticky bit): they could replace it. Run `chmod go-w {parent}` or use another directory"
+                f"no sticky bit): they could replace it. Run `chmod go-w {parent}`, or {hint or 'use another directory'}"
             )
             raise InsecurePathError(msg)
         up = os.path.dirname(parent)
@@ -61,7 +77,7 @@ def _check_ancestors(path: str, what: str) -> None:
         parent = up
 
 
-def _check_links(path: str, what: str) -> None:
+def _check_links(path: str, what: str, hint: str | None = None) -> None:
     """A symbolic link on the way to ``path`` must belong to the user or root."""
     me = _uid()
     current = os.sep if os.path.isabs(path) else ""
@@ -72,14 +88,19 @@ def _check_links(path: str, what: str) -> None:
         except FileNotFoundError:
             return
         if stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
-            msg = f"{what} {path} goes through the symbolic link {current} of {_owner(st.st_uid)}: refused. Use a path without it"
+            msg = (
+                f"{what} {path} goes through the symbolic link {current} of {_owner(st.st_uid)}: refused. "
+                f"{_sentence(hint) or 'Use a path without it'}"
+            )
             raise InsecurePathError(msg)
 
 
-def check_private_dir(path: str, what: str = "directory") -> None:
-    """Refuse an existing ``path`` that another user owns or can write (see the module doc)."""
+def check_private_dir(path: str, what: str = "directory", hint: str | None = None) -> None:
+    """Refuse an existing ``path`` that another user owns or can write (see the module doc);
+    ``hint``: what to do instead (default: choose another state.working.dir)."""
     if not POSIX:
         return
+    hint = hint or "choose another directory (state.working.dir)"
     st = os.stat(path)
     if not stat.S_ISDIR(st.st_mode):
         msg = f"{what} {path} is not a directory"
@@ -87,15 +108,40 @@ def check_private_dir(path: str, what: str = "directory") -> None:
     if st.st_uid != _uid():
         msg = (
             f"{what} {path} belongs to {_owner(st.st_uid)}, not to you ({_owner(_uid())}): flowpoint would read files another "
-            f"user can replace. Remove it, or choose another directory (state.working.dir)"
+            f"user can replace. Remove it, or {hint}"
         )
         raise InsecurePathError(msg)
     if st.st_mode & 0o022:
         msg = (
             f"{what} {path} can be written by other users (mode {stat.S_IMODE(st.st_mode):04o}): flowpoint would read files "
-            f"they can replace. Run `chmod 700 {path}`, or choose another directory (state.working.dir)"
+            f"they can replace. Run `chmod 700 {path}`, or {hint}"
         )
         raise InsecurePathError(msg)
+
+
+def check_dir(path: str, what: str, hint: str, create: bool = False, mode: int = DIR_MODE) -> str:
+    """``path`` (absolute, links resolved) if no other user owns it or can write it, nor replace
+    it through a symbolic link or a parent directory; refused with :class:`InsecurePathError`
+    naming it and saying ``hint`` otherwise. A missing ``path`` is created (mode ``mode``, its
+    missing parents too) when ``create``, else what exists of it is checked. Nothing is tightened."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if not POSIX:
+        return path
+    _check_links(path, what, hint)
+    real = os.path.realpath(path)
+    try:
+        _check_ancestors(real, what, hint)  # before anything is created in them
+        if create:
+            makedirs(real, mode)
+            _check_ancestors(real, what, hint)  # and as they are now
+        if os.path.lexists(real):
+            check_private_dir(real, what, hint)
+    except InsecurePathError:
+        raise
+    except OSError as e:
+        msg = f"cannot use {what} {path}: {e.strerror or e}. Choose a local directory you can write, or {hint}"
+        raise InsecurePathError(msg) from e
+    return real
 
 
 def private_dir(path: str, what: str = "directory", tighten: bool = True) -> str:
@@ -123,9 +169,9 @@ def private_dir(path: str, what: str = "directory", tighten: bool = True) -> str
     return real
 
 
-def makedirs(path: str) -> None:
-    """``os.makedirs`` whose new directories have mode 0700 whatever the umask (inside a
-    private directory; existing ones are left as they are)."""
+def makedirs(path: str, mode: int = DIR_MODE) -> None:
+    """``os.makedirs`` whose new directories have mode ``mode`` (0700) whatever the umask
+    (existing ones are left as they are)."""
     missing = []
     p = os.path.abspath(path)
     while not os.path.isdir(p):
@@ -136,9 +182,9 @@ def makedirs(path: str) -> None:
         p = up
     for d in reversed(missing):
         with contextlib.suppress(FileExistsError):
-            os.mkdir(d, DIR_MODE)
+            os.mkdir(d, mode)
             if POSIX:
-                os.chmod(d, DIR_MODE)
+                os.chmod(d, mode)
 
 
 def write_private(path: str, data: bytes, atomic: bool = True) -> None:

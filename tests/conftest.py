@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -15,6 +18,30 @@ os.environ.setdefault("FLOWPOINT_HOME", tempfile.mkdtemp(prefix="flowpoint-tests
 from flowpoint import StreamExecutionEnvironment  # noqa: E402
 
 MASTER = os.environ.get("FLOWPOINT_TEST_MASTER", "local[2,4]")
+OTHER_USER = "flowpoint-other"
+
+
+@pytest.fixture(scope="session")
+def other_uid():
+    """The uid of another OS user, who plants files and directories in the security tests:
+    created with useradd when running as root (as CI does) and removed after the session if this
+    fixture created it; else nobody (65534). Files owned by it need root (chown)."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root (chown); run the suite as root, as CI does")
+    created = False
+    try:
+        uid = pwd.getpwnam(OTHER_USER).pw_uid
+    except KeyError:
+        if shutil.which("useradd"):
+            created = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
+                                     capture_output=True, check=False).returncode == 0
+        try:
+            uid = pwd.getpwnam(OTHER_USER).pw_uid
+        except KeyError:
+            uid = 65534
+    yield uid
+    if created and shutil.which("userdel"):
+        subprocess.run(["userdel", OTHER_USER], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="session")

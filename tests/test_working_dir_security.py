@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import pwd
-import shutil
 import stat
 import subprocess
 import sys
@@ -36,28 +34,6 @@ from flowpoint.state.working import (
 from flowpoint.tasks.protocol import StateLocation
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OTHER_USER = "flowpoint-other"
-
-
-@pytest.fixture(scope="module")
-def other_uid() -> int:
-    """The uid of another OS user: created with useradd when running as root (as CI does),
-    else nobody (65534). Files owned by it need root (chown)."""
-    if os.geteuid() != 0:
-        pytest.skip("giving a directory to another user needs root (chown); run the suite as root, as CI does")
-    try:
-        return pwd.getpwnam(OTHER_USER).pw_uid
-    except KeyError:
-        pass
-    if shutil.which("useradd"):
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
-                       capture_output=True, check=False)
-    try:
-        return pwd.getpwnam(OTHER_USER).pw_uid
-    except KeyError:
-        return 65534
-
-
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A user home of this test's own, without $XDG_RUNTIME_DIR and $XDG_CACHE_HOME."""

@@ -196,6 +196,22 @@ def _one_concurrent_checkpoint(value: Any) -> int:
     return 1
 
 
+FILE_MODES = ("0600", "0640", "0604", "0644")
+
+
+def _file_mode(value: Any) -> str:
+    """An octal file mode in which only the owner writes (``"640"``, ``"0o640"`` and 640 are 0640,
+    and so is 416 = 0o640, what YAML makes of an unquoted 0640)."""
+    if isinstance(value, int) and not isinstance(value, bool) and f"0{value:o}" in FILE_MODES:
+        return f"0{value:o}"
+    text = str(value).strip().lower().removeprefix("0o") if not isinstance(value, bool) else ""
+    mode = f"0{text.lstrip('0')}" if text.isdigit() else ""
+    if mode not in FILE_MODES:
+        msg = f"an octal file mode in which only the owner writes: {' | '.join(FILE_MODES)}"
+        raise ValueError(msg)
+    return mode
+
+
 def _names(*names: str) -> dict[str, str]:
     return {n.lower(): n for n in names}
 
@@ -263,6 +279,8 @@ OPTIONS = {
         Option("state.checkpoints.dir", None, str, "checkpoint directory URI (file://, hdfs://, s3://; an absolute local path becomes file://)", parse_directory_uri),
         Option("state.savepoints.dir", None, str, "default savepoint directory URI (absolute path or URI with a scheme)", parse_directory_uri),
         Option("state.checkpoints.num-retained", 1, int, "completed checkpoints kept (>= 1)", _int(1)),
+        Option("state.checkpoints.file-mode", "0600", str, "mode of the checkpoint and savepoint files flowpoint creates on a local filesystem: 0600 (default) | 0640 | 0604 | 0644; directories get the same bits plus search where readable (0700, 0750, ...); other filesystems keep their own permissions", _file_mode),
+        Option("security.trust-shared-directories", False, bool, "true: accept local checkpoint, savepoint and remote working directories (and the run directories --resume considers) that other users own or can write; false: refuse them (whoever can write them can make the job run code)", parse_bool),
         Option("state.checkpoint-storage", None, str, "jobmanager | filesystem; default filesystem when state.checkpoints.dir is set, else jobmanager", _choice(_names("jobmanager", "filesystem"))),
         Option("execution.savepoint.path", None, str, "checkpoint or savepoint to restore the job from (-s)"),
         Option("execution.savepoint.ignore-unclaimed-state", False, bool, "restore even when some state has no operator (--allow-non-restored-state)", parse_bool),

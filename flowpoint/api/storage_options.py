@@ -6,6 +6,9 @@ them too, so executors on other hosts reach the same storage with the same endpo
 credentials (``s3.endpoint``, ``s3.access-key``, ``s3.secret-key``, ``s3.region``,
 ``s3.path.style.access``, ...; ``flowpoint.api.config`` checks the known ``s3.*`` keys). Set them
 like any setting: ``-D s3.endpoint=http://minio:9000``, ``flowpoint.yaml``, or a Configuration.
+Two settings about local checkpoint files go with them (``LOCAL_FILE_KEYS``):
+``state.checkpoints.file-mode`` and ``security.trust-shared-directories``
+(``flowpoint.checkpoint.storage``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 from flowpoint.api.config import STORAGE_PREFIXES, canonical_key
 
 PREFIXES = STORAGE_PREFIXES
+LOCAL_FILE_KEYS = ("state.checkpoints.file-mode", "security.trust-shared-directories")
 
 
 def _text(value: Any) -> str:
@@ -31,6 +35,6 @@ def storage_options(config: Any) -> dict[str, str]:
     options: dict[str, str] = {}
     for key, value in items.items():
         key = canonical_key(str(key))
-        if key.startswith(PREFIXES) and value is not None:
+        if (key.startswith(PREFIXES) or key in LOCAL_FILE_KEYS) and value is not None:
             options[key] = _text(value)
     return options

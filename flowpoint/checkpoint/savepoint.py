@@ -240,8 +240,10 @@ class OperatorSnapshot:
 
 
 def create_savepoint_dir(target: str, job_id: str, options: Mapping[str, Any] | None = None, directory_name: str | None = None) -> CheckpointStorageAccess:
-    """A new, empty savepoint directory below ``target``; an existing one is refused."""
+    """A new, empty savepoint directory below ``target``; an existing one is refused, and so is a
+    local ``target`` another user owns or can write (InsecurePathError; created if missing)."""
     root = CheckpointStorageAccess(target, options)
+    root.check_trusted("savepoint directory", "state.savepoints.dir or the savepoint target", create=True)
     name = directory_name or savepoint_dir_name(job_id)
     if root.exists(name):
         msg = f"savepoint directory {root.uri(name)} already exists; choose another target directory"
@@ -419,10 +421,10 @@ def canonical_table(data: bytes, where: str, size: int | None, sha256: str | Non
     return table
 
 
-def snapshot_kind(data: bytes) -> tuple[str, Any]:
-    """``(kind, checkpoint id)`` of a ``_metadata`` file of any format version this code knows,
-    without decoding any value (disposing needs no more). Its checksum must match if it has one
-    (format version 2); CheckpointError otherwise."""
+def snapshot_kind(data: bytes) -> tuple[str, Any, set[str]]:
+    """``(kind, checkpoint id, paths of the files it lists)`` of a ``_metadata`` file of any
+    format version this code knows, without decoding any value (disposing needs no more). Its
+    checksum must match if it has one (format version 2); CheckpointError otherwise."""
     from flowpoint.checkpoint.integrity import CHECKSUM_FIELD, metadata_checksum
     from flowpoint.checkpoint.metadata import FORMAT_VERSION, OLD_FORMAT_VERSIONS
 
@@ -437,12 +439,25 @@ def snapshot_kind(data: bytes) -> tuple[str, Any]:
     if d["format_version"] == FORMAT_VERSION and d.get(CHECKSUM_FIELD) != metadata_checksum(d):
         msg = f"it does not match its {CHECKSUM_FIELD}"
         raise CorruptStateError(msg)
-    return str(d.get("kind")), d.get("checkpoint_id")
+    files = {
+        f["path"]
+        for op in _items(d.get("operators"))
+        for sub in _items(op.get("subtasks"))
+        for f in _items(sub.get("files"))
+        if isinstance(f.get("path"), str)
+    }
+    return str(d.get("kind")), d.get("checkpoint_id"), files
 
 
-def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> None:
-    """Delete a savepoint directory, after checking that it is one (``_metadata`` of kind
-    savepoint); anything else is refused with an error naming the path."""
+def _items(value: Any) -> list[dict]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> list[str]:
+    """Delete a savepoint, after checking that it is one (``_metadata`` of kind savepoint;
+    anything else is refused with an error naming the path): its ``_metadata`` first, then the
+    files it lists, then the directory if that left it empty. Returns the URIs of what was left
+    in place (files the savepoint does not list: they are not its to delete)."""
     text = str(path).rstrip("/")
     parent, name = split_uri(text)
     if name == METADATA_FILE:
@@ -455,7 +470,7 @@ def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> No
         msg = f"refusing to dispose {directory.uri()}: it is not a savepoint directory (no {METADATA_FILE} in it)"
         raise CheckpointError(msg)
     try:
-        kind, checkpoint_id = snapshot_kind(directory.read_bytes(METADATA_FILE))
+        kind, checkpoint_id, listed = snapshot_kind(directory.read_bytes(METADATA_FILE))
     except CheckpointError as e:
         msg = f"refusing to dispose {directory.uri()}: its {METADATA_FILE} cannot be read ({e}); delete it by hand if it is a broken savepoint"
         raise CheckpointError(msg) from e
@@ -463,7 +478,16 @@ def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> No
         msg = f"refusing to dispose {directory.uri()}: it is a {kind} (id {checkpoint_id}), not a savepoint; checkpoints are removed by retention"
         raise CheckpointError(msg)
     directory.delete(METADATA_FILE)  # first: a crash midway leaves no savepoint with missing files
-    directory.delete("")
+    for rel in sorted(listed):
+        with contextlib.suppress(CheckpointError):  # a path that is not plain and relative stays
+            if directory.exists(rel) and not directory.is_dir(rel):
+                directory.delete(rel)
+    for rel in sorted({r.rpartition("/")[0] for r in listed if "/" in r}, key=len, reverse=True) + [""]:
+        with contextlib.suppress(CheckpointError):
+            directory.delete_empty_dir(rel)
+    if not directory.exists():
+        return []
+    return [directory.uri(name) for name, _is_dir, _size in directory.list_dir()]
 
 
 def describe(path: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -18,11 +18,18 @@ temporary file beside the target and is renamed over it (local files are fsynced
 object stores an upload (a single PUT for small objects) only becomes visible when complete.
 Every failure raises :class:`~flowpoint.errors.CheckpointError` naming the URI and saying what
 to do.
+
+Local files (``file://``) are created with mode 0600 and directories with 0700, whatever the
+umask, unless the option ``state.checkpoints.file-mode`` allows more (``0640``: directories
+``0750``); :meth:`CheckpointStorageAccess.check_trusted` refuses a local directory another user
+owns or can write (``security.trust-shared-directories: true`` accepts it). Other filesystems
+keep their own permissions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import posixpath
@@ -36,11 +43,14 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from flowpoint import private_files
 from flowpoint.errors import CheckpointError
 
 CHUNK = 8 * 1024 * 1024
 TEMP_SUFFIX = ".inprogress"
 OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "oss"})
+FILE_MODE_OPTION = "state.checkpoints.file-mode"
+TRUST_OPTION = private_files.TRUST_SHARED
 
 
 def is_temp_name(name: str) -> bool:
@@ -195,6 +205,33 @@ class CheckpointStorageAccess:
     def is_local(self) -> bool:
         return self.scheme == "file"
 
+    # -- local permissions ---------------------------------------------------------------------
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of new local files: ``state.checkpoints.file-mode`` (octal), default 0600."""
+        return int(str(self.options.get(FILE_MODE_OPTION) or "0600"), 8)
+
+    @property
+    def dir_mode(self) -> int:
+        """The mode of new local directories: the file mode, searchable where it is readable."""
+        mode = self.file_mode
+        return mode | (mode & 0o444) >> 2
+
+    def check_trusted(self, what: str, setting: str, create: bool = False) -> None:
+        """A local root directory (and what exists of it, when missing; created first when
+        ``create``) that another user owns or can write, or can replace through a parent
+        directory or a symbolic link, is refused with InsecurePathError naming it and ``setting``
+        (``private_files.check_dir``), unless ``security.trust-shared-directories`` is true.
+        Other filesystems: their own access control applies."""
+        if not self.is_local or str(self.options.get(TRUST_OPTION, "")).lower() == "true":
+            return
+        hint = (
+            f"choose a directory of your own ({setting}), or set {TRUST_OPTION}: true if you trust every user "
+            "who can write it with running code as you"
+        )
+        private_files.check_dir(self.root, what, hint, create, self.dir_mode)
+
     # -- errors --------------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -229,7 +266,13 @@ class CheckpointStorageAccess:
             return  # object stores have no directories to create
         parent = posixpath.dirname(path)
         if parent and parent != path:
-            self.fs.create_dir(parent, recursive=True)
+            self._create_dir(parent)
+
+    def _create_dir(self, path: str) -> None:
+        if self.is_local:
+            private_files.makedirs(path, self.dir_mode)  # the mode whatever the umask
+        else:
+            self.fs.create_dir(path, recursive=True)
 
     def _atomic_write(self, rel: str, write: Callable[[Any], None]) -> None:
         """Make ``rel`` hold exactly what ``write(stream)`` writes, or leave it as it was."""
@@ -257,6 +300,8 @@ class CheckpointStorageAccess:
             tmp = _join(posixpath.dirname(target), f".{posixpath.basename(target)}.{uuid.uuid4().hex[:12]}{TEMP_SUFFIX}")
             try:
                 with self.fs.open_output_stream(tmp) as out:
+                    if self.is_local:
+                        os.chmod(tmp, self.file_mode)  # before any byte is in it, whatever the umask
                     write(out)
                 if self.is_local:
                     _fsync_path(tmp)
@@ -394,7 +439,7 @@ class CheckpointStorageAccess:
     def make_dirs(self, rel: str = "") -> None:
         """Create directory ``rel`` and its parents (on object stores an empty marker object)."""
         with self._errors("create directory", rel):
-            self.fs.create_dir(self._path(rel), recursive=True)
+            self._create_dir(self._path(rel))
 
     def delete(self, rel: str) -> None:
         """Delete file or directory ``rel`` (recursively); a missing path is fine."""
@@ -407,6 +452,26 @@ class CheckpointStorageAccess:
                     self.fs.delete_file(self._path(rel))
                 except FileNotFoundError:
                     pass
+
+
+    def delete_empty_dir(self, rel: str = "") -> bool:
+        """Delete directory ``rel`` only if nothing is in it (temporary files included); returns
+        whether it went."""
+        path = self._path(rel)
+        with self._errors("delete", rel):
+            if self.is_local:
+                try:
+                    os.rmdir(path)
+                except OSError as e:
+                    if e.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
+                        return False
+                    raise
+                return True
+            info = self.fs.get_file_info(path)
+            if info.type != pafs.FileType.Directory or self.fs.get_file_info(pafs.FileSelector(path, recursive=False)):
+                return False
+            self.fs.delete_dir(path)
+            return True
 
 
 def _fsync_path(path: str, directory: bool = False) -> None:

@@ -134,7 +134,9 @@ class CheckpointStore:
     # -- layout --------------------------------------------------------------------------------
 
     def init(self) -> None:
-        """Create the job directory with ``shared/`` and ``taskowned/``."""
+        """Create the job directory with ``shared/`` and ``taskowned/``, in a checkpoints
+        directory no other user owns or can write (created if missing; InsecurePathError)."""
+        self.access.check_trusted("checkpoint directory", "state.checkpoints.dir", create=True)
         self.job_access.make_dirs(SHARED_DIR)
         self.job_access.make_dirs(TASKOWNED_DIR)
 
@@ -375,7 +377,7 @@ def find_latest(uri_of_job_dir: str, options: Mapping[str, Any] | None = None) -
     return None
 
 
-def resolve_restore_path(path: str, options: Mapping[str, Any] | None = None) -> tuple[CheckpointStorageAccess, CheckpointMetadata]:
+def resolve_restore_path(path: str, options: Mapping[str, Any] | None = None, setting: str = "-s (execution.savepoint.path)") -> tuple[CheckpointStorageAccess, CheckpointMetadata]:
     """``(access, metadata)`` for a restore from ``path``: a ``chk-<n>`` directory, a savepoint
     directory, or the ``_metadata`` file in either; a URI or a (relative) local path.
 
@@ -383,12 +385,17 @@ def resolve_restore_path(path: str, options: Mapping[str, Any] | None = None) ->
     (the parent of ``chk-<n>``) for a checkpoint, the savepoint directory itself for a savepoint.
     ``_metadata`` is checked against its checksum, and every file it names to exist with its
     recorded size (CorruptStateError naming the file otherwise); the files' contents are checked
-    by :func:`flowpoint.runtime.restore.plan_restore` (every restore, restarts included)."""
+    by :func:`flowpoint.runtime.restore.plan_restore` (every restore, restarts included).
+
+    On a local filesystem, the directory and every directory its files are read from (the job
+    directory, ``shared/``) must be safe from other users (:meth:`CheckpointStorageAccess.check_trusted`;
+    ``setting`` is the one that chose the path): InsecurePathError naming the directory otherwise."""
     text = str(path).rstrip("/")
     parent, name = split_uri(text)
     if name == METADATA_FILE:
         text = parent
     directory = _open_dir(text, options, "restore path")
+    directory.check_trusted("restore directory", setting)
     if not directory.exists(METADATA_FILE):
         if any(CHK_PATTERN.match(n) and d for n, d, _ in directory.list_dir()):
             msg = (
@@ -408,5 +415,7 @@ def resolve_restore_path(path: str, options: Mapping[str, Any] | None = None) ->
         access = CheckpointStorageAccess(split_uri(directory.uri())[0], options)
     else:
         access = directory
+    for rel in sorted({f.rpartition("/")[0] for f in meta.referenced_files()}):
+        access.child(rel).check_trusted("directory of restored state files", setting)
     verify_sizes(access, meta)
     return access, meta

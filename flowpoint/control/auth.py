@@ -4,7 +4,9 @@
   ``~/.flowpoint/control-token``), mode 0600, created by the first job that serves an endpoint.
   Every request must carry it (``Authorization: Bearer <token>``); the CLI reads it from the
   file, so only users who can read that file (its owner) control the jobs. A token file that
-  another user owns or can read is refused (:class:`~flowpoint.errors.InsecurePathError`).
+  another user owns or can read is refused (:class:`~flowpoint.errors.InsecurePathError`), and
+  so is a ``FLOWPOINT_HOME`` another user owns, can write, or can replace through a parent
+  directory (``private_files.check_dir``), before the token is written or read.
 - **The request.** Its ``Host`` header must name the endpoint's own address
   (``127.0.0.1:<port>`` or ``localhost:<port>``: a web page that rebinds a DNS name to
   127.0.0.1 sends its own name), it may carry no ``Origin`` but the endpoint's own (browsers
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from flowpoint import private_files
 from flowpoint.errors import ConfigurationError, InsecurePathError
 
 HOME_VARIABLE = "FLOWPOINT_HOME"
@@ -44,6 +47,13 @@ def flowpoint_home() -> Path:
     """``$FLOWPOINT_HOME``, else ``~/.flowpoint``."""
     home = os.environ.get(HOME_VARIABLE)
     return (Path(os.path.expanduser(home)) if home else Path.home() / ".flowpoint").absolute()
+
+
+def check_home(create: bool = False) -> None:
+    """Refuse (InsecurePathError naming it) a ``FLOWPOINT_HOME`` that another user owns or can
+    write or replace; ``create``: a missing one is created with mode 0700 first."""
+    hint = f"set {HOME_VARIABLE} to a directory of your own (default ~/.flowpoint)"
+    private_files.check_dir(str(flowpoint_home()), f"the {HOME_VARIABLE} directory", hint, create)
 
 
 def token_path() -> Path:
@@ -94,6 +104,7 @@ def _read(path: Path) -> str:
 def read_token() -> str:
     """The installation's token, for the CLI (never creates one)."""
     path = token_path()
+    check_home()
     try:
         return _read(path)
     except FileNotFoundError:
@@ -112,9 +123,9 @@ def load_or_create_token() -> str:
     there is none. Raises InsecurePathError for a token file others own or can read, and
     OSError when the file cannot be created."""
     path = token_path()
+    check_home(create=True)
     with contextlib.suppress(FileNotFoundError):
         return _read(path)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".control-token.", dir=path.parent)  # mode 0600
     try:
         os.write(fd, (secrets.token_urlsafe(32) + "\n").encode("ascii"))

@@ -89,8 +89,11 @@ def dispose_command(path: str) -> int:
     from flowpoint.checkpoint.savepoint import dispose_savepoint
 
     print(f"Disposing savepoint '{path}'.")
-    dispose_savepoint(path)
+    left = dispose_savepoint(path)
     print(f"Savepoint '{path}' disposed.")
+    if left:
+        shown = "\n  ".join(left)
+        print(f"Left in place: {len(left)} entries that the savepoint does not list (not its to delete):\n  {shown}")
     return 0
 
 

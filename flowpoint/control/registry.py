@@ -16,7 +16,11 @@ outlive the week of other ended entries (the newest ``KEEP_RESUMES`` are kept), 
 resumed by one that finished is never resumed again.
 
 Which directory (the first that applies): the configuration key ``control.registry.dir``,
-``$FLOWPOINT_HOME/jobs``, ``~/.flowpoint/jobs``.
+``$FLOWPOINT_HOME/jobs``, ``~/.flowpoint/jobs``. Before any entry is written or read, the
+directory (and ``FLOWPOINT_HOME`` for the default one) is checked: one that another user owns,
+can write, or can replace through a parent directory is refused
+(:class:`~flowpoint.errors.InsecurePathError` naming it), since an entry says where the CLI
+sends the control token.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from flowpoint import private_files
 from flowpoint.errors import FlowpointError
 
 HOME_VARIABLE = "FLOWPOINT_HOME"
@@ -117,13 +122,24 @@ class JobRegistry:
     def path(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.json"
 
+    def check(self) -> None:
+        """Refuse (InsecurePathError) a registry directory, or the FLOWPOINT_HOME it is in, that
+        another user owns, can write or can replace (what exists of them)."""
+        if self.dir == registry_dir():
+            from flowpoint.control.auth import check_home
+
+            check_home()
+        hint = f"set control.registry.dir or ${HOME_VARIABLE} to a directory of your own"
+        private_files.check_dir(str(self.dir), "job registry directory", hint)
+
     # -- writing -------------------------------------------------------------------------------
 
     def write(self, entry: JobEntry) -> None:
         """Write ``entry`` atomically (a temporary file renamed over the old entry)."""
         entry.updated_ms = now_ms()
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            private_files.makedirs(str(self.dir))  # 0700, missing parents too
+            self.check()
             fd, tmp = tempfile.mkstemp(prefix=f".{entry.job_id}.", suffix=".tmp", dir=self.dir)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -142,6 +158,7 @@ class JobRegistry:
             raise FlowpointError(msg) from e
 
     def remove(self, job_id: str) -> None:
+        self.check()
         with contextlib.suppress(FileNotFoundError):
             self.path(job_id).unlink()
 
@@ -170,6 +187,10 @@ class JobRegistry:
     # -- reading -------------------------------------------------------------------------------
 
     def read(self, job_id: str) -> JobEntry | None:
+        self.check()
+        return self._load(job_id)
+
+    def _load(self, job_id: str) -> JobEntry | None:
         try:
             text = self.path(job_id).read_text(encoding="utf-8")
             return JobEntry.from_dict(json.loads(text))
@@ -178,11 +199,12 @@ class JobRegistry:
 
     def entries(self) -> list[JobEntry]:
         """Every readable entry, oldest start first (unreadable files are skipped)."""
+        self.check()
         if not self.dir.is_dir():
             return []
         out = []
         for p in self.dir.glob("*.json"):
-            entry = self.read(p.stem)
+            entry = self._load(p.stem)
             if entry is not None:
                 out.append(entry)
         return sorted(out, key=lambda e: (e.start_time_ms, e.job_id))

@@ -287,6 +287,7 @@ class Coordinator:
             self.working_dir = ensure_working_dir(self._working_configured)
             self._lock = JobLock(self.working_dir, self.job_id)
             self.durable_root = durable_root(self.config, self.settings, self.job_id, self.working_dir)
+            _check_remote_dir(self.config, self.durable_root, self.storage_options)
             _warn_unshared(spark, self.durable_root)
             restore = self._initial_restore()
             plans = build_stage_plans(self.graph, self.job_id, params)
@@ -812,6 +813,16 @@ def durable_root(config: Any, settings: Any, job_id: str, working_dir: str) -> s
     if chk and not durable.is_local(str(chk)):
         return durable.join(str(chk), job_id, "taskowned")
     return os.path.join(working_dir, "durable")
+
+
+def _check_remote_dir(config: Any, root: str, options: dict) -> None:
+    """A local ``state.working.remote-dir`` must be safe from other users (who could delete or
+    replace durable state): created 0700 if missing, else refused (InsecurePathError) when
+    another user owns it or can write it, unless security.trust-shared-directories is true."""
+    if config.get("state.working.remote-dir") and durable.is_local(root):
+        from flowpoint.checkpoint.storage import CheckpointStorageAccess
+
+        CheckpointStorageAccess(root, options).check_trusted("remote working directory", "state.working.remote-dir", create=True)
 
 
 def _warn_unshared(spark: Any, root: str) -> None:

@@ -14,6 +14,12 @@ whose checkpoint or savepoint it restored (``resumed_from``). The previous run i
 - has not been resumed by a later run that finished, completed a checkpoint of its own, or is
   running (its state would be restored twice; the later run is the one to resume).
 
+Only directories safe from other users are considered: on a local filesystem the checkpoints
+directory and every run directory in it must belong to the user and be writable by no one else,
+below directories no one else can replace (``security.trust-shared-directories: true`` lifts
+this); any other is refused with :class:`~flowpoint.errors.InsecurePathError` naming it, since
+whoever can write a run directory can make the resumed job run code.
+
 No such run, or several, is refused with the runs of that name listed (job id, name, start time,
 latest checkpoint, why each was not taken). ``--resume <job-id>``
 (``execution.state-recovery.from-job``, an id or a unique prefix) names the run instead.
@@ -47,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("flowpoint")
 
 JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+SETTING = "state.checkpoints.dir"
 FALLBACK_FLAG = "--resume-fallback (execution.state-recovery.fallback-on-corruption: true)"
 
 Plan = Callable[[str, "CheckpointMetadata"], "RestoredJob"]
@@ -147,6 +154,7 @@ def scan_runs(root: str, options: dict, registry: JobRegistry) -> list[Run]:
     from flowpoint.checkpoint.store import CHK_PATTERN
 
     access = CheckpointStorageAccess(root, options)
+    access.check_trusted("checkpoint directory", SETTING)
     if not access.exists(""):
         return []
     runs = []
@@ -154,6 +162,7 @@ def scan_runs(root: str, options: dict, registry: JobRegistry) -> list[Run]:
         if not is_dir or not JOB_ID.match(name):
             continue
         job = CheckpointStorageAccess(access.uri(name), options)
+        job.check_trusted("run directory", SETTING)
         ids = sorted(
             (int(m.group(1)) for n, d, _ in job.list_dir("") if d and (m := CHK_PATTERN.match(n))),
             reverse=True,
@@ -283,7 +292,7 @@ def restore_run(run: Run, options: dict, plan: Plan, fallback: bool) -> Restored
     skipped: list[str] = []
     for n, checkpoint_id in enumerate(run.checkpoints):
         try:
-            access, meta = resolve_restore_path(run.chk_uri(checkpoint_id), options)
+            access, meta = resolve_restore_path(run.chk_uri(checkpoint_id), options, SETTING)
             restored = Restored(access.uri(), meta, plan(access.uri(), meta), skipped)
         except CorruptStateError as e:
             older = run.checkpoints[n + 1 :]
