@@ -44,6 +44,8 @@ class StateReader:
         self.spark = spark
         self.path = path
         self.access, self.metadata = open_savepoint(path, options)
+        # values are unpickled: a directory another user can write is not read (as for a restore)
+        self.access.check_trusted("the directory state_reader reads", "the path given to state_reader")
 
     def operators(self) -> list[dict[str, Any]]:
         """``[{"uid", "name", "parallelism", "max_parallelism", "state_names", "states"}]``."""

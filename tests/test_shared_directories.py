@@ -42,6 +42,7 @@ from flowpoint.checkpoint.savepoint import (
     OperatorSnapshot,
     PartState,
     create_savepoint_dir,
+    dispose_savepoint,
     write_savepoint,
 )
 from flowpoint.checkpoint.storage import CheckpointStorageAccess
@@ -380,3 +381,26 @@ def test_dispose_deletes_only_what_the_savepoint_lists(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(os.listdir(shared)) == ["more", "notes.txt"]
     assert "Left in place: 2 entries" in r.stdout and os.path.join(shared, "notes.txt") in r.stdout
+
+
+def test_state_reader_and_dispose_refuse_a_savepoint_directory_others_can_write(tmp_path, other_uid):
+    """state_reader unpickles the values it reads and dispose deletes what _metadata lists: a
+    savepoint in a directory another user can write (or owns) is neither read nor disposed."""
+    from flowpoint.state_io import state_reader, state_writer
+
+    sp = state_writer(128).with_keyed_state("counting", "count", [("a", 1)]).write(f"file://{tmp_path}/sp")
+    path = sp.removeprefix("file://")
+    os.chmod(path, 0o777)  # she can now put her own _metadata and pickles in it
+    with pytest.raises(InsecurePathError, match=rf"{path} can be written .*state_reader"):
+        state_reader(None, sp)
+    with pytest.raises(InsecurePathError, match=rf"{path} can be written .*savepoint -d"):
+        dispose_savepoint(sp)
+    assert os.path.exists(os.path.join(path, "_metadata"))
+    os.chmod(path, 0o700)
+    give(tmp_path / "sp", other_uid)  # hers: she could replace it
+    with pytest.raises(InsecurePathError, match="belongs to"):
+        dispose_savepoint(sp)
+    os.chown(tmp_path / "sp", os.geteuid(), -1)
+    assert sorted(state_reader(None, sp).operators()[0]["state_names"]) == ["count"]
+    dispose_savepoint(sp)
+    assert not os.path.exists(path)

@@ -469,6 +469,7 @@ def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> li
     if not directory.is_dir() or not directory.exists(METADATA_FILE):
         msg = f"refusing to dispose {directory.uri()}: it is not a savepoint directory (no {METADATA_FILE} in it)"
         raise CheckpointError(msg)
+    directory.check_trusted("the savepoint directory to dispose", "the path given to savepoint -d")
     try:
         kind, checkpoint_id, listed = snapshot_kind(directory.read_bytes(METADATA_FILE))
     except CheckpointError as e:
