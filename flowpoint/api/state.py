@@ -1,7 +1,8 @@
 """Keyed state: descriptors (what a function declares) and the state interfaces it uses.
 
 Names and operations follow PyFlink's ``pyflink.datastream.state``. The implementations live in
-``flowpoint.state.heap``; a function obtains them from its ``RuntimeContext`` in ``open()``.
+``flowpoint.state.kinds`` (over the HashMap or RocksDB backend's state tables); a function
+obtains them from its ``RuntimeContext`` in ``open()``.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from flowpoint.errors import StateMigrationError
+from flowpoint.errors import StateAccessError, StateMigrationError
 
 # kinds an inferred kind cannot be: a value that is neither a list nor a dict is not a list or
 # map state's, a dict is not a list state's and a list is not a map state's
@@ -300,6 +300,33 @@ def migrate_table(kind: str, table: dict, migrate: Migration) -> int:
             table[key] = new
             changed += 1
     return changed
+
+
+def check_redeclared(backend: Any, descriptor: Any, known: str | None) -> None:
+    """One state name declared as two kinds in one job (``known``: the kind this backend has
+    registered for the name in this run, None if none)."""
+    if known is not None and known != descriptor.kind:
+        msg = (
+            f"operator {backend.operator_name!r} declares state {descriptor.name!r} as {descriptor.kind} state, "
+            f"but it was declared as {known} state before; give the two states different names"
+        )
+        raise StateAccessError(msg)
+
+
+def on_register(backend: Any, descriptor: Any, recorded: Recorded | None) -> Migration | None:
+    """What a backend does when a state is first registered in it (both backends): check the
+    kind against what was recorded for it (``recorded``), remember the declared schema, and
+    return the migration its restored values need, once (None if none)."""
+    name = descriptor.name
+    label = operator_label(backend.operator_name, backend.uid)
+    migrate = None
+    if name in backend.restored_states and name not in backend.migrated:
+        migrate = restored_state_migration(label, descriptor, recorded)
+        backend.migrated.add(name)
+    else:
+        check_restored_kind(label, name, descriptor.kind, recorded)
+    backend.schemas[name] = declared_schema(descriptor)
+    return migrate
 
 
 def worth_scanning(migrate: Migration, kind: str, sample: Any) -> bool:

@@ -1,6 +1,7 @@
 """HashMap working state: Python dicts in the task's process, with an undo log per epoch.
 
-Each state name has a table ``{key: value}``. The first write to a key in an epoch records the
+The state kinds are those of ``kinds.py``, over one :class:`HeapTable` per state name: a dict
+``{key: value}`` and the epoch's undo log. The first write to a key in an epoch records the
 key's previous value in the undo log; at the end of the epoch the touched keys form the epoch's
 *delta*. If the epoch commits, the undo log is dropped (cost: the number of touched keys); if it
 does not (a failed or superseded task attempt), the undo log restores the committed values.
@@ -8,56 +9,19 @@ does not (a failed or superseded task attempt), the undo log restores the commit
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from typing import Any
 
-from flowpoint.api.row import Row
-from flowpoint.api.state import (
-    AggregatingState,
-    AggregatingStateDescriptor,
-    ListState,
-    ListStateDescriptor,
-    MapState,
-    MapStateDescriptor,
-    ReducingState,
-    ReducingStateDescriptor,
-    StateDescriptor,
-    ValueState,
-    ValueStateDescriptor,
-)
-from flowpoint.errors import StateAccessError
+from flowpoint.api.state import StateDescriptor
 from flowpoint.state.compatibility import (
     Recorded,
-    declared_schema,
+    check_redeclared,
     migrate_table,
-    operator_label,
-    restored_state_migration,
+    on_register,
     worth_scanning,
 )
 from flowpoint.state.key_identity import CurrentKey, key_table
-
-_MISSING: Any = object()
-
-_ATOMIC = frozenset({int, float, bool, str, bytes, complex, type(None)})
-
-
-def _immutable(value: Any) -> bool:
-    t = type(value)
-    if t in _ATOMIC:
-        return True
-    if t is tuple or t is Row:
-        return all(type(x) in _ATOMIC for x in value)
-    return False
-
-
-def _private(value: Any) -> Any:
-    """A copy of a value for the undo log. User code may mutate the object state handed it
-    (``v = state.value(); v.append(x); state.update(v)``) and aggregate or reduce functions may
-    mutate their accumulator: the undo log must not share such objects with the table."""
-    if value is _MISSING or _immutable(value):
-        return value
-    return copy.deepcopy(value)
+from flowpoint.state.kinds import ABSENT, ATOMIC, immutable, keyed_state, private_copy
 
 # delta: {state name: (puts {key: value}, deletes [key])}
 Delta = dict[str, tuple[dict[Any, Any], list[Any]]]
@@ -74,7 +38,7 @@ class HeapKeyedStateBackend(CurrentKey):
         self.kinds: dict[str, str] = {}
         self.restored_states: dict[str, Recorded] = {}  # what a restore recorded (compatibility.py)
         self.schemas: dict[str, dict | None] = {}  # declared in this run
-        self._migrated: set[str] = set()  # restored states already brought to their declared schema
+        self.migrated: set[str] = set()  # restored states already brought to their declared schema
         self._states: dict[str, Any] = {}
 
     # -- state registration -------------------------------------------------------------------
@@ -82,26 +46,14 @@ class HeapKeyedStateBackend(CurrentKey):
     def get_partitioned_state(self, descriptor: StateDescriptor) -> Any:
         name = descriptor.name
         known = self.kinds.get(name)
-        if known is not None and known != descriptor.kind:
-            msg = (
-                f"operator {self.operator_name!r} declares state {name!r} as {descriptor.kind} state, "
-                f"but it was declared as {known} state before; give the two states different names"
-            )
-            raise StateAccessError(msg)
+        check_redeclared(self, descriptor, known)
         if known is None:
-            label = operator_label(self.operator_name, self.uid)
-            migrate = restored_state_migration(label, descriptor, self.restored_states.get(name))
+            migrate = on_register(self, descriptor, self.restored_states.get(name))
             table = self.tables.get(name)
-            if migrate is not None and table and name not in self._migrated:
-                if worth_scanning(migrate, descriptor.kind, next(iter(table.values()))):
-                    migrate_table(descriptor.kind, table, migrate)
-                self._migrated.add(name)
-            self.schemas[name] = declared_schema(descriptor)
+            if migrate is not None and table and worth_scanning(migrate, descriptor.kind, next(iter(table.values()))):
+                migrate_table(descriptor.kind, table, migrate)
         self.kinds[name] = descriptor.kind
-        table = self.tables.setdefault(name, {})
-        undo = self.undo.setdefault(name, {})
-        cls = _STATE_CLASSES[type(descriptor)]
-        state = cls(self, table, undo, descriptor)
+        state = keyed_state(self, HeapTable(self.tables.setdefault(name, {}), self.undo.setdefault(name, {})), descriptor)
         self._states[name] = state
         return state
 
@@ -117,8 +69,8 @@ class HeapKeyedStateBackend(CurrentKey):
             puts: dict[Any, Any] = {}
             deletes: list[Any] = []
             for key in undo:
-                value = table.get(key, _MISSING)
-                if value is _MISSING:
+                value = table.get(key, ABSENT)
+                if value is ABSENT:
                     deletes.append(key)
                 else:
                     puts[key] = value
@@ -134,8 +86,8 @@ class HeapKeyedStateBackend(CurrentKey):
         for name, undo in self.undo.items():
             table = self.tables[name]
             for key in undo:
-                value = table.get(key, _MISSING)
-                if value is not _MISSING:
+                value = table.get(key, ABSENT)
+                if value is not ABSENT:
                     yield name, key, value
 
     def commit(self) -> None:
@@ -146,7 +98,7 @@ class HeapKeyedStateBackend(CurrentKey):
         for name, undo in self.undo.items():
             table = self.tables[name]
             for key, old in undo.items():
-                if old is _MISSING:
+                if old is ABSENT:
                     table.pop(key, None)
                 else:
                     table[key] = old
@@ -179,227 +131,96 @@ class HeapKeyedStateBackend(CurrentKey):
         return iter(list(self.tables.get(state_name, {}).items()))
 
 
-class _HeapState:
-    __slots__ = ("_backend", "_table", "_undo", "_descriptor")
+class HeapTable:
+    """One state's table (``kinds.py``): ``data`` holds the values, ``undo`` the value each key
+    had before its first change in the current epoch (the backend's undo log)."""
 
-    def __init__(self, backend: HeapKeyedStateBackend, table: dict, undo: dict, descriptor: StateDescriptor):
-        self._backend = backend
-        self._table = table
-        self._undo = undo
-        self._descriptor = descriptor
+    __slots__ = ("data", "undo")
 
-    def _key(self) -> Any:
-        key = self._backend._sk
-        if key is None:
-            msg = (
-                f"state {self._descriptor.name!r} of operator {self._backend.operator_name!r} was used "
-                f"outside of a keyed context (no current key); use keyed state only while processing "
-                f"an element of a keyed stream"
-            )
-            raise StateAccessError(msg)
-        return key
+    def __init__(self, data: dict, undo: dict):
+        self.data = data
+        self.undo = undo
 
-    def _guard(self, key: Any, value: Any) -> Any:
-        """Before a mutable value is handed to user code, keep a private copy in the undo log
-        (once per key and epoch): a rollback restores it, and the delta includes the key in case
-        the value is mutated in place without a write."""
-        if key not in self._undo and value is not _MISSING and not _immutable(value):
-            self._undo[key] = copy.deepcopy(value)
+    def peek(self, key: Any) -> Any:
+        return self.data.get(key, ABSENT)
+
+    def read(self, key: Any) -> Any:
+        value = self.data.get(key, ABSENT)
+        if value is ABSENT or type(value) in ATOMIC or key in self.undo:
+            return value
+        if not immutable(value):  # user code may change it in place: keep the value to undo to
+            self.undo[key] = private_copy(value)
         return value
 
-    def clear(self) -> None:
-        key = self._key()
-        table = self._table
-        if key in table:
-            undo = self._undo
-            if key not in undo:
-                undo[key] = table[key]
-            del table[key]
-
-
-class HeapValueState(_HeapState, ValueState):
-    __slots__ = ()
-
-    def value(self) -> Any:
-        key = self._backend._sk
-        if key is None:
-            self._key()
-        value = self._table.get(key)
-        if value is None or key in self._undo or type(value) in _ATOMIC:
-            return value
-        return self._guard(key, value)
-
-    def update(self, value: Any) -> None:
-        key = self._backend._sk
-        if key is None:
-            self._key()
-        table = self._table
-        undo = self._undo
+    def write(self, key: Any, value: Any) -> None:
+        undo = self.undo
         if key not in undo:
-            undo[key] = table.get(key, _MISSING)
-        if value is None:
-            table.pop(key, None)
-        else:
-            table[key] = value
-
-
-class HeapListState(_HeapState, ListState):
-    __slots__ = ()
-
-    def _touch(self, key: Any) -> list:
-        table = self._table
-        current = table.get(key)
-        if key not in self._undo:
-            if current is None:
-                self._undo[key] = _MISSING
-            else:
-                self._undo[key] = list(current) if all(map(_immutable, current)) else copy.deepcopy(current)
-        if current is None:
-            current = table[key] = []
-        return current
-
-    def get(self) -> list:
-        key = self._key()
-        current = self._table.get(key)
-        if current is None:
-            return []
-        if key not in self._undo and not all(map(_immutable, current)):
-            self._undo[key] = copy.deepcopy(current)
-        return list(current)
-
-    def add(self, value: Any) -> None:
-        if value is None:
-            msg = f"list state {self._descriptor.name!r}: cannot add None"
-            raise StateAccessError(msg)
-        self._touch(self._key()).append(value)
-
-    def add_all(self, values: list[Any]) -> None:
-        key = self._key()
-        if values:
-            self._touch(key).extend(values)
-
-    def update(self, values: list[Any]) -> None:
-        key = self._key()
-        self._touch(key)
-        if values:
-            self._table[key] = list(values)
-        else:
-            del self._table[key]
-
-
-class HeapMapState(_HeapState, MapState):
-    __slots__ = ()
-
-    def _current(self) -> dict:
-        return self._table.get(self._key(), {})
-
-    def _snapshot(self, current: dict) -> dict:
-        if all(map(_immutable, current.values())):
-            return dict(current)
-        return {k: _private(v) for k, v in current.items()}
-
-    def _reading(self) -> dict:
-        """The current key's map, before user code sees values that may be mutable."""
-        key = self._key()
-        current = self._table.get(key)
-        if current is None:
-            return {}
-        if key not in self._undo and not all(map(_immutable, current.values())):
-            self._undo[key] = self._snapshot(current)
-        return current
-
-    def _touch(self) -> dict:
-        key = self._key()
-        table = self._table
-        current = table.get(key)
-        if key not in self._undo:
-            self._undo[key] = _MISSING if current is None else self._snapshot(current)
-        if current is None:
-            current = table[key] = {}
-        return current
-
-    def get(self, key: Any) -> Any:
-        value = self._current().get(key)
-        if type(value) in _ATOMIC or _immutable(value):
-            return value
-        return self._reading().get(key)
-
-    def put(self, key: Any, value: Any) -> None:
-        self._touch()[key] = value
-
-    def put_all(self, dict_value: dict[Any, Any]) -> None:
-        self._key()
-        if dict_value:
-            self._touch().update(dict_value)
+            undo[key] = self.data.get(key, ABSENT)
+        self.data[key] = value
 
     def remove(self, key: Any) -> None:
-        if key in self._current():
-            current = self._touch()
-            del current[key]
+        data = self.data
+        if key in data:
+            undo = self.undo
+            if key not in undo:
+                undo[key] = data[key]
+            del data[key]
+
+    # -- MapState: a dict per key -------------------------------------------------------------
+
+    def _guarded(self, key: Any) -> dict:
+        """The key's map, once its values may reach user code (None if it has none)."""
+        current = self.data.get(key)
+        if current is not None and key not in self.undo and not all(map(immutable, current.values())):
+            self.undo[key] = {k: private_copy(v) for k, v in current.items()}
+        return current
+
+    def _touch(self, key: Any) -> dict:
+        data = self.data
+        current = data.get(key)
+        if key not in self.undo:
+            self.undo[key] = ABSENT if current is None else private_copy(current)
+        if current is None:
+            current = data[key] = {}
+        return current
+
+    def map_get(self, key: Any, uk: Any) -> Any:
+        current = self.data.get(key)
+        if current is None:
+            return ABSENT
+        value = current.get(uk, ABSENT)
+        if value is ABSENT or immutable(value):
+            return value
+        return self._guarded(key)[uk]
+
+    def map_put(self, key: Any, uk: Any, value: Any) -> None:
+        self._touch(key)[uk] = value
+
+    def map_put_all(self, key: Any, values: dict) -> None:
+        self._touch(key).update(values)
+
+    def map_remove(self, key: Any, uk: Any) -> None:
+        current = self.data.get(key)
+        if current is not None and uk in current:
+            current = self._touch(key)
+            del current[uk]
             if not current:
-                del self._table[self._backend._sk]
+                del self.data[key]
 
-    def contains(self, key: Any) -> bool:
-        return key in self._current()
+    def map_contains(self, key: Any, uk: Any) -> bool:
+        current = self.data.get(key)
+        return current is not None and uk in current
 
-    def items(self):
-        return list(self._reading().items())
+    def map_items(self, key: Any) -> list:
+        current = self._guarded(key)
+        return [] if current is None else list(current.items())
 
-    def keys(self):
-        return list(self._current().keys())
+    def map_keys(self, key: Any) -> list:
+        return list(self.data.get(key, ()))
 
-    def values(self):
-        return list(self._reading().values())
+    def map_values(self, key: Any) -> list:
+        current = self._guarded(key)
+        return [] if current is None else list(current.values())
 
-    def is_empty(self) -> bool:
-        return not self._current()
-
-
-class HeapReducingState(_HeapState, ReducingState):
-    __slots__ = ()
-
-    def get(self) -> Any:
-        key = self._key()
-        value = self._table.get(key)
-        return value if value is None else self._guard(key, value)
-
-    def add(self, value: Any) -> None:
-        key = self._key()
-        table = self._table
-        current = table.get(key, _MISSING)
-        if key not in self._undo:
-            self._undo[key] = _private(current)
-        if current is _MISSING:
-            table[key] = value
-        else:
-            table[key] = self._descriptor.reduce_function.reduce(current, value)  # type: ignore[attr-defined]
-
-
-class HeapAggregatingState(_HeapState, AggregatingState):
-    __slots__ = ()
-
-    def get(self) -> Any:
-        key = self._key()
-        acc = self._table.get(key, _MISSING)
-        if acc is _MISSING:
-            return None
-        return self._descriptor.agg_function.get_result(self._guard(key, acc))  # type: ignore[attr-defined]
-
-    def add(self, value: Any) -> None:
-        key = self._key()
-        table = self._table
-        fn = self._descriptor.agg_function  # type: ignore[attr-defined]
-        current = table.get(key, _MISSING)
-        if key not in self._undo:
-            self._undo[key] = _private(current)
-        acc = fn.create_accumulator() if current is _MISSING else current
-        table[key] = fn.add(value, acc)
-
-
-_STATE_CLASSES = {
-    ValueStateDescriptor: HeapValueState,
-    ListStateDescriptor: HeapListState,
-    MapStateDescriptor: HeapMapState,
-    ReducingStateDescriptor: HeapReducingState,
-    AggregatingStateDescriptor: HeapAggregatingState,
-}
+    def map_is_empty(self, key: Any) -> bool:
+        return not self.data.get(key)

@@ -1,7 +1,8 @@
 """RocksDB keyed state: committed state on local disk, the current epoch's changes in memory.
 
-The DB (through ``rocksdict``) holds only *committed* state. While a task runs, its operators read
-and write through an in-memory **overlay**: per state, a dict from key to deserialized value
+The DB (through ``rocksdict``) holds only *committed* state. The state kinds are those of
+``kinds.py``, over one state table per state name (``_Table``): while a task runs, its operators
+read and write through the table's in-memory **overlay**: a dict from key to deserialized value
 (a read caches the value, so reading a key again in the epoch is a dict lookup, and a list or
 dict the user mutates in place is the object the overlay holds). Reads check the overlay, then
 the DB. At the end of the task :meth:`RocksDBKeyedStateBackend.delta` encodes the overlay into
@@ -45,32 +46,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowpoint import private_files
-from flowpoint.api.row import Row
-from flowpoint.api.state import (
-    AggregatingState,
-    AggregatingStateDescriptor,
-    ListState,
-    ListStateDescriptor,
-    MapState,
-    MapStateDescriptor,
-    ReducingState,
-    ReducingStateDescriptor,
-    StateDescriptor,
-    ValueState,
-    ValueStateDescriptor,
-)
+from flowpoint.api.state import StateDescriptor
 from flowpoint.errors import JobExecutionError, StateAccessError, StateDecodeError
 from flowpoint.state.compatibility import (
     Recorded,
-    check_restored_kind,
-    declared_schema,
+    check_redeclared,
     migrate_value,
-    operator_label,
-    restored_state_migration,
+    on_register,
     worth_scanning,
 )
 from flowpoint.state.key_identity import CurrentKey, StateKey, state_key
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
+from flowpoint.state.kinds import ABSENT, ATOMIC, immutable, keyed_state
 from flowpoint.tasks.batches import dumps
 
 _loads = pickle.loads
@@ -94,19 +81,8 @@ _pack_u64 = struct.Struct(">Q").pack
 _unpack_u64 = struct.Struct(">Q").unpack
 
 _MISS: Any = object()
-_ABSENT: Any = object()  # overlay tombstone (every kind but ValueState, where None is absent)
-
-_ATOMIC = frozenset({int, float, bool, str, bytes, complex, type(None)})
+_ABSENT = ABSENT  # overlay tombstone: no value for the key (kinds.py)
 _KEY_ATOMIC = frozenset({int, bool, str, bytes, type(None)})
-
-
-def _immutable(value: Any) -> bool:
-    t = type(value)
-    if t in _ATOMIC:
-        return True
-    if t is tuple or t is Row:
-        return all(type(x) in _ATOMIC for x in value)
-    return False
 
 
 class _SortedFrozenset:
@@ -337,16 +313,18 @@ class _MapOverlay:
 
 
 class _Table:
-    """The overlay of one state name."""
+    """One state's table (``kinds.py``) in RocksDB: an overlay of the values read or written this
+    epoch over the DB, decoded lazily; ``dirty`` keys are written by the epoch's delta."""
 
-    __slots__ = ("name", "sid", "sidb", "kind", "cache", "dirty", "orig", "maps")
+    __slots__ = ("name", "sid", "sidb", "kind", "cache", "dirty", "orig", "maps", "backend")
 
-    def __init__(self, name: str, sid: int, kind: str) -> None:
+    def __init__(self, name: str, sid: int, kind: str, backend: RocksDBKeyedStateBackend) -> None:
         self.name = name
         self.sid = sid
         self.sidb = bytes([sid])
         self.kind = kind
-        self.cache: dict[Any, Any] = {}  # key -> value (None / _ABSENT when there is none)
+        self.backend = backend
+        self.cache: dict[Any, Any] = {}  # key -> value (_ABSENT when there is none)
         self.dirty: set[Any] = set()  # keys whose value may differ from the DB's
         self.orig: dict[Any, tuple[bytes, bytes | None]] = {}  # key -> (DB key, DB bytes before the epoch)
         self.maps: dict[Any, _MapOverlay] = {}  # MapState only
@@ -356,6 +334,180 @@ class _Table:
         self.dirty.clear()
         self.orig.clear()
         self.maps.clear()
+
+    def _undecodable(self, e: Exception) -> StateDecodeError:
+        """A committed value or user key that does not unpickle: no restart can fix it."""
+        b = self.backend
+        msg = (
+            f"a stored value of state {self.name!r} of operator {b.operator_name!r} (RocksDB at {b.db_path}) "
+            f"cannot be unpickled ({type(e).__name__}: {str(e)[:300]}): the job no longer defines a class or module "
+            f"the state uses, or the restored files were damaged before their checksums were computed; restore from "
+            f"another checkpoint or savepoint, or bring the class back"
+        )
+        return StateDecodeError(msg, path=b.db_path)
+
+    # -- one value per key -----------------------------------------------------------------------
+
+    def _load(self, key: Any) -> Any:
+        """The committed value of ``key`` (``_ABSENT`` if none), now cached in the overlay and
+        remembered with its DB key and bytes."""
+        b = self.backend
+        enc = b._enc.get(key)
+        if enc is None:
+            enc = b._encode(key)
+        kb = enc[0] + self.sidb + enc[1]
+        raw = b._get(kb)
+        self.orig[key] = (kb, raw)
+        if raw is None:
+            self.cache[key] = _ABSENT
+            return _ABSENT
+        try:
+            value = self.cache[key] = _loads(raw)
+        except Exception as e:
+            raise self._undecodable(e) from e
+        return value
+
+    def peek(self, key: Any) -> Any:
+        value = self.cache.get(key, _MISS)
+        if value is _MISS:
+            value = self._load(key)
+        return value
+
+    def read(self, key: Any) -> Any:
+        value = self.cache.get(key, _MISS)
+        if value is _MISS:
+            value = self._load(key)
+        if value is not _ABSENT and type(value) not in ATOMIC and not immutable(value):
+            self.dirty.add(key)  # user code may change it in place: write it with the delta
+        return value
+
+    def write(self, key: Any, value: Any) -> None:
+        self.cache[key] = value
+        self.dirty.add(key)
+
+    def remove(self, key: Any) -> None:
+        if self.kind == "map":
+            self._map_clear(key)
+        elif self.peek(key) is not _ABSENT:
+            self.cache[key] = _ABSENT
+            self.dirty.add(key)
+
+    # -- MapState: one DB entry per user key ---------------------------------------------------
+
+    def _mo(self, key: Any) -> _MapOverlay:
+        mo = self.maps.get(key)
+        if mo is None:
+            mo = self.maps[key] = _MapOverlay()
+            mo.prefix = self.backend._db_key(self, key)
+        return mo
+
+    def _entry(self, mo: _MapOverlay, uk: Any) -> Any:
+        value = mo.entries.get(uk, _MISS)
+        if value is _MISS:
+            if mo.complete:
+                return _ABSENT
+            raw = self.backend._get(mo.prefix + key_bytes(uk))  # type: ignore[operator]
+            mo.orig[uk] = raw
+            value = mo.entries[uk] = _ABSENT if raw is None else _Raw(raw)
+        return value
+
+    def _value(self, mo: _MapOverlay, uk: Any, value: Any) -> Any:
+        """A value about to be handed to user code."""
+        if type(value) is _Raw:
+            try:
+                value = mo.entries[uk] = _loads(value.raw)
+            except Exception as e:
+                raise self._undecodable(e) from e
+            if not immutable(value):
+                mo.dirty.add(uk)
+        return value
+
+    def _scan_entries(self, mo: _MapOverlay) -> Iterator[tuple[Any, bytes]]:
+        prefix = mo.prefix
+        n = len(prefix)  # type: ignore[arg-type]
+        for kb, raw in self.backend._scan(prefix, prefix_end(prefix)):  # type: ignore[arg-type]
+            try:
+                uk = _loads(kb[n:])
+            except Exception as e:
+                raise self._undecodable(e) from e
+            yield uk, raw
+
+    def _load_all(self, mo: _MapOverlay) -> None:
+        if mo.complete:
+            return
+        entries, orig = mo.entries, mo.orig
+        for uk, raw in self._scan_entries(mo):
+            if uk not in entries:
+                entries[uk] = _Raw(raw)
+                orig[uk] = raw
+        mo.complete = True
+
+    def map_get(self, key: Any, uk: Any) -> Any:
+        mo = self._mo(key)
+        value = self._entry(mo, uk)
+        if value is _ABSENT:
+            return _ABSENT
+        return self._value(mo, uk, value)
+
+    def map_put(self, key: Any, uk: Any, value: Any) -> None:
+        mo = self._mo(key)
+        mo.entries[uk] = value
+        mo.dirty.add(uk)
+
+    def map_put_all(self, key: Any, values: dict) -> None:
+        mo = self._mo(key)
+        mo.entries.update(values)
+        mo.dirty.update(values)
+
+    def map_remove(self, key: Any, uk: Any) -> None:
+        mo = self._mo(key)
+        if self._entry(mo, uk) is not _ABSENT:
+            mo.entries[uk] = _ABSENT
+            mo.dirty.add(uk)
+
+    def map_contains(self, key: Any, uk: Any) -> bool:
+        return self._entry(self._mo(key), uk) is not _ABSENT
+
+    def map_items(self, key: Any) -> list:
+        mo = self._mo(key)
+        self._load_all(mo)
+        return [(uk, self._value(mo, uk, v)) for uk, v in list(mo.entries.items()) if v is not _ABSENT]
+
+    def map_keys(self, key: Any) -> list:
+        mo = self._mo(key)
+        self._load_all(mo)
+        return [uk for uk, v in mo.entries.items() if v is not _ABSENT]
+
+    def map_values(self, key: Any) -> list:
+        mo = self._mo(key)
+        self._load_all(mo)
+        return [self._value(mo, uk, v) for uk, v in list(mo.entries.items()) if v is not _ABSENT]
+
+    def map_is_empty(self, key: Any) -> bool:
+        mo = self._mo(key)
+        for v in mo.entries.values():
+            if v is not _ABSENT:
+                return False
+        if mo.complete:
+            return True
+        for uk, raw in self._scan_entries(mo):
+            if mo.entries.get(uk, _MISS) is _ABSENT:
+                continue
+            mo.entries[uk] = _Raw(raw)
+            mo.orig[uk] = raw
+            return False
+        mo.complete = True
+        return True
+
+    def _map_clear(self, key: Any) -> None:
+        mo = self._mo(key)
+        if self.map_is_empty(key):
+            return
+        mo.entries.clear()
+        mo.dirty.clear()
+        mo.orig.clear()
+        mo.cleared = True
+        mo.complete = True
 
 
 def _closed_get(*_args: Any) -> Any:
@@ -382,7 +534,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
         self._names: dict[str, tuple[int, str]] = {}  # persisted: name -> (state id, kind)
         self.restored_states: dict[str, Recorded] = {}  # what a restore recorded (compatibility.py)
         self.schemas: dict[str, dict | None] = {}  # declared in this run
-        self._migrated: set[str] = set()  # restored states already brought to their declared schema
+        self.migrated: set[str] = set()  # restored states already brought to their declared schema
         self._tables: dict[str, _Table] = {}
         self._enc: dict[Any, tuple[bytes, bytes]] = {}  # key -> (key group bytes, rest of key)
         self._kg_bytes = [key_group_prefix(g) for g in range(max_parallelism)]
@@ -600,31 +752,19 @@ class RocksDBKeyedStateBackend(CurrentKey):
         name = descriptor.name
         kind = descriptor.kind
         table = self._tables.get(name)
-        if table is not None and table.kind != kind:
-            msg = (
-                f"operator {self.operator_name!r} declares state {name!r} as {kind} state, "
-                f"but it was declared as {table.kind} state before; give the two states different names"
-            )
-            raise StateAccessError(msg)
+        check_redeclared(self, descriptor, None if table is None else table.kind)
         if table is None:
             self._require_db()
             known = self._names.get(name)
             recorded = self.restored_states.get(name)
             if known is not None and known[1] != UNKNOWN_KIND:  # the DB knows the declared kind
                 recorded = Recorded(known[1], True, recorded.schema if recorded is not None else None)
-            migrate = None
-            if name not in self._migrated and name in self.restored_states:
-                migrate = restored_state_migration(operator_label(self.operator_name, self.uid), descriptor, recorded)
-            else:
-                check_restored_kind(operator_label(self.operator_name, self.uid), name, kind, recorded)
+            migrate = on_register(self, descriptor, recorded)
             sid = self._ensure_state(name, kind)
             if migrate is not None:
                 self._migrate_values(sid, kind, migrate)
-                self._migrated.add(name)
-            self.schemas[name] = declared_schema(descriptor)
-            table = self._tables[name] = _Table(name, sid, kind)
-        cls = _STATE_CLASSES[type(descriptor)]
-        return cls(self, table, descriptor)
+            table = self._tables[name] = _Table(name, sid, kind, self)
+        return keyed_state(self, table, descriptor)
 
     # -- encoding ----------------------------------------------------------------------------
 
@@ -664,7 +804,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
         for table in self._tables.values():
             touched = False
             if table.kind != "map":
-                absent = None if table.kind == "value" else _ABSENT
+                absent = _ABSENT
                 cache, orig = table.cache, table.orig
                 for key in table.dirty:
                     value = cache[key]
@@ -744,7 +884,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
         the one that cannot be pickled."""
         for table in self._tables.values():
             if table.kind != "map":
-                absent = None if table.kind == "value" else _ABSENT
+                absent = _ABSENT
                 for key in table.dirty:
                     value = table.cache.get(key, absent)
                     if value is not absent:
@@ -1044,7 +1184,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
 def _overlay_onto(table: _Table, target: dict[Any, Any]) -> None:
     """Apply one state's overlay to ``target`` (``{key: value}`` read from the DB)."""
     if table.kind != "map":
-        absent = None if table.kind == "value" else _ABSENT
+        absent = _ABSENT
         for key, value in table.cache.items():
             if value is absent:
                 target.pop(key, None)
@@ -1066,330 +1206,5 @@ def _overlay_onto(table: _Table, target: dict[Any, Any]) -> None:
 
 # -- state objects -------------------------------------------------------------------------------
 
-
-class _RocksState:
-    __slots__ = ("_backend", "_table", "_cache", "_dirty", "_orig", "_descriptor")
-
-    def __init__(self, backend: RocksDBKeyedStateBackend, table: _Table, descriptor: StateDescriptor):
-        self._backend = backend
-        self._table = table
-        self._cache = table.cache
-        self._dirty = table.dirty
-        self._orig = table.orig
-        self._descriptor = descriptor
-
-    def _key(self) -> Any:
-        key = self._backend._sk
-        if key is None:
-            msg = (
-                f"state {self._descriptor.name!r} of operator {self._backend.operator_name!r} was used "
-                f"outside of a keyed context (no current key); use keyed state only while processing "
-                f"an element of a keyed stream"
-            )
-            raise StateAccessError(msg)
-        return key
-
-    def _undecodable(self, e: Exception) -> StateDecodeError:
-        """A committed value or user key that does not unpickle: no restart can fix it."""
-        b = self._backend
-        msg = (
-            f"a stored value of state {self._descriptor.name!r} of operator {b.operator_name!r} (RocksDB at {b.db_path}) "
-            f"cannot be unpickled ({type(e).__name__}: {str(e)[:300]}): the job no longer defines a class or module "
-            f"the state uses, or the restored files were damaged before their checksums were computed; restore from "
-            f"another checkpoint or savepoint, or bring the class back"
-        )
-        return StateDecodeError(msg, path=b.db_path)
-
-    def _fetch(self, key: Any) -> bytes | None:
-        """The committed bytes of ``key`` (``None`` if none), remembered with its DB key."""
-        b = self._backend
-        enc = b._enc.get(key)
-        if enc is None:
-            enc = b._encode(key)
-        kb = enc[0] + self._table.sidb + enc[1]
-        raw = b._get(kb)
-        self._orig[key] = (kb, raw)
-        return raw
-
-    def _load(self, key: Any) -> Any:
-        """The committed value of ``key`` (``_ABSENT`` if none), now cached in the overlay."""
-        raw = self._fetch(key)
-        if raw is None:
-            self._cache[key] = _ABSENT
-            return _ABSENT
-        try:
-            value = self._cache[key] = _loads(raw)
-        except Exception as e:
-            raise self._undecodable(e) from e
-        if not _immutable(value):  # user code may mutate it in place
-            self._dirty.add(key)
-        return value
-
-    def _current(self, key: Any) -> Any:
-        value = self._cache.get(key, _MISS)
-        if value is _MISS:
-            value = self._load(key)
-        return value
-
-    def clear(self) -> None:
-        key = self._key()
-        if self._current(key) is not _ABSENT:
-            self._cache[key] = _ABSENT
-            self._dirty.add(key)
-
-
-class RocksDBValueState(_RocksState, ValueState):
-    __slots__ = ()
-
-    def _load(self, key: Any) -> Any:
-        raw = self._fetch(key)
-        if raw is None:
-            self._cache[key] = None
-            return None
-        try:
-            value = self._cache[key] = _loads(raw)
-        except Exception as e:
-            raise self._undecodable(e) from e
-        if type(value) not in _ATOMIC and not _immutable(value):
-            self._dirty.add(key)
-        return value
-
-    def value(self) -> Any:
-        key = self._backend._sk
-        value = self._cache.get(key, _MISS)
-        if value is _MISS:
-            if key is None:
-                self._key()
-            value = self._load(key)
-        return value
-
-    def update(self, value: Any) -> None:
-        key = self._backend._sk
-        if key is None:
-            self._key()
-        self._cache[key] = value
-        self._dirty.add(key)
-
-    def clear(self) -> None:
-        key = self._key()
-        if self.value() is not None:
-            self._cache[key] = None
-            self._dirty.add(key)
-
-
-class RocksDBListState(_RocksState, ListState):
-    __slots__ = ()
-
-    def _load(self, key: Any) -> Any:
-        raw = self._fetch(key)
-        if raw is None:
-            self._cache[key] = _ABSENT
-            return _ABSENT
-        try:
-            value = self._cache[key] = _loads(raw)
-        except Exception as e:
-            raise self._undecodable(e) from e
-        if not all(map(_immutable, value)):
-            self._dirty.add(key)
-        return value
-
-    def _touch(self, key: Any) -> list:
-        current = self._current(key)
-        if current is _ABSENT:
-            current = self._cache[key] = []
-        self._dirty.add(key)
-        return current
-
-    def get(self) -> list:
-        current = self._current(self._key())
-        return [] if current is _ABSENT else list(current)
-
-    def add(self, value: Any) -> None:
-        if value is None:
-            msg = f"list state {self._descriptor.name!r}: cannot add None"
-            raise StateAccessError(msg)
-        self._touch(self._key()).append(value)
-
-    def add_all(self, values: list[Any]) -> None:
-        key = self._key()
-        if values:
-            self._touch(key).extend(values)
-
-    def update(self, values: list[Any]) -> None:
-        key = self._key()
-        self._cache[key] = list(values) if values else _ABSENT
-        self._dirty.add(key)
-
-
-class RocksDBMapState(_RocksState, MapState):
-    __slots__ = ()
-
-    def _mo(self) -> _MapOverlay:
-        key = self._key()
-        maps = self._table.maps
-        mo = maps.get(key)
-        if mo is None:
-            mo = maps[key] = _MapOverlay()
-        return mo
-
-    def _prefix(self, mo: _MapOverlay) -> bytes:
-        if mo.prefix is None:
-            mo.prefix = self._backend._db_key(self._table, self._backend._sk)
-        return mo.prefix
-
-    def _entry(self, mo: _MapOverlay, uk: Any) -> Any:
-        value = mo.entries.get(uk, _MISS)
-        if value is _MISS:
-            if mo.complete:
-                return _ABSENT
-            raw = self._backend._get(self._prefix(mo) + key_bytes(uk))
-            mo.orig[uk] = raw
-            value = mo.entries[uk] = _ABSENT if raw is None else _Raw(raw)
-        return value
-
-    def _value(self, mo: _MapOverlay, uk: Any, value: Any) -> Any:
-        """A value about to be handed to user code."""
-        if type(value) is _Raw:
-            try:
-                value = mo.entries[uk] = _loads(value.raw)
-            except Exception as e:
-                raise self._undecodable(e) from e
-            if not _immutable(value):
-                mo.dirty.add(uk)
-        return value
-
-    def _load_all(self, mo: _MapOverlay) -> None:
-        if mo.complete:
-            return
-        prefix = self._prefix(mo)
-        n = len(prefix)
-        entries, orig = mo.entries, mo.orig
-        for kb, raw in self._backend._scan(prefix, prefix_end(prefix)):
-            try:
-                uk = _loads(kb[n:])
-            except Exception as e:
-                raise self._undecodable(e) from e
-            if uk not in entries:
-                entries[uk] = _Raw(raw)
-                orig[uk] = raw
-        mo.complete = True
-
-    def get(self, key: Any) -> Any:
-        mo = self._mo()
-        value = self._entry(mo, key)
-        if value is _ABSENT:
-            return None
-        return self._value(mo, key, value)
-
-    def put(self, key: Any, value: Any) -> None:
-        mo = self._mo()
-        mo.entries[key] = value
-        mo.dirty.add(key)
-
-    def put_all(self, dict_value: dict[Any, Any]) -> None:
-        mo = self._mo()
-        if dict_value:
-            mo.entries.update(dict_value)
-            mo.dirty.update(dict_value)
-
-    def remove(self, key: Any) -> None:
-        mo = self._mo()
-        if self._entry(mo, key) is not _ABSENT:
-            mo.entries[key] = _ABSENT
-            mo.dirty.add(key)
-
-    def contains(self, key: Any) -> bool:
-        return self._entry(self._mo(), key) is not _ABSENT
-
-    def items(self):
-        mo = self._mo()
-        self._load_all(mo)
-        return [(uk, self._value(mo, uk, v)) for uk, v in list(mo.entries.items()) if v is not _ABSENT]
-
-    def keys(self):
-        mo = self._mo()
-        self._load_all(mo)
-        return [uk for uk, v in mo.entries.items() if v is not _ABSENT]
-
-    def values(self):
-        mo = self._mo()
-        self._load_all(mo)
-        return [self._value(mo, uk, v) for uk, v in list(mo.entries.items()) if v is not _ABSENT]
-
-    def is_empty(self) -> bool:
-        mo = self._mo()
-        for v in mo.entries.values():
-            if v is not _ABSENT:
-                return False
-        if mo.complete:
-            return True
-        prefix = self._prefix(mo)
-        n = len(prefix)
-        for kb, raw in self._backend._scan(prefix, prefix_end(prefix)):
-            try:
-                uk = _loads(kb[n:])
-            except Exception as e:
-                raise self._undecodable(e) from e
-            if mo.entries.get(uk, _MISS) is _ABSENT:
-                continue
-            mo.entries[uk] = _Raw(raw)
-            mo.orig[uk] = raw
-            return False
-        mo.complete = True
-        return True
-
-    def clear(self) -> None:
-        mo = self._mo()
-        if self.is_empty():
-            return
-        mo.entries.clear()
-        mo.dirty.clear()
-        mo.orig.clear()
-        mo.cleared = True
-        mo.complete = True
-
-
-class RocksDBReducingState(_RocksState, ReducingState):
-    __slots__ = ()
-
-    def get(self) -> Any:
-        value = self._current(self._key())
-        return None if value is _ABSENT else value
-
-    def add(self, value: Any) -> None:
-        key = self._key()
-        current = self._current(key)
-        if current is _ABSENT:
-            self._cache[key] = value
-        else:
-            self._cache[key] = self._descriptor.reduce_function.reduce(current, value)  # type: ignore[attr-defined]
-        self._dirty.add(key)
-
-
-class RocksDBAggregatingState(_RocksState, AggregatingState):
-    __slots__ = ()
-
-    def get(self) -> Any:
-        acc = self._current(self._key())
-        if acc is _ABSENT:
-            return None
-        return self._descriptor.agg_function.get_result(acc)  # type: ignore[attr-defined]
-
-    def add(self, value: Any) -> None:
-        key = self._key()
-        fn = self._descriptor.agg_function  # type: ignore[attr-defined]
-        current = self._current(key)
-        acc = fn.create_accumulator() if current is _ABSENT else current
-        self._cache[key] = fn.add(value, acc)
-        self._dirty.add(key)
-
-
-_STATE_CLASSES = {
-    ValueStateDescriptor: RocksDBValueState,
-    ListStateDescriptor: RocksDBListState,
-    MapStateDescriptor: RocksDBMapState,
-    ReducingStateDescriptor: RocksDBReducingState,
-    AggregatingStateDescriptor: RocksDBAggregatingState,
-}
 
 __all__ = ["RocksDBDelta", "RocksDBKeyedStateBackend", "key_bytes", "key_group_prefix", "parse_db_key", "prefix_end"]
