@@ -16,50 +16,131 @@ from collections.abc import Iterable
 from typing import Any
 
 from flowpoint.api.state import (
-    AggregatingState,
     AggregatingStateDescriptor,
-    ListState,
     ListStateDescriptor,
-    MapState,
     MapStateDescriptor,
-    ReducingState,
     ReducingStateDescriptor,
     StateDescriptor,
-    ValueState,
     ValueStateDescriptor,
 )
 from flowpoint.errors import StateAccessError
+from flowpoint.state.kinds import (
+    ABSENT,
+    KeyedAggregatingState,
+    KeyedListState,
+    KeyedMapState,
+    KeyedReducingState,
+    KeyedValueState,
+)
+
+
+class NamespaceTable:
+    """The state table (``state/kinds.py``) of one namespaced state: its values by namespace, held
+    in the backend's MapState of the current key. A MapState kind's map is one dict per
+    namespace, replaced (never changed in place) on every write."""
+
+    __slots__ = ("m",)
+
+    def __init__(self, m: Any):
+        self.m = m
+
+    def peek(self, ns: Any) -> Any:
+        value = self.m.get(ns)
+        return ABSENT if value is None else value
+
+    read = peek  # the backend's MapState keeps what user code changes in a value it got
+
+    def write(self, ns: Any, value: Any) -> None:
+        self.m.put(ns, value)
+
+    def remove(self, ns: Any) -> None:
+        self.m.remove(ns)
+
+    def _dict(self, ns: Any) -> dict:
+        return self.m.get(ns) or {}
+
+    def _store(self, ns: Any, d: dict) -> None:
+        if d:
+            self.m.put(ns, d)
+        else:
+            self.m.remove(ns)
+
+    def map_get(self, ns: Any, uk: Any) -> Any:
+        return self._dict(ns).get(uk, ABSENT)
+
+    def map_put(self, ns: Any, uk: Any, value: Any) -> None:
+        self._store(ns, {**self._dict(ns), uk: value})
+
+    def map_put_all(self, ns: Any, values: dict) -> None:
+        self._store(ns, {**self._dict(ns), **values})
+
+    def map_remove(self, ns: Any, uk: Any) -> None:
+        d = self._dict(ns)
+        if uk in d:
+            d = dict(d)
+            del d[uk]
+            self._store(ns, d)
+
+    def map_contains(self, ns: Any, uk: Any) -> bool:
+        return uk in self._dict(ns)
+
+    def map_items(self, ns: Any) -> list:
+        return list(self._dict(ns).items())
+
+    def map_keys(self, ns: Any) -> list:
+        return list(self._dict(ns).keys())
+
+    def map_values(self, ns: Any) -> list:
+        return list(self._dict(ns).values())
+
+    def map_is_empty(self, ns: Any) -> bool:
+        return not self._dict(ns)
+
+
+class _Scope:
+    """What the state kinds see as their backend: the current namespace is their key."""
+
+    __slots__ = ("_sk", "operator_name")
+
+    def __init__(self, operator_name: str):
+        self._sk: Any = None
+        self.operator_name = operator_name
 
 
 class NamespacedState:
-    """The state of one descriptor across the namespaces of the current key."""
+    """The state of one descriptor across the namespaces of the current key: a state kind of
+    ``state/kinds.py`` over a :class:`NamespaceTable`, plus what windows need (the namespaces
+    holding a value, merging namespaces)."""
 
-    __slots__ = ("_map", "_descriptor", "namespace")
+    __slots__ = ()
 
     def __init__(self, backend: Any, descriptor: StateDescriptor, state_name: str):
-        self._map = backend.get_partitioned_state(MapStateDescriptor(state_name))
-        self._descriptor = descriptor
-        self.namespace: Any = None
+        table = NamespaceTable(backend.get_partitioned_state(MapStateDescriptor(state_name)))
+        super().__init__(_Scope(backend.operator_name), table, descriptor)  # type: ignore[call-arg]
+
+    @property
+    def namespace(self) -> Any:
+        return self._b._sk  # type: ignore[attr-defined]
+
+    @namespace.setter
+    def namespace(self, namespace: Any) -> None:
+        self._b._sk = namespace  # type: ignore[attr-defined]
 
     def set_current_namespace(self, namespace: Any) -> None:
-        self.namespace = namespace
-
-    def clear(self) -> None:
-        """Remove the value of the current key and namespace."""
-        self._map.remove(self.namespace)
+        self._b._sk = namespace  # type: ignore[attr-defined]
 
     def namespaces(self) -> list[Any]:
         """The namespaces of the current key that hold a value."""
-        return list(self._map.keys())
+        return list(self._t.m.keys())  # type: ignore[attr-defined]
 
     def raw(self) -> Any:
         """The stored value of the current namespace (None if none): for the window operator."""
-        return self._map.get(self.namespace)
+        return self._t.m.get(self._b._sk)  # type: ignore[attr-defined]
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
         """Merge the values of ``sources`` into ``target`` and remove them (Flink's
         ``InternalMergingState.mergeNamespaces``): sources in order, then onto the target's."""
-        m = self._map
+        m = self._t.m  # type: ignore[attr-defined]
         merged: Any = None
         for ns in sources:
             value = m.get(ns)
@@ -72,94 +153,36 @@ class NamespacedState:
             m.put(target, merged if current is None else self._merge(current, merged))
 
     def _merge(self, a: Any, b: Any) -> Any:
-        msg = f"{type(self).__name__} {self._descriptor.name!r} cannot be merged; only list, reducing and aggregating state merge"
+        msg = f"{type(self).__name__} {self._descriptor.name!r} cannot be merged; only list, reducing and aggregating state merge"  # type: ignore[attr-defined]
         raise StateAccessError(msg)
 
 
-class NamespacedValueState(NamespacedState, ValueState):
+class NamespacedValueState(NamespacedState, KeyedValueState):
     __slots__ = ()
 
-    def value(self) -> Any:
-        return self._map.get(self.namespace)
 
-    def update(self, value: Any) -> None:
-        if value is None:
-            self._map.remove(self.namespace)
-        else:
-            self._map.put(self.namespace, value)
-
-
-class NamespacedListState(NamespacedState, ListState):
+class NamespacedListState(NamespacedState, KeyedListState):
     __slots__ = ()
-
-    def get(self) -> list:
-        current = self._map.get(self.namespace)
-        return [] if current is None else list(current)
-
-    def add(self, value: Any) -> None:
-        if value is None:
-            msg = f"list state {self._descriptor.name!r}: cannot add None"
-            raise StateAccessError(msg)
-        m, ns = self._map, self.namespace
-        current = m.get(ns)
-        if current is None:
-            m.put(ns, [value])
-        else:
-            current.append(value)
-            m.put(ns, current)
-
-    def add_all(self, values: list[Any]) -> None:
-        if not values:
-            return
-        m, ns = self._map, self.namespace
-        current = m.get(ns)
-        m.put(ns, list(values) if current is None else [*current, *values])
-
-    def update(self, values: list[Any]) -> None:
-        if values:
-            self._map.put(self.namespace, list(values))
-        else:
-            self._map.remove(self.namespace)
 
     def _merge(self, a: Any, b: Any) -> Any:
         return [*a, *b]
 
 
-class NamespacedReducingState(NamespacedState, ReducingState):
+class NamespacedReducingState(NamespacedState, KeyedReducingState):
     __slots__ = ()
-
-    def get(self) -> Any:
-        return self._map.get(self.namespace)
-
-    def add(self, value: Any) -> None:
-        m, ns = self._map, self.namespace
-        current = m.get(ns)
-        m.put(ns, value if current is None else self._descriptor.reduce_function.reduce(current, value))  # type: ignore[attr-defined]
 
     def _merge(self, a: Any, b: Any) -> Any:
         return self._descriptor.reduce_function.reduce(a, b)  # type: ignore[attr-defined]
 
 
-class NamespacedAggregatingState(NamespacedState, AggregatingState):
+class NamespacedAggregatingState(NamespacedState, KeyedAggregatingState):
     """Holds the accumulator; ``get()`` is the function's result for it."""
 
     __slots__ = ()
 
-    def get(self) -> Any:
-        acc = self._map.get(self.namespace)
-        return None if acc is None else self._descriptor.agg_function.get_result(acc)  # type: ignore[attr-defined]
-
-    def add(self, value: Any) -> None:
-        fn = self._descriptor.agg_function  # type: ignore[attr-defined]
-        m, ns = self._map, self.namespace
-        acc = m.get(ns)
-        if acc is None:
-            acc = fn.create_accumulator()
-        m.put(ns, fn.add(value, acc))
-
     def merge_accumulator(self, partial: Any) -> None:
         """Merge a partial accumulator (of records aggregated elsewhere) into this one."""
-        m, ns = self._map, self.namespace
+        m, ns = self._t.m, self._b._sk
         acc = m.get(ns)
         m.put(ns, partial if acc is None else self._descriptor.agg_function.merge(acc, partial))  # type: ignore[attr-defined]
 
@@ -167,53 +190,10 @@ class NamespacedAggregatingState(NamespacedState, AggregatingState):
         return self._descriptor.agg_function.merge(a, b)  # type: ignore[attr-defined]
 
 
-class NamespacedMapState(NamespacedState, MapState):
+class NamespacedMapState(NamespacedState, KeyedMapState):
     """A map per namespace, stored as one dict (copied on write)."""
 
     __slots__ = ()
-
-    def _dict(self) -> dict:
-        return self._map.get(self.namespace) or {}
-
-    def _write(self, d: dict) -> None:
-        if d:
-            self._map.put(self.namespace, d)
-        else:
-            self._map.remove(self.namespace)
-
-    def get(self, key: Any) -> Any:
-        return self._dict().get(key)
-
-    def put(self, key: Any, value: Any) -> None:
-        d = dict(self._dict())
-        d[key] = value
-        self._write(d)
-
-    def put_all(self, dict_value: dict[Any, Any]) -> None:
-        if dict_value:
-            self._write({**self._dict(), **dict_value})
-
-    def remove(self, key: Any) -> None:
-        d = self._dict()
-        if key in d:
-            d = dict(d)
-            del d[key]
-            self._write(d)
-
-    def contains(self, key: Any) -> bool:
-        return key in self._dict()
-
-    def items(self):
-        return list(self._dict().items())
-
-    def keys(self):
-        return list(self._dict().keys())
-
-    def values(self):
-        return list(self._dict().values())
-
-    def is_empty(self) -> bool:
-        return not self._dict()
 
 
 _CLASSES: dict[type, type] = {
