@@ -291,3 +291,139 @@ def test_full_snapshots_only_with_max_ratio_zero(make_env, tmp_path):
     assert not os.listdir(job_dir / "shared")
     assert_exact(job_dir, metas)
     assert json.loads((job_dir / f"chk-{max(metas)}" / "_metadata").read_text())["incremental"] is False
+
+
+# -- the partition backend, driven as the runtime drives it (no Spark) ------------------------
+
+
+class Partition:
+    """One partition's committed history, its checkpoints, and the workers it runs on."""
+
+    def __init__(self, tmp_path, ratio: float = 100.0, parts: int = 3) -> None:
+        from flowpoint.state.working import CommittedChain
+        from flowpoint.tasks.protocol import StateLocation
+
+        self.tmp = tmp_path
+        self.location = StateLocation("job/run-0", str(tmp_path / "local"), str(tmp_path / "durable"), "hashmap", changelog=True, changelog_max_ratio=ratio, changelog_max_parts=parts)
+        self.chain = CommittedChain()
+        self.shared: dict[str, str] = {}  # the driver's registry of the last completed checkpoint
+        self.model: dict = {}  # the committed state
+        self.epoch = 0
+        self.workers: dict[str, object] = {}
+        self.checkpoints: dict[int, tuple[list, dict]] = {}  # id -> (files, the state they hold)
+
+    def backend(self, worker: str):
+        from flowpoint.state.backend import HashMapPartitionBackend
+        from flowpoint.state.working import TaskStateCache
+
+        if worker not in self.workers:
+            self.workers[worker] = HashMapPartitionBackend(self.location, 128, TaskStateCache())
+        return self.workers[worker]
+
+    def run(self, worker: str, writes: dict, checkpoint: int | None = None, complete: bool = True, compact: bool = False):
+        """One epoch on ``worker``: the checkpoint's snapshot first (of the committed state), then
+        the writes (value None: clear), committed; the checkpoint completes if ``complete``."""
+        from flowpoint.tasks.protocol import CheckpointTarget, TaskSlice
+
+        backend = self.backend(worker)
+        self.epoch += 1
+        token = f"t{self.epoch}"
+        ts, _fresh = backend.acquire(0, 0, self.chain, ["op"])
+        write = None
+        if checkpoint is not None:
+            write = backend.snapshot(ts, ["op"], 0, CheckpointTarget(checkpoint, str(self.tmp / "ck")), dict(self.shared))
+            snapshot_state = dict(self.model)
+        ts.pending = (self.epoch, token)
+        b = ts.backend("op", "op")
+        v = b.get_partitioned_state(ValueStateDescriptor("v"))
+        for key, value in writes.items():
+            b.current_key = key
+            if value is None:
+                v.clear()
+                self.model.pop(key, None)
+            else:
+                v.update(value)
+                self.model[key] = value
+        b.current_key = None
+        ack = backend.end_epoch(ts, TaskSlice(0, 0, self.chain, compact), self.epoch, token)
+        self.chain = self.chain.committed(self.epoch, token, ack)
+        if write is None:
+            return None
+        (part,) = write()
+        self.checkpoints[checkpoint] = (part.files, snapshot_state)
+        if complete:
+            from flowpoint.state.backend import chain_entry, is_chain
+
+            assert is_chain(part.files)
+            key, value = chain_entry(part, checkpoint)
+            self.shared = {key: value}
+        return [h.kind for h in part.files]
+
+    def restored(self, checkpoint: int) -> dict:
+        """The state a restore of ``checkpoint`` builds from its files."""
+        from flowpoint.state.working import apply_part, load_part
+
+        files, _ = self.checkpoints[checkpoint]
+        tables: dict = {}
+        for h in files:
+            data = (self.tmp / "ck" / h.path).read_bytes()
+            apply_part(tables, h.kind == "changelog", load_part(data, h.path, "op"))
+        return {user_key(k): v for k, v in tables.get("v", {}).items()}
+
+    def check(self, checkpoint: int) -> None:
+        assert self.restored(checkpoint) == self.checkpoints[checkpoint][1]
+
+
+def test_chains_grow_to_max_parts_then_materialize(tmp_path):
+    p = Partition(tmp_path, parts=2)
+    p.run("A", {i: i for i in range(100)})
+    assert p.run("A", {1: 10, 2: None}, checkpoint=1) == ["full"]
+    assert p.run("A", {3: 30, 1.5: "x"}, checkpoint=2) == ["full", "changelog"]
+    assert p.run("A", {3: None, 4: 40}, checkpoint=3) == ["full", "changelog", "changelog"]
+    assert p.run("A", {5: 50}, checkpoint=4) == ["full"]  # max-parts 2
+    assert p.run("A", {}, checkpoint=5) == ["full", "changelog"]
+    for c in range(1, 6):
+        p.check(c)
+    assert 2 not in p.restored(2) and 3 not in p.restored(4)  # deleted keys stay deleted
+
+
+def test_materialize_when_the_changelogs_outgrow_max_ratio(tmp_path):
+    p = Partition(tmp_path, ratio=0.5, parts=100)
+    p.run("A", {i: i for i in range(1000)})
+    assert p.run("A", {i: -i for i in range(300)}, checkpoint=1) == ["full"]
+    assert p.run("A", {i: i for i in range(300)}, checkpoint=2) == ["full", "changelog"]  # ~30%
+    assert p.run("A", {}, checkpoint=3) == ["full"]  # 30% + 30% > 50%
+    for c in (1, 2, 3):
+        p.check(c)
+
+
+def test_a_declined_checkpoint_s_changes_go_into_the_next_changelog(tmp_path):
+    p = Partition(tmp_path)
+    p.run("A", {i: i for i in range(50)})
+    p.run("A", {1: 11}, checkpoint=1)
+    assert p.run("A", {2: None, 3: 33}, checkpoint=2, complete=False) == ["full", "changelog"]  # declined
+    assert p.run("A", {4: 44}, checkpoint=3) == ["full", "changelog"]  # on top of checkpoint 1
+    p.check(3)
+    assert p.restored(3)[3] == 33 and 2 not in p.restored(3)
+
+
+def test_a_partition_moving_between_workers(tmp_path):
+    p = Partition(tmp_path, parts=100)
+    p.run("A", {i: i for i in range(50)})
+    p.run("A", {1: 11}, checkpoint=1)
+    # B never held the partition: it loads it from the durable deltas, whose keys it tracks
+    assert p.run("B", {2: None}, checkpoint=2) == ["full", "changelog"]
+    # back on A, whose copy is behind: it catches up with B's delta and knows its keys too
+    assert p.run("A", {3: 3.5}, checkpoint=3) == ["full", "changelog", "changelog"]
+    p.check(3)
+    assert 2 not in p.restored(3)
+    # a new durable base after checkpoint 3, then a worker that never held the partition: it
+    # loads the base and cannot know what changed between checkpoint 3 and the base
+    p.run("A", {4: 44}, compact=True)
+    p.run("A", {5: 55})
+    assert p.run("C", {6: 66}, checkpoint=4) == ["full"]
+    p.check(4)
+    # the driver restarted its registry (a restore): a full snapshot
+    p.shared = {}
+    assert p.run("C", {7: 77}, checkpoint=5) == ["full"]
+    p.check(5)
