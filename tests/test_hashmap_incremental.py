@@ -427,3 +427,18 @@ def test_a_partition_moving_between_workers(tmp_path):
     p.shared = {}
     assert p.run("C", {7: 77}, checkpoint=5) == ["full"]
     p.check(5)
+
+
+def test_another_run_never_builds_on_this_run_s_chain(tmp_path):
+    p = Partition(tmp_path)
+    p.run("A", {i: i for i in range(50)})
+    p.run("A", {1: 11}, checkpoint=1)
+    # a restart begins a new run from a checkpoint: the driver's registry still names the last
+    # completed checkpoint, but the new run's versions are not this run's history
+    from dataclasses import replace
+
+    p.location = replace(p.location, run_key="job/run-1")
+    p.workers = {}
+    assert p.run("A", {2: 22}, checkpoint=2) == ["full"]
+    assert p.run("A", {3: 33}, checkpoint=3) == ["full", "changelog"]
+    p.check(3)

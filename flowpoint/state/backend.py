@@ -294,7 +294,7 @@ class HashMapPartitionBackend(PartitionBackend):
             frozen.append((uid, data, kind, chain, keys, (time.perf_counter() - t0) * 1000, states))
         if tracker is not None:
             tracker.cut(ts.version)
-        options, version = self.options, ts.version
+        options, version, run = self.options, ts.version, self.location.run_key
 
         def write() -> list[OperatorPart]:
             access = None if target.inline else _storage(target, options)
@@ -309,7 +309,7 @@ class HashMapPartitionBackend(PartitionBackend):
                 if access is not None:
                     access.write_bytes(rel, data)
                 h = PartHandle(rel, len(data), kind, hashlib.sha256(data).hexdigest(), data=data if target.inline else None)
-                parts.append(OperatorPart(uid, partition, [*chain, h], keys, sync_ms, (time.perf_counter() - t0) * 1000, states=states, version=version))
+                parts.append(OperatorPart(uid, partition, [*chain, h], keys, sync_ms, (time.perf_counter() - t0) * 1000, run, states, version))
             return parts
 
         return write
@@ -321,9 +321,11 @@ class HashMapPartitionBackend(PartitionBackend):
         ``state.backend.hashmap.changelog.*``, else a full snapshot (a new chain)."""
         loc = self.location
         previous = read_chain(shared, uid)
-        changes = tracker.since(previous[1]) if previous is not None else None
+        if previous is not None and previous[1] != loc.run_key:
+            previous = None  # another run's history (a restart): its versions are not this run's
+        changes = tracker.since(previous[2]) if previous is not None else None
         if changes is not None and previous is not None:
-            chain = previous[2]
+            chain = previous[3]
             full_size = sum(h.size for h in chain if h.kind == "full")
             logs = [h for h in chain if h.kind == "changelog"]
             if len(logs) < loc.changelog_max_parts:
@@ -374,17 +376,17 @@ def chain_entry(part: OperatorPart, checkpoint_id: int) -> tuple[str, str]:
     its id, the committed version its snapshot holds, and its parts in ``shared/`` (a full
     snapshot, then changelog parts)."""
     files = [[h.path, h.size, h.kind, h.sha256] for h in part.files]
-    return CHAIN_PREFIX + part.uid, json.dumps([checkpoint_id, part.version, files])
+    return CHAIN_PREFIX + part.uid, json.dumps([checkpoint_id, part.lineage, part.version, files])
 
 
-def read_chain(shared: dict[str, str], uid: str) -> tuple[int, int, list[PartHandle]] | None:
-    """``(checkpoint id, version, parts)`` of the last completed checkpoint's chain of ``uid``
-    in this partition (None: none known)."""
+def read_chain(shared: dict[str, str], uid: str) -> tuple[int, str, int, list[PartHandle]] | None:
+    """``(checkpoint id, run key, version, parts)`` of the last completed checkpoint's chain of
+    ``uid`` in this partition (None: none known)."""
     text = shared.get(CHAIN_PREFIX + uid)
     if not text:
         return None
-    checkpoint_id, version, files = json.loads(text)
-    return int(checkpoint_id), int(version), [PartHandle(path, int(size), kind, sha256, uploaded=False) for path, size, kind, sha256 in files]
+    checkpoint_id, run, version, files = json.loads(text)
+    return int(checkpoint_id), str(run), int(version), [PartHandle(path, int(size), kind, sha256, uploaded=False) for path, size, kind, sha256 in files]
 
 
 def is_chain(files: list[PartHandle]) -> bool:

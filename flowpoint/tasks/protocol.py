@@ -108,7 +108,7 @@ class OperatorPart:
     num_keys: int
     sync_ms: float = 0.0
     async_ms: float = 0.0
-    lineage: str = ""  # RocksDB: the local DBs' lineage (names of shared SST files are unique within it)
+    lineage: str = ""  # RocksDB: the local DBs' lineage (names of shared SST files are unique within it); HashMap: the run key
     states: dict[str, dict[str, Any]] = field(default_factory=dict)  # state name -> {"kind", "declared", "keys" (HashMap)}
     version: int = 0  # HashMap: the committed epoch the snapshot holds (a changelog's starting point for the next one)
 
