@@ -442,3 +442,17 @@ def test_another_run_never_builds_on_this_run_s_chain(tmp_path):
     assert p.run("A", {2: 22}, checkpoint=2) == ["full"]
     assert p.run("A", {3: 33}, checkpoint=3) == ["full", "changelog"]
     p.check(3)
+
+
+def test_a_partition_without_changes_lists_the_same_parts_and_uploads_nothing(tmp_path):
+    p = Partition(tmp_path)
+    p.run("A", {i: i for i in range(50)})
+    p.run("A", {1: 11}, checkpoint=1)
+    assert p.run("A", {}, checkpoint=2) == ["full", "changelog"]
+    files2 = p.checkpoints[2][0]
+    assert p.run("A", {2: 2}, checkpoint=3) == ["full", "changelog"]  # nothing changed in the epoch before
+    files3 = p.checkpoints[3][0]
+    assert [h.path for h in files3] == [h.path for h in files2] and not any(h.uploaded for h in files3)
+    assert p.run("A", {}, checkpoint=4) == ["full", "changelog", "changelog"]
+    for c in (2, 3, 4):
+        p.check(c)

@@ -301,6 +301,9 @@ class HashMapPartitionBackend(PartitionBackend):
             parts = []
             for uid, data, kind, chain, keys, sync_ms, states in frozen:
                 t0 = time.perf_counter()
+                if data is None:  # nothing changed since the last completed checkpoint: its parts again
+                    parts.append(OperatorPart(uid, partition, chain, keys, sync_ms, 0.0, run, states, version))
+                    continue
                 if incremental:  # in shared/: later checkpoints list it as well
                     tag = "log" if kind == "changelog" else "full"
                     rel = f"shared/{safe_name(uid)}-{partition}-chk{target.checkpoint_id}-{tag}-{uuid.uuid4().hex[:8]}.pkl"
@@ -314,11 +317,12 @@ class HashMapPartitionBackend(PartitionBackend):
 
         return write
 
-    def _incremental_part(self, tracker: ChangeTracker, uid: str, tables: dict[str, dict], shared: dict[str, str]) -> tuple[bytes, str, int, list[PartHandle]]:
+    def _incremental_part(self, tracker: ChangeTracker, uid: str, tables: dict[str, dict], shared: dict[str, str]) -> tuple[bytes | None, str, int, list[PartHandle]]:
         """``(bytes, kind, keys, the earlier parts it builds on)`` of one operator's part: a
         changelog on top of the last completed checkpoint's chain when this copy of the state
         knows every key changed since that checkpoint's snapshot and the chain stays within
-        ``state.backend.hashmap.changelog.*``, else a full snapshot (a new chain)."""
+        ``state.backend.hashmap.changelog.*``, else a full snapshot (a new chain). No bytes: no
+        key changed, the part is that chain as it is."""
         loc = self.location
         previous = read_chain(shared, uid)
         if previous is not None and previous[1] != loc.run_key:
@@ -328,11 +332,14 @@ class HashMapPartitionBackend(PartitionBackend):
             chain = previous[3]
             full_size = sum(h.size for h in chain if h.kind == "full")
             logs = [h for h in chain if h.kind == "changelog"]
+            # several states: the largest one's keys (counting distinct keys would cost O(state))
+            keys = max((len(t) for t in tables.values()), default=0)
+            log = changelog(tables, {name: keys for (u, name), keys in changes.items() if u == uid})
+            if not log:
+                return None, "changelog", keys, chain
             if len(logs) < loc.changelog_max_parts:
-                data = dumps(changelog(tables, {name: keys for (u, name), keys in changes.items() if u == uid}))
+                data = dumps(log)
                 if sum(h.size for h in logs) + len(data) <= loc.changelog_max_ratio * full_size:
-                    # several states: the largest one's keys (counting distinct keys would cost O(state))
-                    keys = max((len(t) for t in tables.values()), default=0)
                     return data, "changelog", keys, chain
         return dumps(tables), "full", _num_keys(tables), []
 
