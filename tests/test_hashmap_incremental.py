@@ -12,6 +12,7 @@ import json
 import os
 
 import pytest
+from test_checkpoints import completed, wait_for
 
 from flowpoint import (
     CollectSink,
@@ -27,8 +28,6 @@ from flowpoint.checkpoint.storage import CheckpointStorageAccess
 from flowpoint.errors import CorruptStateError
 from flowpoint.state.key_identity import user_key
 from flowpoint.state.working import ChangeTracker
-
-from test_checkpoints import completed, wait_for
 
 KEYS = 600
 
@@ -138,7 +137,7 @@ def run_and_cancel(env, events: int, checkpoints: int, function: Churn | None = 
     client = env.execute_async("churn")
     wait_for(lambda: len(completed(client.get_checkpoint_stats())) >= checkpoints, what=f"{checkpoints} completed checkpoints")
     client.cancel()
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - a cancelled job ends with an error
         client.wait(120)
     return client
 
@@ -240,10 +239,10 @@ def test_a_declined_checkpoint_loses_no_change(make_env, tmp_path, monkeypatch):
     # checkpoint 5 builds on checkpoint 3 (4 never completed): its changelog holds 4's changes too
     five = [[f.path for f in sub.files] for sub in metas[5].operator("churn").subtasks]
     three = [[f.path for f in sub.files] for sub in metas[3].operator("churn").subtasks]
-    for a, b in zip(three, five):
+    for a, b in zip(three, five, strict=True):
         if len(b) > 1 and "log" in b[-1]:
             assert b[:-1] == a
-    assert any(len(b) == len(a) + 1 for a, b in zip(three, five)), (three, five)
+    assert any(len(b) == len(a) + 1 for a, b in zip(three, five, strict=True)), (three, five)
     # the parts tasks wrote for checkpoint 4 were removed with it
     assert not [n for n in os.listdir(job_dir / "shared") if "-chk4-" in n]
     assert_exact(job_dir, metas)
