@@ -123,6 +123,11 @@ def main() -> int:
             c for c in configurations
             if f"{c[0]}{'-incremental' if c[1] else ''}" in wanted or (not c[2] and c[0] in {w.split("-")[0] for w in wanted})
         ]
+    # warm-up, as large as the measured jobs: the first such job of a session ran its update
+    # epochs about 30% slower, whichever configuration it was (Python workers starting and
+    # growing their heaps, JVM code generation); without it the first configuration looked slowest
+    with tempfile.TemporaryDirectory(prefix="fp-ckbench-") as root:
+        run(spark, args.keys, 3, "hashmap", False, False, root)
     for backend, incremental, checkpoints in configurations:
         with tempfile.TemporaryDirectory(prefix="fp-ckbench-") as root:
             row = run(spark, args.keys, args.epochs, backend, incremental, checkpoints, root)
