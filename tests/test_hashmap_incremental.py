@@ -204,8 +204,8 @@ def test_every_retained_checkpoint_is_exact_and_retention_keeps_only_referenced_
             assert meta.incremental
 
 
-@pytest.mark.parametrize("which,parallelism", [("latest", 2), ("oldest", 2), ("latest", 3), ("oldest", 1)])
-def test_restore_from_a_retained_checkpoint_at_any_parallelism(make_env, tmp_path, which, parallelism):
+@pytest.mark.parametrize("which,parallelism,backend", [("latest", 2, "hashmap"), ("oldest", 2, "hashmap"), ("latest", 3, "hashmap"), ("oldest", 1, "hashmap"), ("latest", 2, "rocksdb")])
+def test_restore_from_a_retained_checkpoint_at_any_parallelism(make_env, tmp_path, which, parallelism, backend):
     events = 6_000
     client = run_and_cancel(incremental_env(make_env, tmp_path, retained=5, parts=6), events, 7)
     job_dir = tmp_path / "ck" / client.get_job_id()
@@ -215,6 +215,7 @@ def test_restore_from_a_retained_checkpoint_at_any_parallelism(make_env, tmp_pat
     assert any("changelog" in k for k in chains) or which == "oldest", chains
 
     env = incremental_env(make_env, tmp_path, parallelism, ck="ck2")
+    env.get_configuration().set("state.backend.type", backend)  # a HashMap checkpoint restores into RocksDB too
     env.get_configuration().set("execution.savepoint.path", str(job_dir / f"chk-{cid}"))
     build(env, events)
     result = env.execute("restored")

@@ -233,7 +233,7 @@ OPTIONS = {
         Option("execution.checkpointing.externalized-checkpoint-retention", "NO_EXTERNALIZED_CHECKPOINTS", str, "RETAIN_ON_CANCELLATION | DELETE_ON_CANCELLATION | NO_EXTERNALIZED_CHECKPOINTS (default, as Flink 1.19: checkpoints are deleted when the job finishes or is cancelled; a failed job keeps them)", _choice(_names(*RETENTIONS))),
         Option("execution.checkpointing.unaligned", False, bool, "accepted for compatibility; unaligned checkpoints do not apply (no in-flight data between epochs)", parse_bool),
         Option("state.backend.type", "hashmap", str, "working-state backend: hashmap | rocksdb", _choice(_names("hashmap", "rocksdb"))),
-        Option("state.backend.incremental", False, bool, "incremental checkpoints (rocksdb only): upload only new files", parse_bool),
+        Option("state.backend.incremental", False, bool, "incremental checkpoints (rocksdb only): upload only new files; HashMap checkpoints are changelogs by default (state.backend.hashmap.changelog.*)", parse_bool),
         Option(
             "state.backend.hashmap.changelog.max-ratio", 0.5, float,
             "HashMap checkpoints upload a changelog (the keys changed since the previous checkpoint) instead of all state, and a full snapshot (materialization) "
