@@ -456,3 +456,42 @@ def test_a_partition_without_changes_lists_the_same_parts_and_uploads_nothing(tm
     assert p.run("A", {}, checkpoint=4) == ["full", "changelog", "changelog"]
     for c in (2, 3, 4):
         p.check(c)
+
+
+def test_two_keyed_operators_in_one_partition_each_get_their_own_chain(tmp_path):
+    from flowpoint.state.backend import HashMapPartitionBackend, chain_entry
+    from flowpoint.state.working import CommittedChain, TaskStateCache, apply_part, load_part
+    from flowpoint.tasks.protocol import CheckpointTarget, StateLocation, TaskSlice
+
+    location = StateLocation("job/run-0", str(tmp_path / "local"), str(tmp_path / "durable"), "hashmap", changelog=True, changelog_max_ratio=100.0)
+    backend = HashMapPartitionBackend(location, 128, TaskStateCache())
+    chain, shared, model = CommittedChain(), {}, {"a": {}, "b": {}}
+    results = []
+    for epoch, writes in enumerate([{"a": {1: 1, 2: 2}, "b": {1: 10}}, {"a": {1: None}}, {"b": {3: 30}}, {}], 1):
+        ts, _ = backend.acquire(0, 0, chain, ["a", "b"])
+        write = backend.snapshot(ts, ["a", "b"], 0, CheckpointTarget(epoch, str(tmp_path / "ck")), dict(shared)) if epoch > 1 else None
+        expected_now = {uid: dict(t) for uid, t in model.items()}
+        ts.pending = (epoch, f"t{epoch}")
+        for uid, kv in writes.items():
+            b = ts.backend(uid, uid)
+            v = b.get_partitioned_state(ValueStateDescriptor("v"))
+            for k, x in kv.items():
+                b.current_key = k
+                v.clear() if x is None else v.update(x)
+                model[uid].pop(k, None) if x is None else model[uid].__setitem__(k, x)
+            b.current_key = None
+        chain = chain.committed(epoch, f"t{epoch}", backend.end_epoch(ts, TaskSlice(0, 0, chain), epoch, f"t{epoch}"))
+        if write is not None:
+            parts = write()
+            shared = dict(chain_entry(p, epoch) for p in parts)
+            results.append({p.uid: [h.kind for h in p.files] for p in parts})
+            for p in parts:
+                tables: dict = {}
+                for h in p.files:
+                    apply_part(tables, h.kind == "changelog", load_part((tmp_path / "ck" / h.path).read_bytes(), h.path, p.uid))
+                assert tables.get("v", {}) == expected_now[p.uid], (epoch, p.uid)
+    assert results == [
+        {"a": ["full"], "b": ["full"]},
+        {"a": ["full", "changelog"], "b": ["full"]},  # b: nothing changed, its chain as it was
+        {"a": ["full", "changelog"], "b": ["full", "changelog"]},
+    ]

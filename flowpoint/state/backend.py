@@ -281,6 +281,7 @@ class HashMapPartitionBackend(PartitionBackend):
         tracker = ts.changes if self.location.changelog and not target.inline else None
         incremental = tracker is not None
         frozen = []
+        known: dict[int, dict | None] = {}  # version -> the keys changed since (one union for every operator)
         for uid in uids:
             t0 = time.perf_counter()
             b = ts.backends.get(uid)
@@ -288,7 +289,7 @@ class HashMapPartitionBackend(PartitionBackend):
             states = {name: _heap_kind(b, name, t) | {"keys": len(t)} for name, t in tables.items() if t}
             chain: list[PartHandle] = []
             if tracker is not None:
-                data, kind, keys, chain = self._incremental_part(tracker, uid, tables, shared)
+                data, kind, keys, chain = self._incremental_part(tracker, uid, tables, shared, known)
             else:
                 data, kind, keys = dumps(tables), "full", _num_keys(tables)
             frozen.append((uid, data, kind, chain, keys, (time.perf_counter() - t0) * 1000, states))
@@ -317,7 +318,7 @@ class HashMapPartitionBackend(PartitionBackend):
 
         return write
 
-    def _incremental_part(self, tracker: ChangeTracker, uid: str, tables: dict[str, dict], shared: dict[str, str]) -> tuple[bytes | None, str, int, list[PartHandle]]:
+    def _incremental_part(self, tracker: ChangeTracker, uid: str, tables: dict[str, dict], shared: dict[str, str], known: dict[int, dict | None]) -> tuple[bytes | None, str, int, list[PartHandle]]:
         """``(bytes, kind, keys, the earlier parts it builds on)`` of one operator's part: a
         changelog on top of the last completed checkpoint's chain when this copy of the state
         knows every key changed since that checkpoint's snapshot and the chain stays within
@@ -327,7 +328,11 @@ class HashMapPartitionBackend(PartitionBackend):
         previous = read_chain(shared, uid)
         if previous is not None and previous[1] != loc.run_key:
             previous = None  # another run's history (a restart): its versions are not this run's
-        changes = tracker.since(previous[2]) if previous is not None else None
+        changes = None
+        if previous is not None:
+            if previous[2] not in known:
+                known[previous[2]] = tracker.since(previous[2])
+            changes = known[previous[2]]
         if changes is not None and previous is not None:
             chain = previous[3]
             full_size = sum(h.size for h in chain if h.kind == "full")
