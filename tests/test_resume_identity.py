@@ -12,6 +12,7 @@ checkpoints as a killed driver's would.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -221,9 +222,14 @@ def _flip_a_state_file(job_dir) -> tuple[int, str, int]:
     """Flip one byte of a state file of the newest checkpoint; ``(its id, the file, the previous id)``."""
     ids = sorted(int(n[4:]) for n in os.listdir(job_dir) if n.startswith("chk-") and os.path.exists(job_dir / n / "_metadata"))
     assert len(ids) >= 2, ids
-    newest = job_dir / f"chk-{ids[-1]}"
-    victim = sorted(p for p in os.listdir(newest) if p.endswith(".pkl"))[0]
-    path = newest / victim
+    # a file only the newest lists (HashMap parts live in shared/, a changelog chain's earlier
+    # parts are the previous checkpoint's too)
+    def files(i: int) -> set[str]:
+        meta = json.loads((job_dir / f"chk-{i}" / "_metadata").read_text())
+        return {f["path"] for op in meta["operators"] for sub in op["subtasks"] for f in sub["files"]}
+
+    victim = sorted(p for p in files(ids[-1]) - files(ids[-2]) if p.endswith(".pkl"))[0]
+    path = job_dir / victim
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))

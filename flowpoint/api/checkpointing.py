@@ -222,6 +222,8 @@ class CheckpointSettings:
     num_retained: int
     backend: str  # "hashmap" | "rocksdb"
     incremental: bool  # only meaningful for rocksdb
+    changelog_max_ratio: float = 0.5  # hashmap: state.backend.hashmap.changelog.max-ratio (0: full snapshots only)
+    changelog_max_parts: int = 20  # hashmap: state.backend.hashmap.changelog.max-parts
 
 
 def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSettings:
@@ -247,6 +249,8 @@ def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSe
         num_retained=config.get("state.checkpoints.num-retained"),
         backend=config.get("state.backend.type"),
         incremental=config.get("state.backend.incremental"),
+        changelog_max_ratio=config.get("state.backend.hashmap.changelog.max-ratio"),
+        changelog_max_parts=config.get("state.backend.hashmap.changelog.max-parts"),
     )
     if settings.enabled and checkpoint_config.is_unaligned_checkpoints_enabled() and not checkpoint_config._warned_unaligned:
         log.warning(UNALIGNED_WARNING)

@@ -275,7 +275,18 @@ OPTIONS = {
         Option("execution.checkpointing.externalized-checkpoint-retention", "NO_EXTERNALIZED_CHECKPOINTS", str, "RETAIN_ON_CANCELLATION | DELETE_ON_CANCELLATION | NO_EXTERNALIZED_CHECKPOINTS (default, as Flink 1.19: checkpoints are deleted when the job finishes or is cancelled; a failed job keeps them)", _choice(_names(*RETENTIONS))),
         Option("execution.checkpointing.unaligned", False, bool, "accepted for compatibility; unaligned checkpoints do not apply (no in-flight data between epochs)", parse_bool),
         Option("state.backend.type", "hashmap", str, "working-state backend: hashmap | rocksdb", _choice(_names("hashmap", "rocksdb"))),
-        Option("state.backend.incremental", False, bool, "incremental checkpoints (rocksdb only): upload only new files", parse_bool),
+        Option("state.backend.incremental", False, bool, "incremental checkpoints (rocksdb only): upload only new files; HashMap checkpoints are changelogs by default (state.backend.hashmap.changelog.*)", parse_bool),
+        Option(
+            "state.backend.hashmap.changelog.max-ratio", 0.5, float,
+            "HashMap checkpoints upload a changelog (the keys changed since the previous checkpoint) instead of all state, and a full snapshot (materialization) "
+            "once the changelog parts since the last full snapshot would exceed this share of its size; 0: a full snapshot at every checkpoint (0..1000)",
+            _float(0.0, 1000.0, low_open=False),
+        ),
+        Option(
+            "state.backend.hashmap.changelog.max-parts", 20, int,
+            "HashMap checkpoints: at most this many changelog parts follow a full snapshot before the next checkpoint writes a full one (bounds what a restore replays; >= 1)",
+            _int(1),
+        ),
         Option("state.checkpoints.dir", None, str, "checkpoint directory URI (file://, hdfs://, s3://; an absolute local path becomes file://)", parse_directory_uri),
         Option("state.savepoints.dir", None, str, "default savepoint directory URI (absolute path or URI with a scheme)", parse_directory_uri),
         Option("state.checkpoints.num-retained", 1, int, "completed checkpoints kept (>= 1)", _int(1)),

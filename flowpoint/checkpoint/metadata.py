@@ -36,7 +36,7 @@ FORMAT_VERSION = 2
 OLD_FORMAT_VERSIONS = (1,)
 METADATA_FILE = "_metadata"
 KINDS = ("checkpoint", "savepoint")
-FILE_KINDS = ("full", "sst", "private", "canonical")
+FILE_KINDS = ("full", "changelog", "sst", "private", "canonical")
 
 
 def _data(value: Any, where: str) -> Any:
@@ -74,7 +74,10 @@ class StateFile:
 
     path: str  # relative: "chk-7/op-count-part-0.pkl" or "shared/<uuid>.sst"
     size: int
-    kind: str  # "full" (a whole snapshot), "sst" (shared RocksDB file), "private" (MANIFEST, CURRENT, OPTIONS, ...), "canonical" (savepoint Parquet rows)
+    # "full" (a whole snapshot), "changelog" (HashMap: the keys set and deleted since the part
+    # before it in the subtask's list), "sst" (shared RocksDB file), "private" (MANIFEST,
+    # CURRENT, OPTIONS, ...), "canonical" (savepoint Parquet rows)
+    kind: str
     local_name: str | None = None  # the file's name inside the task's local DB directory (RocksDB restore)
     rows: int | None = None  # canonical files: the Parquet row count (checked against the footer on restore)
     sha256: str | None = None  # SHA-256 of the whole file (required; checked before a restore and by the task reading it)
@@ -97,7 +100,9 @@ class StateFile:
 
 @dataclass
 class SubtaskState:
-    """The state of one parallel instance of an operator: a contiguous key-group range."""
+    """The state of one parallel instance of an operator: a contiguous key-group range. A
+    HashMap subtask's ``files`` are a full snapshot followed by the changelog parts written after
+    it, in order (restore applies them in that order)."""
 
     index: int
     key_group_start: int

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from flowpoint.checkpoint.integrity import check_bytes, corrupt, decode, undecodable
+from flowpoint.checkpoint.integrity import check_bytes, corrupt, undecodable
 from flowpoint.checkpoint.metadata import (
     METADATA_FILE,
     CheckpointMetadata,
@@ -578,11 +578,12 @@ def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: 
     if writes_native_files(op.backend):
         with _native_db(access, op, sub) as b:
             return b.snapshot()
-    for f in sub.files:
+    from flowpoint.state.working import apply_part, load_part
+
+    for f in sub.files:  # a full snapshot, then the changelog parts written after it (in order)
         uri = access.uri(f.path)
         data = check_bytes(access.read_bytes(f.path), f.size, f.sha256, uri, op.uid, "checkpoint file")
-        for name, table in decode(pickle.loads, data, uri, op.uid, "checkpoint file").items():  # user state: reading it means trusting it
-            merged.setdefault(name, {}).update(table)
+        apply_part(merged, f.kind == "changelog", load_part(data, uri, op.uid))
     return merged
 
 

@@ -30,7 +30,7 @@ from flowpoint.checkpoint.metadata import (
 from flowpoint.checkpoint.storage import CheckpointStorageAccess
 from flowpoint.checkpoint.store import CheckpointStore
 from flowpoint.errors import CheckpointError
-from flowpoint.state.backend import shared_key, writes_native_files
+from flowpoint.state.backend import chain_entry, is_chain, shared_key, writes_native_files
 from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.tasks.protocol import CheckpointTarget, OperatorPart
 
@@ -130,8 +130,9 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self.completed: list[int] = []  # ids to announce to user functions with the next epoch
         self.aborted: list[int] = []
-        # RocksDB incremental checkpoints, from the last completed checkpoint: per (uid, partition),
-        # "<uid>/<DB lineage>/<file>/<size>" -> "<path in shared/>|<sha256>" (see backend.py)
+        # incremental checkpoints, from the last completed checkpoint: per (uid, partition), RocksDB's
+        # "<uid>/<DB lineage>/<file>/<size>" -> "<path in shared/>|<sha256>", and HashMap's
+        # "hashmap-chain/<uid>" -> its chain of parts (see backend.py)
         self.shared: dict[tuple[str, int], dict[str, str]] = {}
 
     # -- triggering ----------------------------------------------------------------------------
@@ -185,6 +186,8 @@ class CheckpointCoordinator:
                 for h in part.files:
                     if h.kind == "sst" and h.uploaded:
                         cut.new_shared[shared_key(part.uid, part.lineage, h.local_name or "", h.size)] = h.path
+                    elif h.uploaded and h.path.startswith("shared/"):  # a HashMap chain's new part
+                        cut.new_shared[h.path] = h.path
         cut.stats.sync_ms = max((p.sync_ms for parts in cut.parts.values() for p in parts), default=0.0)
         elapsed = now_ms() - cut.stats.trigger_time_ms
         if elapsed > self.settings.timeout_ms:
@@ -259,7 +262,8 @@ class CheckpointCoordinator:
             completed_time_ms=now_ms(),
             max_parallelism=max((s.max_parallelism for s in self.graph.stages), default=128),
             backend=self.settings.backend,
-            incremental=writes_native_files(self.settings.backend) and self.settings.incremental,
+            incremental=(writes_native_files(self.settings.backend) and self.settings.incremental)
+            or any(f.kind == "changelog" for op in operators.values() for sub in op.subtasks for f in sub.files),
             operators=list(operators.values()),
             sources=cut.sources,
             sinks=cut.sinks,
@@ -321,6 +325,9 @@ class CheckpointCoordinator:
                 for h in part.files:
                     if h.kind == "sst":
                         into[shared_key(part.uid, part.lineage, h.local_name or "", h.size)] = f"{h.path}|{h.sha256}"
+                if is_chain(part.files):  # HashMap: the next checkpoint's changelog builds on it
+                    key, value = chain_entry(part, cut.checkpoint_id)
+                    into[key] = value
         self.shared = registry
         self.pending = None
         self._future = None

@@ -361,7 +361,13 @@ class Coordinator:
         return StateLocation(
             self.run_key, self.working_dir if self._working_configured else "", self.durable_root, self.settings.backend,
             tuple(sorted(self.storage_options.items())), bool(self.settings.incremental),
+            self._changelog(), float(self.settings.changelog_max_ratio), int(self.settings.changelog_max_parts),
         )
+
+    def _changelog(self) -> bool:
+        """Whether HashMap checkpoints may be changelogs (their tasks then track changed keys)."""
+        s = self.settings
+        return bool(s.enabled and s.storage == "filesystem" and s.backend == "hashmap" and s.changelog_max_ratio > 0)
 
     def _remove_local_state(self, job_id: str | None = None) -> None:
         """The job ended: its executor-local working files and cached state go, on every host

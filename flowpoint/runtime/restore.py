@@ -139,13 +139,14 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
                 if sub.key_group_end < mine.start or sub.key_group_start > mine.end:
                     continue
                 whole = mine.start <= sub.key_group_start and sub.key_group_end <= mine.end
-                for f in sub.files:
+                for f in sub.files:  # a full snapshot, then the changelog parts after it, applied in order
                     uri = f"{base}/{f.path}"
                     kg = None if whole else (mine.start, mine.end, stage.max_parallelism)
                     # driver-memory storage (JobManagerCheckpointStorage) is invisible to executors: ship the bytes
                     data = read_uri_bytes(uri) if uri.startswith("memory://") else None
+                    fmt = "changelog" if f.kind == "changelog" else "pickle"
                     chains.setdefault((stage.id, p), []).append(
-                        RestoredFile(op.uid, uri, f.size, kg, data, epoch=meta.epoch, kinds=kinds, declared=declared, schemas=schemas, sha256=f.sha256)
+                        RestoredFile(op.uid, uri, f.size, kg, data, epoch=meta.epoch, format=fmt, kinds=kinds, declared=declared, schemas=schemas, sha256=f.sha256)
                     )
     positions: dict[tuple[str, int], tuple[Any, Any, bool]] = {}
     sources = {n.uid: n for n in graph.sources()}

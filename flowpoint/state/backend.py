@@ -21,6 +21,7 @@ This module is the only place that chooses by backend name.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import re
@@ -33,8 +34,10 @@ from typing import Any
 from flowpoint import private_files
 from flowpoint.state import durable
 from flowpoint.state.compatibility import infer_kind, recorded_states
+from flowpoint.state.key_identity import key_table
 from flowpoint.state.working import (
     CACHE,
+    ChangeTracker,
     CommittedChain,
     CommittedFile,
     RestoredFile,
@@ -176,6 +179,8 @@ def _storage(target: CheckpointTarget, options: tuple) -> Any:
 
 
 def _num_keys(tables: dict[str, dict]) -> int:
+    if len(tables) <= 1:
+        return sum(len(t) for t in tables.values())
     keys: set = set()
     for t in tables.values():
         keys.update(t.keys())
@@ -203,6 +208,21 @@ class HashMapPartitionBackend(PartitionBackend):
                 b.restore(data)
             else:
                 b.apply(data)
+                tracker = ts.changes
+                if tracker is not None:  # epochs another worker ran: their keys changed here too
+                    for name, (puts, deletes) in data.items():
+                        tracker.add(uid, name, key_table(puts))
+                        tracker.add(uid, name, key_table(dict.fromkeys(deletes)))
+
+    @staticmethod
+    def _track(ts: TaskState) -> None:
+        """The epoch whose changes the undo logs hold committed: remember its keys for the next
+        incremental checkpoint (O(changed keys))."""
+        tracker = ts.changes
+        for uid, b in ts.backends.items():
+            for name, undo in b.undo.items():
+                if undo:
+                    tracker.add(uid, name, undo.keys())  # type: ignore[union-attr]
 
     def acquire(self, stage_id: int, partition: int, chain: CommittedChain, uids: list[str]) -> tuple[TaskState, bool]:
         run = self.location.run_key
@@ -212,6 +232,8 @@ class HashMapPartitionBackend(PartitionBackend):
             epoch, token = ts.pending
             ts.pending = None
             if epoch == ts.version + 1 and chain.is_committed(epoch, token):
+                if ts.changes is not None:
+                    self._track(ts)
                 ts.commit()
                 ts.version = epoch
             else:
@@ -231,6 +253,8 @@ class HashMapPartitionBackend(PartitionBackend):
                     b.restored_states = recorded_states(chain.restored, uid, tables)
             ts.commit()
             ts.version = chain.base_epoch
+            if self.location.changelog:
+                ts.changes = ChangeTracker(ts.version)  # changes are known from this version on
             self.cache.put(run, stage_id, partition, ts)
         if chain.version > ts.version:
             # another worker ran the epochs since: the opened operators (their timer queues,
@@ -257,30 +281,80 @@ class HashMapPartitionBackend(PartitionBackend):
         return TaskStateAck(epoch, token, delta, None, changed, total)
 
     def snapshot(self, ts: TaskState, uids: list[str], partition: int, target: CheckpointTarget, shared: dict[str, str]) -> Callable[[], list[OperatorPart]]:
-
+        """The synchronous part: each operator's committed state pickled, either whole (a full
+        snapshot) or as a changelog on top of the last completed checkpoint's parts: the keys
+        set and deleted since then (:meth:`_incremental_part`). Driver-memory storage, and
+        ``state.backend.hashmap.changelog.max-ratio: 0``, always write full snapshots. The
+        asynchronous part writes the new files and returns the handles."""
+        tracker = ts.changes if self.location.changelog and not target.inline else None
+        incremental = tracker is not None
         frozen = []
+        known: dict[int, dict | None] = {}  # version -> the keys changed since (one union for every operator)
         for uid in uids:
             t0 = time.perf_counter()
             b = ts.backends.get(uid)
             tables = b.snapshot() if b is not None else {}
-            data = dumps(tables)
             states = {name: _heap_kind(b, name, t) | {"keys": len(t)} for name, t in tables.items() if t}
-            frozen.append((uid, data, _num_keys(tables), (time.perf_counter() - t0) * 1000, states))
-        options = self.options
+            chain: list[PartHandle] = []
+            if tracker is not None:
+                data, kind, keys, chain = self._incremental_part(tracker, uid, tables, shared, known)
+            else:
+                data, kind, keys = dumps(tables), "full", _num_keys(tables)
+            frozen.append((uid, data, kind, chain, keys, (time.perf_counter() - t0) * 1000, states))
+        if tracker is not None:
+            tracker.cut(ts.version)
+        options, version, run = self.options, ts.version, self.location.run_key
 
         def write() -> list[OperatorPart]:
             access = None if target.inline else _storage(target, options)
             parts = []
-            for uid, data, keys, sync_ms, states in frozen:
+            for uid, data, kind, chain, keys, sync_ms, states in frozen:
                 t0 = time.perf_counter()
-                rel = f"chk-{target.checkpoint_id}/{safe_name(uid)}-{partition}.pkl"
+                if data is None:  # nothing changed since the last completed checkpoint: its parts again
+                    parts.append(OperatorPart(uid, partition, chain, keys, sync_ms, 0.0, run, states, version))
+                    continue
+                if incremental:  # in shared/: later checkpoints list it as well
+                    tag = "log" if kind == "changelog" else "full"
+                    rel = f"shared/{safe_name(uid)}-{partition}-chk{target.checkpoint_id}-{tag}-{uuid.uuid4().hex[:8]}.pkl"
+                else:
+                    rel = f"chk-{target.checkpoint_id}/{safe_name(uid)}-{partition}.pkl"
                 if access is not None:
                     access.write_bytes(rel, data)
-                h = PartHandle(rel, len(data), "full", hashlib.sha256(data).hexdigest(), data=data if target.inline else None)
-                parts.append(OperatorPart(uid, partition, [h], keys, sync_ms, (time.perf_counter() - t0) * 1000, states=states))
+                h = PartHandle(rel, len(data), kind, hashlib.sha256(data).hexdigest(), data=data if target.inline else None)
+                parts.append(OperatorPart(uid, partition, [*chain, h], keys, sync_ms, (time.perf_counter() - t0) * 1000, run, states, version))
             return parts
 
         return write
+
+    def _incremental_part(self, tracker: ChangeTracker, uid: str, tables: dict[str, dict], shared: dict[str, str], known: dict[int, dict | None]) -> tuple[bytes | None, str, int, list[PartHandle]]:
+        """``(bytes, kind, keys, the earlier parts it builds on)`` of one operator's part: a
+        changelog on top of the last completed checkpoint's chain when this copy of the state
+        knows every key changed since that checkpoint's snapshot and the chain stays within
+        ``state.backend.hashmap.changelog.*``, else a full snapshot (a new chain). No bytes: no
+        key changed, the part is that chain as it is."""
+        loc = self.location
+        previous = read_chain(shared, uid)
+        if previous is not None and previous[1] != loc.run_key:
+            previous = None  # another run's history (a restart): its versions are not this run's
+        changes = None
+        if previous is not None:
+            if previous[2] not in known:
+                known[previous[2]] = tracker.since(previous[2])
+            changes = known[previous[2]]
+        if changes is not None and previous is not None:
+            chain = previous[3]
+            full_size = sum(h.size for h in chain if h.kind == "full")
+            logs = [h for h in chain if h.kind == "changelog"]
+            # several states: the largest one's keys (counting distinct keys would cost O(state))
+            keys = max((len(t) for t in tables.values()), default=0)
+            log = changelog(tables, {name: keys for (u, name), keys in changes.items() if u == uid})
+            if not log:
+                return None, "changelog", keys, chain
+            if len(logs) < loc.changelog_max_parts:
+                data = dumps(log)
+                if sum(h.size for h in logs) + len(data) <= loc.changelog_max_ratio * full_size:
+                    return data, "changelog", keys, chain
+        return dumps(tables), "full", _num_keys(tables), []
 
     def committed_tables(self, ts: TaskState, uids: list[str]) -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
         tables, kinds = {}, {}
@@ -292,6 +366,52 @@ class HashMapPartitionBackend(PartitionBackend):
             known = {name: _heap_kind(b, name, t) for name, t in tables[uid].items()}
             kinds[uid] = {name: k["kind"] for name, k in known.items() if k["declared"]}
         return tables, kinds
+
+
+def changelog(tables: dict[str, dict], changes: dict[str, set]) -> dict[str, tuple[dict, list]]:
+    """A HashMap changelog part: ``{state name: (puts {key: value}, deletes [key])}`` of the
+    changed keys, with their committed values now (a key no longer in a table is deleted)."""
+    out: dict[str, tuple[dict, list]] = {}
+    for name, keys in changes.items():
+        table = tables.get(name, {})
+        puts: dict = {}
+        deletes: list = []
+        for k in keys:
+            v = table.get(k, _ABSENT)
+            if v is _ABSENT:
+                deletes.append(k)
+            else:
+                puts[k] = v
+        if puts or deletes:
+            out[name] = (puts, deletes)
+    return out
+
+
+_ABSENT: Any = object()
+CHAIN_PREFIX = "hashmap-chain/"  # in a TaskSlice's ``shared``: "<prefix><uid>" -> the chain (JSON)
+
+
+def chain_entry(part: OperatorPart, checkpoint_id: int) -> tuple[str, str]:
+    """The registry entry for one operator partition's HashMap chain in a completed checkpoint:
+    its id, the committed version its snapshot holds, and its parts in ``shared/`` (a full
+    snapshot, then changelog parts)."""
+    files = [[h.path, h.size, h.kind, h.sha256] for h in part.files]
+    return CHAIN_PREFIX + part.uid, json.dumps([checkpoint_id, part.lineage, part.version, files])
+
+
+def read_chain(shared: dict[str, str], uid: str) -> tuple[int, str, int, list[PartHandle]] | None:
+    """``(checkpoint id, run key, version, parts)`` of the last completed checkpoint's chain of
+    ``uid`` in this partition (None: none known)."""
+    text = shared.get(CHAIN_PREFIX + uid)
+    if not text:
+        return None
+    checkpoint_id, run, version, files = json.loads(text)
+    return int(checkpoint_id), str(run), int(version), [PartHandle(path, int(size), kind, sha256, uploaded=False) for path, size, kind, sha256 in files]
+
+
+def is_chain(files: list[PartHandle]) -> bool:
+    """Whether a HashMap part's files are a chain later checkpoints may build on (in ``shared/``)."""
+    return bool(files) and files[0].kind == "full" and all(h.path.startswith("shared/") and h.kind in ("full", "changelog") for h in files)
 
 
 def _heap_kind(b: Any, name: str, table: dict) -> dict[str, Any]:

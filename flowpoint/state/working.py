@@ -63,7 +63,7 @@ class RestoredFile:
     data: bytes | None = None  # the file itself, when executors cannot read the URI (driver-memory storage)
     files: tuple[tuple[str, str, int, str | None], ...] = ()  # RocksDB: (uri, name in the DB directory, size, sha256) of a native snapshot
     epoch: int = 0  # the checkpoint's epoch
-    format: str = "pickle"  # "pickle" (a HashMap checkpoint's snapshot) | "canonical" (savepoint Parquet rows)
+    format: str = "pickle"  # "pickle" (a HashMap checkpoint's full snapshot) | "changelog" (a HashMap changelog part) | "canonical" (savepoint Parquet rows)
     kinds: tuple[tuple[str, str], ...] = ()  # canonical: (state name, kind) of every state
     declared: tuple[str, ...] = ()  # canonical: the state names whose kind is declared, not inferred
     schemas: tuple[tuple[str, str], ...] = ()  # (state name, JSON of its declared type) as _metadata records it
@@ -140,6 +140,9 @@ class TaskState:
         self.operators: Any = None  # the opened operator chain bound to these backends
         self.chain: CommittedChain | None = None
         self.db_id = ""  # RocksDB: identifies the local DBs' lineage (incremental checkpoints)
+        # HashMap incremental checkpoints: the keys changed since this copy was loaded (None:
+        # checkpoints are full snapshots, nothing is tracked)
+        self.changes: ChangeTracker | None = None
 
     def backend(self, uid: str, name: str) -> Any:
         b = self.backends.get(uid)
@@ -154,6 +157,58 @@ class TaskState:
     def commit(self) -> None:
         for b in self.backends.values():
             b.commit()
+
+
+class ChangeTracker:
+    """The keys of a partition's HashMap state that changed since epoch ``start`` (HashMap
+    incremental checkpoints, see backend.py), per ``(operator uid, state name)``.
+
+    ``segments`` holds the keys changed up to each snapshot this copy took, as ``(version of the
+    snapshot, keys changed since the snapshot before)``; ``current`` the keys changed since the
+    last one. The keys changed since version ``v`` (the last completed checkpoint's snapshot,
+    taken here or on another worker) are a subset of the segments ending after ``v`` plus
+    ``current``: a changelog of those keys' values now, on top of that checkpoint's parts, is
+    the state now. A checkpoint that was declined or never completed loses no change. A copy of
+    the state loaded from durable storage tracks from the version it loaded: its checkpoints
+    build on completed snapshots taken at or after that version only."""
+
+    __slots__ = ("start", "segments", "current")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.segments: list[tuple[int, dict[tuple[str, str], set]]] = []
+        self.current: dict[tuple[str, str], set] = {}
+
+    def add(self, uid: str, name: str, keys: Any) -> None:
+        into = self.current.get((uid, name))
+        if into is None:
+            into = self.current[(uid, name)] = set()
+        into.update(keys)
+
+    def since(self, version: int) -> dict[tuple[str, str], set] | None:
+        """A superset of the keys changed since committed ``version`` (None: this copy did not
+        hold the state then). Segments no later checkpoint needs are dropped."""
+        if version < self.start:
+            return None
+        self.segments = [(end, seg) for end, seg in self.segments if end > version]
+        out: dict[tuple[str, str], set] = {}
+        for seg in [*(seg for _end, seg in self.segments), self.current]:
+            for name, keys in seg.items():
+                if name in out:
+                    out[name] |= keys
+                else:
+                    out[name] = set(keys)
+        return out
+
+    def cut(self, version: int) -> None:
+        """A snapshot of committed ``version`` was taken: the changes so far end a segment."""
+        if self.segments and self.segments[-1][0] == version:  # a retried task's snapshot again
+            seg = self.segments[-1][1]
+            for name, keys in self.current.items():
+                seg.setdefault(name, set()).update(keys)
+        elif self.current:
+            self.segments.append((version, self.current))
+        self.current = {}
 
 
 class TaskStateCache:
@@ -202,7 +257,7 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options:
     """A checkpoint's full snapshots merged per operator uid, each file keeping only its key
     groups: ``{uid: {state name: {key: value}}}``. Each file is checked against its recorded
     size and SHA-256 before it is decoded (CorruptStateError naming it otherwise)."""
-    from flowpoint.checkpoint.integrity import check_bytes, decode
+    from flowpoint.checkpoint.integrity import check_bytes
 
     merged: dict[str, dict[str, dict[Any, Any]]] = {}
     for f in files:
@@ -217,14 +272,45 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options:
                 into.setdefault(name, {}).update(rows)
             continue
         check_bytes(data, f.size, f.sha256, f.uri, f.uid, "checkpoint file")
-        tables = decode(pickle.loads, data, f.uri, f.uid, "checkpoint file")  # the job's own state, verified above
-        into = merged.setdefault(f.uid, {})
-        for name, table in tables.items():
-            if f.key_groups is not None:
-                first, last, max_parallelism = f.key_groups
-                table = {k: v for k, v in table.items() if first <= assign_to_key_group(k, max_parallelism) <= last}
-            into.setdefault(name, {}).update(table)
+        payload = load_part(data, f.uri, f.uid)
+        apply_part(merged.setdefault(f.uid, {}), f.format == "changelog", payload, f.key_groups)
     return merged
+
+
+def load_part(data: bytes, uri: str, uid: str) -> Any:
+    """Unpickle a verified HashMap checkpoint part; a file that does not unpickle is a
+    StateDecodeError naming it (no restart can fix it)."""
+    from flowpoint.checkpoint.integrity import decode
+
+    return decode(pickle.loads, data, uri, uid, "checkpoint file")  # the job's own state, verified by its checksum
+
+
+def apply_part(into: dict[str, dict[Any, Any]], changelog: bool, payload: Any, key_groups: tuple[int, int, int] | None = None) -> None:
+    """Apply one HashMap checkpoint part to ``into`` (``{state name: {key: value}}``): a full
+    snapshot (``{name: {key: value}}``) adds its entries, a changelog part (``{name: (puts,
+    deletes)}``, written after the parts before it) sets and deletes keys. ``key_groups``
+    ``(first, last, max parallelism)``: keep only these key groups (rescaling)."""
+
+    def mine(k: Any) -> bool:
+        first, last, max_parallelism = key_groups  # type: ignore[misc]
+        return first <= assign_to_key_group(k, max_parallelism) <= last
+
+    for name, table in payload.items():
+        if changelog:
+            puts, deletes = table
+            table = puts
+        if key_groups is not None:
+            table = {k: v for k, v in table.items() if mine(k)}
+        target = into.get(name)
+        if target is None and not changelog:
+            into[name] = table if type(table) is dict else dict(table)
+            continue
+        if target is None:
+            target = into[name] = {}
+        target.update(table)
+        if changelog:
+            for k in deletes:
+                target.pop(k, None)
 
 
 def read_uri(uri: str, options: dict | None = None) -> bytes:

@@ -28,6 +28,13 @@ class StateLocation:
     backend: str = "hashmap"
     storage_options: tuple[tuple[str, str], ...] = ()  # s3.endpoint, credentials, ...
     incremental: bool = False  # RocksDB: checkpoints reuse SST files already in shared/
+    # HashMap checkpoints (state.backend.hashmap.changelog.*): when ``changelog`` (checkpoints on,
+    # filesystem storage, max-ratio > 0) tasks track changed keys and a checkpoint part is a
+    # changelog until the chain's changelog bytes would exceed ``changelog_max_ratio`` of its full
+    # snapshot, or it has ``changelog_max_parts`` changelog parts; then a full snapshot
+    changelog: bool = False
+    changelog_max_ratio: float = 0.5
+    changelog_max_parts: int = 20
 
     @property
     def options(self) -> dict[str, str]:
@@ -83,11 +90,11 @@ class PartHandle:
 
     path: str  # relative to the checkpoint job directory or the savepoint directory
     size: int
-    kind: str  # "full" | "sst" | "private" | "canonical"
+    kind: str  # "full" | "changelog" | "sst" | "private" | "canonical"
     sha256: str
     local_name: str | None = None
     rows: int | None = None
-    uploaded: bool = True  # False: an SST file an earlier checkpoint already holds
+    uploaded: bool = True  # False: a file an earlier checkpoint already holds (an SST file, a HashMap chain's part)
     data: bytes | None = None  # driver-memory checkpoint storage only
 
 
@@ -101,8 +108,9 @@ class OperatorPart:
     num_keys: int
     sync_ms: float = 0.0
     async_ms: float = 0.0
-    lineage: str = ""  # RocksDB: the local DBs' lineage (names of shared SST files are unique within it)
+    lineage: str = ""  # RocksDB: the local DBs' lineage (names of shared SST files are unique within it); HashMap: the run key
     states: dict[str, dict[str, Any]] = field(default_factory=dict)  # state name -> {"kind", "declared", "keys" (HashMap)}
+    version: int = 0  # HashMap: the committed epoch the snapshot holds (a changelog's starting point for the next one)
 
 
 @dataclass(frozen=True)
