@@ -1,9 +1,12 @@
 """A job whose state ``count`` of operator uid "counting" is the kind given on the command line
-(``python kind_change_job.py value|list|map [fail-at]``): for restoring one kind's state into
-another. With ``fail-at``, the record of that value fails the job (which keeps its checkpoints)."""
+(``python kind_change_job.py value|list|map [checkpoint-dir]``): for restoring one kind's state
+into another. With a checkpoint directory, the job fails (and so keeps its checkpoints) at the
+first record after a checkpoint completed there."""
 
 from __future__ import annotations
 
+import glob
+import os
 import sys
 
 from flowpoint import (
@@ -18,9 +21,9 @@ from flowpoint import (
 
 
 class Counting(KeyedProcessFunction):
-    def __init__(self, kind: str, fail_at: int | None = None):
+    def __init__(self, kind: str, fail_after: str | None = None):
         self.kind = kind
-        self.fail_at = fail_at
+        self.fail_after = fail_after  # a checkpoint directory: fail once it holds a completed checkpoint
 
     def open(self, ctx):
         if self.kind == "value":
@@ -31,8 +34,8 @@ class Counting(KeyedProcessFunction):
             self.count = ctx.get_map_state(MapStateDescriptor("count"))
 
     def process_element(self, value, ctx):
-        if value == self.fail_at:
-            msg = f"failing at record {value}, as asked"
+        if self.fail_after and glob.glob(os.path.join(self.fail_after, "*", "chk-*", "_metadata")):
+            msg = f"failing at record {value} after a completed checkpoint, as asked"
             raise RuntimeError(msg)
         if self.kind == "value":
             self.count.update((self.count.value() or 0) + 1)
@@ -45,15 +48,15 @@ class Counting(KeyedProcessFunction):
 
 if __name__ == "__main__":
     kind = sys.argv[1]
-    fail_at = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    fail_after = sys.argv[2] if len(sys.argv) > 2 else None
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.enable_checkpointing(1)
     sink = CollectSink()
     (
-        env.from_source(DataGeneratorSource(lambda i: i, count=300), source_name="numbers").uid("numbers")
+        env.from_source(DataGeneratorSource(lambda i: i, count=300, rate_limit_per_second=100 if fail_after else None), source_name="numbers").uid("numbers")
         .key_by(lambda v: v % 7)
-        .process(Counting(kind, fail_at)).uid("counting")
+        .process(Counting(kind, fail_after)).uid("counting")
         .sink_to(sink).uid("collect")
     )
     env.execute(f"kind change ({kind})")

@@ -210,3 +210,19 @@ def test_a_savepoint_restores_into_a_row_type_with_a_new_field(make_env, tmp_pat
     with pytest.raises(StateMigrationError) as info:
         env.execute("row v3")
     assert "'p'" in str(info.value) and "Types.INT()" in str(info.value) and "counting" in str(info.value)
+
+
+def test_metadata_records_the_declared_kind_even_when_a_part_could_only_infer_it():
+    """A checkpoint's synchronous part can run in a task whose partition was rebuilt from durable
+    state before its operators registered their states: the part infers the kind from values, the
+    coordinator records what the tasks reported the operators declared."""
+    from flowpoint.checkpoint.metadata import OperatorState
+    from flowpoint.runtime.checkpointing import apply_declared, merge_states
+
+    op = OperatorState("counting", "counter", 2, 128, "hashmap", [])
+    merge_states(op, {"seen": {"kind": "list", "declared": False, "keys": 3}})
+    declared = {"seen": {"kind": "value", "schema": declared_schema(ValueStateDescriptor("seen", NEW_ROW))}, "other": {"kind": "map"}}
+    apply_declared(op, declared)
+    assert op.states["seen"]["kind"] == "value" and op.states["seen"]["declared"] is True
+    assert op.states["seen"]["schema"]["fields"][2] == ["last", "Types.LONG()"]
+    assert "other" not in op.states  # a state without data has no entry to restore

@@ -315,6 +315,10 @@ class CheckpointStore:
         gone = [i for i in ids if i not in complete]
         for i in gone:
             self.job_access.delete(self.chk_dir(i))
+        # and shared/ files no complete checkpoint lists (an aborted checkpoint's upload may have
+        # outlived its abort): no task writes any more
+        referenced = set().union(*(m.referenced_files() for m in complete.values()))
+        self._delete_shared(referenced, set(), sweep_orphans=True)
         return gone
 
     @_locked

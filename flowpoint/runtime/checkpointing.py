@@ -99,12 +99,28 @@ def merge_states(op: OperatorState, states: dict[str, dict[str, Any]]) -> None:
             into.setdefault("schema", info["schema"])
 
 
+def apply_declared(op: OperatorState, declared: dict[str, dict] | None) -> None:
+    """Record in an operator's ``_metadata`` entry the kind and schema its states were declared
+    with in this run (``Coordinator.declared_states``, from the tasks' acknowledgements): a part
+    written before the operators of its task registered their states only infers them."""
+    if not declared or not op.states:
+        return
+    for name, info in declared.items():
+        st = op.states.get(name)
+        if st is None:
+            continue
+        st["kind"], st["declared"] = info["kind"], True
+        if info.get("schema") is not None:
+            st["schema"] = info["schema"]
+
+
 class CheckpointCoordinator:
     def __init__(self, settings: CheckpointSettings, graph: JobGraph, job_id: str, job_name: str, first_id: int = 1, options: dict | None = None):
         self.settings = settings
         self.graph = graph
         self.job_id = job_id
         self.job_name = job_name
+        self.declared: dict[str, dict[str, dict]] = {}  # the coordinator's declared_states (shared)
         if writes_native_files(settings.backend) and settings.storage != "filesystem":
             msg = (
                 "EmbeddedRocksDBStateBackend checkpoints are files: they need filesystem checkpoint storage "
@@ -246,6 +262,7 @@ class CheckpointCoordinator:
                 op = self._operator(operators, part.uid)
                 op.subtasks.append(SubtaskState(p, kgr.start, kgr.end, files, part.num_keys, size, uploaded))
                 merge_states(op, part.states)
+                apply_declared(op, self.declared.get(part.uid))
                 cut.stats.tasks_acknowledged += 1
                 cut.stats.state_size += size
                 cut.stats.incremental_size += uploaded

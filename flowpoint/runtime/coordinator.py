@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import CheckpointError, FlowpointError, JobExecutionError
-from flowpoint.runtime.checkpointing import CheckpointCoordinator, now_ms
+from flowpoint.runtime.checkpointing import CheckpointCoordinator, apply_declared, now_ms
 from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
 from flowpoint.runtime.restore import RestoredJob, plan_restore, split_position
 from flowpoint.runtime.resume import job_fingerprint, restore_point
@@ -109,6 +109,7 @@ class Coordinator:
         self.watermarks: dict[str, tuple[int, bool]] = {}
         self.generators: dict[str, bytes] = {}
         self.operator_state: dict[str, dict] = {}  # "<uid>:<subtask>" -> CheckpointedFunction state
+        self.declared_states: dict[str, dict[str, dict]] = {}  # uid -> state name -> {kind, schema} registered in this run
         self._restored_uids: frozenset[str] = frozenset()
         self.metrics: dict[str, int] = {}
         self.storage_options: dict[str, str] = {}
@@ -234,6 +235,8 @@ class Coordinator:
                 node = self.graph.node_by_uid(uid)
                 stage = self.graph.stages[node.stage_id]
                 op = assemble_operator(uid, node.name, stage.parallelism, stage.max_parallelism, parts)
+                if op is not None:
+                    apply_declared(op, self.declared_states.get(uid))
                 if op is None:  # an operator without state has nothing to restore (and may be removed)
                     for sub, _ in parts:
                         for f in sub.files:
@@ -298,6 +301,7 @@ class Coordinator:
             if self.settings.enabled:
                 first = restore.checkpoint_id + 1 if restore else 1
                 self.checkpoints = CheckpointCoordinator(self.settings, self.graph, self.job_id, self.job_name, first, self.storage_options)
+                self.checkpoints.declared = self.declared_states
             self._init_splits()
             if restore is not None:
                 self._apply_restore(restore)
@@ -669,6 +673,8 @@ class Coordinator:
             self.watermarks.update(ack.watermarks)
             self.generators.update(ack.generators)
             self.operator_state.update(ack.operator_state)
+            for uid, states in ack.declared.items():
+                self.declared_states.setdefault(uid, {}).update(states)
             for name, n in ack.metrics.items():
                 self.metrics[name] = self.metrics.get(name, 0) + n
         source_stages = {n.stage_id for n in self.graph.sources()}

@@ -302,6 +302,21 @@ def migrate_table(kind: str, table: dict, migrate: Migration) -> int:
     return changed
 
 
+def declared_states(backend: Any) -> dict[str, dict]:
+    """``{state name: {"kind", "schema"}}`` of the states the operators registered in ``backend``
+    (in this process): a task reports them with each epoch, and the coordinator records them in
+    ``_metadata`` (a checkpoint's synchronous part may run in a task whose operators have not
+    registered their states yet, on a partition rebuilt in another worker)."""
+    out: dict[str, dict] = {}
+    for name, kind in backend.kinds.items():
+        info: dict[str, Any] = {"kind": kind}
+        schema = backend.schemas.get(name)
+        if schema is not None:
+            info["schema"] = schema
+        out[name] = info
+    return out
+
+
 def check_redeclared(backend: Any, descriptor: Any, known: str | None) -> None:
     """One state name declared as two kinds in one job (``known``: the kind this backend has
     registered for the name in this run, None if none)."""

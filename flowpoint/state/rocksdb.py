@@ -748,6 +748,11 @@ class RocksDBKeyedStateBackend(CurrentKey):
 
     # -- state registration ------------------------------------------------------------------
 
+    @property
+    def kinds(self) -> dict[str, str]:
+        """The kind of every state registered in this backend (in this process)."""
+        return {name: t.kind for name, t in self._tables.items()}
+
     def get_partitioned_state(self, descriptor: StateDescriptor) -> Any:
         name = descriptor.name
         kind = descriptor.kind

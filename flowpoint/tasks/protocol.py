@@ -145,3 +145,4 @@ class TaskAck:
     metrics: dict[str, int] = field(default_factory=dict)  # "<operator name>.<metric>" -> count
     operator_state: dict[str, dict] = field(default_factory=dict)  # CheckpointedFunction state at the epoch's end
     host: str = ""  # executor id the task ran on (locality statistics)
+    declared: dict[str, dict[str, dict]] = field(default_factory=dict)  # uid -> state name -> {kind, schema}: what the operators registered

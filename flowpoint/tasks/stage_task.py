@@ -20,6 +20,7 @@ from flowpoint.api.watermarks import Watermark
 from flowpoint.connectors.source import SourceMetric, TimestampedBatch
 from flowpoint.errors import FlowpointError
 from flowpoint.state.backend import partition_backend
+from flowpoint.state.compatibility import declared_states
 from flowpoint.state.working import TaskState
 from flowpoint.tasks.batches import KeyedBatch, decode, num_records
 from flowpoint.tasks.context import TaskRuntimeContext
@@ -288,6 +289,7 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
             ack.records_in = head.records_in
             head.records_in = 0
         rt.end_epoch(ack)
+        ack.declared = {uid: declared_states(b) for uid, b in ts.backends.items()}
         if rt.operator_states:
             operator_state = rt.snapshot_operator_state(spec.epoch, spec.processing_time)
             unpicklable = unpicklable_operator_state_error(plan, operator_state)
