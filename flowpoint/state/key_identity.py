@@ -17,44 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flowpoint.state.keygroups import StateKey, canonical_bytes
+from flowpoint.state.keygroups import PLAIN_KEY_TYPES, StateKey, state_key
 
 __all__ = ["CurrentKey", "KeyedStateMap", "StateKey", "key_table", "keyed_state_maps", "state_key", "user_key"]
-
-
-_PLAIN = frozenset({str, int, bytes})
-
-
-def state_key(key: Any) -> Any:
-    """The state key of ``key`` (idempotent). Raises ``InvalidKeyError`` for a value that
-    cannot be a key.
-
-    Plain values are their own state key: exactly ``str``, ``int`` and ``bytes``, and tuples of
-    them (a Row or namedtuple of them as the plain tuple). Among plain values Python's equality is
-    the canonical one, and no plain value equals a :class:`StateKey`, so the common keys (a user
-    id, a ``(channel, behavior)`` pair) cost no canonical bytes per record."""
-    t = type(key)
-    if t is str or t is int or t is bytes or t is StateKey:
-        return key
-    if isinstance(key, tuple):
-        for x in key:
-            if type(x) not in _PLAIN:
-                break
-        else:
-            return key if t is tuple else tuple(key)
-    cb = canonical_bytes(key)
-    # subclasses of str, int and bytes (str enums, IntEnum, numpy integers) are the plain
-    # value's key: hold them as the plain value so they meet it in every table
-    tag = cb[:1]
-    if tag == b"s":
-        return str.__str__(key) if isinstance(key, str) else cb[1:].decode("utf-8")
-    if tag == b"i" and isinstance(key, int) and not isinstance(key, bool):
-        return int.__index__(key)
-    if tag == b"i" and not isinstance(key, bool) and hasattr(key, "item"):  # numpy integer
-        return int(key.item())
-    if tag == b"y":
-        return bytes(key)
-    return StateKey(key, cb)
 
 
 def user_key(key: Any) -> Any:
@@ -147,7 +112,7 @@ class CurrentKey:
         elif t is tuple:  # state_key's plain tuples, inlined: the per-record path of tuple keys
             self._key = key
             for x in key:
-                if type(x) not in _PLAIN:
+                if type(x) not in PLAIN_KEY_TYPES:
                     self._sk = state_key(key)
                     return
             self._sk = key

@@ -107,12 +107,45 @@ class StateKey:
 
     def __reduce__(self) -> Any:
         # pickles (deltas, checkpoints) hold the user's key only; the identity is recomputed
-        from flowpoint.state.key_identity import state_key
-
         return (state_key, (self.key,))
 
     def __repr__(self) -> str:
         return f"StateKey({self.key!r})"
+
+
+PLAIN_KEY_TYPES = frozenset({str, int, bytes})
+
+
+def state_key(key: Any) -> Any:
+    """The state key of ``key`` (idempotent). Raises ``InvalidKeyError`` for a value that
+    cannot be a key.
+
+    Plain values are their own state key: exactly ``str``, ``int`` and ``bytes``, and tuples of
+    them (a Row or namedtuple of them as the plain tuple). Among plain values Python's equality is
+    the canonical one, and no plain value equals a :class:`StateKey`, so the common keys (a user
+    id, a ``(channel, behavior)`` pair) cost no canonical bytes per record."""
+    t = type(key)
+    if t is str or t is int or t is bytes or t is StateKey:
+        return key
+    if isinstance(key, tuple):
+        for x in key:
+            if type(x) not in PLAIN_KEY_TYPES:
+                break
+        else:
+            return key if t is tuple else tuple(key)
+    cb = canonical_bytes(key)
+    # subclasses of str, int and bytes (str enums, IntEnum, numpy integers) are the plain
+    # value's key: hold them as the plain value so they meet it in every table
+    tag = cb[:1]
+    if tag == b"s":
+        return str.__str__(key) if isinstance(key, str) else cb[1:].decode("utf-8")
+    if tag == b"i" and isinstance(key, int) and not isinstance(key, bool):
+        return int.__index__(key)
+    if tag == b"i" and not isinstance(key, bool) and hasattr(key, "item"):  # numpy integer
+        return int(key.item())
+    if tag == b"y":
+        return bytes(key)
+    return StateKey(key, cb)
 
 
 def canonical_bytes(key: object) -> bytes:
