@@ -34,6 +34,7 @@ from typing import Any
 from flowpoint import private_files
 from flowpoint.state import durable
 from flowpoint.state.compatibility import infer_kind, recorded_states
+from flowpoint.state.heap import puts_and_deletes
 from flowpoint.state.key_identity import key_table
 from flowpoint.state.working import (
     CACHE,
@@ -373,21 +374,10 @@ def changelog(tables: dict[str, dict], changes: dict[str, set]) -> dict[str, tup
     changed keys, with their committed values now (a key no longer in a table is deleted)."""
     out: dict[str, tuple[dict, list]] = {}
     for name, keys in changes.items():
-        table = tables.get(name, {})
-        puts: dict = {}
-        deletes: list = []
-        for k in keys:
-            v = table.get(k, _ABSENT)
-            if v is _ABSENT:
-                deletes.append(k)
-            else:
-                puts[k] = v
+        puts, deletes = puts_and_deletes(tables.get(name, {}), keys)
         if puts or deletes:
             out[name] = (puts, deletes)
     return out
-
-
-_ABSENT: Any = object()
 CHAIN_PREFIX = "hashmap-chain/"  # in a TaskSlice's ``shared``: "<prefix><uid>" -> the chain (JSON)
 
 

@@ -9,7 +9,7 @@ does not (a failed or superseded task attempt), the undo log restores the commit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from flowpoint.api.state import StateDescriptor
@@ -25,6 +25,19 @@ from flowpoint.state.kinds import ABSENT, ATOMIC, immutable, keyed_state, privat
 
 # delta: {state name: (puts {key: value}, deletes [key])}
 Delta = dict[str, tuple[dict[Any, Any], list[Any]]]
+
+
+def puts_and_deletes(table: dict, keys: Iterable[Any]) -> tuple[dict[Any, Any], list[Any]]:
+    """``keys`` of one state as a delta entry: their values now, or a delete for those gone."""
+    puts: dict[Any, Any] = {}
+    deletes: list[Any] = []
+    for key in keys:
+        value = table.get(key, ABSENT)
+        if value is ABSENT:
+            deletes.append(key)
+        else:
+            puts[key] = value
+    return puts, deletes
 
 
 class HeapKeyedStateBackend(CurrentKey):
@@ -61,21 +74,7 @@ class HeapKeyedStateBackend(CurrentKey):
 
     def delta(self) -> Delta:
         """The changes of the current epoch (touched keys and their new values)."""
-        out: Delta = {}
-        for name, undo in self.undo.items():
-            if not undo:
-                continue
-            table = self.tables[name]
-            puts: dict[Any, Any] = {}
-            deletes: list[Any] = []
-            for key in undo:
-                value = table.get(key, ABSENT)
-                if value is ABSENT:
-                    deletes.append(key)
-                else:
-                    puts[key] = value
-            out[name] = (puts, deletes)
-        return out
+        return {name: puts_and_deletes(self.tables[name], undo) for name, undo in self.undo.items() if undo}
 
     def changed_keys(self) -> int:
         return sum(len(u) for u in self.undo.values())
