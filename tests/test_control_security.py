@@ -14,7 +14,6 @@ import http.client
 import json
 import os
 import socket
-import stat
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ import threading
 import time
 
 import pytest
+from untrusted import mode
 
 from flowpoint.control import auth
 from flowpoint.control.client import owner_target
@@ -31,9 +31,6 @@ from flowpoint.errors import ConfigurationError, FlowpointError, InsecurePathErr
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-
-def mode(path) -> int:
-    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 def wait_for(predicate, timeout: float, what: str):

@@ -22,12 +22,12 @@ import json
 import os
 import pickle
 import socket
-import stat
 import subprocess
 import sys
 
 import pytest
 from checkpoint_jobs import Counting, build
+from untrusted import Planted, mode
 
 from flowpoint import RestartStrategies
 from flowpoint.checkpoint.metadata import (
@@ -58,18 +58,6 @@ TRUST = "security.trust-shared-directories"
 JOB_NAME = "resumable-count"  # the name tests/checkpoint_jobs.py runs under
 
 
-class Payload:
-    """What she pickles: code that runs as whoever loads it (os.system in the issue)."""
-
-    def __init__(self, marker: str):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (exec, (f"open({self.marker!r}, 'w').close()",))
-
-
-def mode(path) -> int:
-    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 def give(path, uid: int) -> None:
@@ -84,7 +72,7 @@ def plant_run(root, marker: str, job_id: str = "e" * 32, name: str = JOB_NAME) -
     """A run directory of the job in tests/checkpoint_jobs.py (uids ``numbers`` and keyed
     ``counting`` at max parallelism 128) whose one checkpoint passes every check: each part is a
     pickle that runs code, with its size and SHA-256 in a ``_metadata`` with a valid checksum."""
-    data = pickle.dumps(Payload(marker))
+    data = pickle.dumps(Planted(marker))
     access = CheckpointStorageAccess(str(root / job_id), {TRUST: "true"})
     subtasks = []
     for index, (start, end) in enumerate(((0, 63), (64, 127))):

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import stat
 import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
+from untrusted import Planted, mode
 
 from flowpoint import StreamExecutionEnvironment
 from flowpoint.connectors.sinks import CollectSink
@@ -45,18 +45,6 @@ def home(tmp_path, monkeypatch):
     return h
 
 
-class Planted:
-    """What another user would plant: a pickle that runs code when it is loaded."""
-
-    def __init__(self, marker: str):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (exec, (f"open({self.marker!r}, 'w').close()",))
-
-
-def mode(path) -> int:
-    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 # -- where it is ---------------------------------------------------------------------------------
