@@ -255,6 +255,10 @@ OPTIONS = {
         Option("task.cancellation.timeout", 180_000, int, "accepted for compatibility; cancellation stops the Spark job", _duration(0)),
         Option("execution.checkpointing.snapshot-compression", False, bool, "accepted for compatibility; snapshot files are not compressed", parse_bool),
         Option("execution.runtime-mode", "STREAMING", str, "STREAMING | BATCH | AUTOMATIC: BATCH (or AUTOMATIC with only bounded sources) emits final results only", _choice(_names("STREAMING", "BATCH", "AUTOMATIC"))),
+        Option("execution.runtime", "epoch", str, "epoch | continuous: how a STREAMING job runs on Spark (docs/execution.md); BATCH always runs in epochs", _choice(_names("epoch", "continuous"))),
+        Option("execution.buffer-timeout", 100, int, "continuous runtime: ms after which an operator's partly filled output buffer is sent on (0: after every input)", _duration(0)),
+        Option("taskmanager.network.memory.buffers-per-channel", 8, int, "continuous runtime: frames each input channel holds before its sender waits (backpressure)", _int(1, 4096)),
+        Option("execution.buffer-max-batches", 64, int, "continuous runtime: output batches an operator buffers before it sends them without waiting for the buffer timeout", _int(1, 1 << 20)),
         Option("execution.epoch.max-records", 100_000, int, "records read per epoch over all source splits (>= 1)", _int(1)),
         Option("execution.epoch.interval", 200, int, "ms to wait before polling sources that had no new records", _duration(0)),
         Option(

@@ -88,6 +88,7 @@ class PrintSink(Sink):
     epoch committed; after a restart from a checkpoint, epochs after it print again."""
 
     guarantee = "at-least-once"
+    continuous_live = True  # on the continuous runtime, lines go out as they arrive, not per checkpoint
 
     def __init__(self, sink_identifier: str | None = None, stream: Any = None, type_info: Any = None):
         self.sink_identifier = sink_identifier or ""

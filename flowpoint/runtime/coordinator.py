@@ -103,6 +103,7 @@ class Coordinator:
         self._started = 0.0
         self._ended = 0.0
         self._executor: Any = None
+        self._continuous: Any = None  # the continuous runtime's loop (execution.runtime: continuous)
         self._last_progress = 0.0
         self.epoch_history: list[tuple[int, int, float]] = []  # (epoch, records read, seconds)
         # event time (DESIGN 8): every watermark channel's committed mark, generator states, metrics
@@ -133,6 +134,8 @@ class Coordinator:
         executor = self._executor
         if executor is not None:
             try:
+                if self._continuous is not None:
+                    return  # the continuous loop sees the flag within milliseconds and stops its run
                 executor.sc.cancelJobGroup(self.job_id)
             except Exception:  # noqa: BLE001 - the job may already be between epochs
                 pass
@@ -294,7 +297,14 @@ class Coordinator:
             _warn_unshared(spark, self.durable_root)
             restore = self._initial_restore()
             plans = build_stage_plans(self.graph, self.job_id, params)
-            self._executor = SparkEpochExecutor(spark, self.graph, plans, self.job_id)
+            if self.continuous:
+                from flowpoint.runtime.continuous_loop import ContinuousLoop
+                from flowpoint.spark.continuous_executor import SparkContinuousExecutor
+
+                self._executor = SparkContinuousExecutor(spark, self.job_id, f"flowpoint {self.job_name} (continuous)")
+                self._continuous = ContinuousLoop(self, plans, self._executor)
+            else:
+                self._executor = SparkEpochExecutor(spark, self.graph, plans, self.job_id)
             spark.sparkContext.setJobGroup(self.job_id, f"flowpoint job {self.job_name}", interruptOnCancel=True)
             atexit.register(self._remove_durable_state)
             self._next_savepoint_id = restore.checkpoint_id + 1 if restore else 1
@@ -451,10 +461,18 @@ class Coordinator:
         for node in self.graph.sinks():
             node.t.sink.restore_driver_state(restore.sinks.get(node.uid))
 
+    @property
+    def continuous(self) -> bool:
+        """``execution.runtime: continuous`` for a STREAMING job (BATCH runs in epochs)."""
+        return self.config.get("execution.runtime") == "continuous" and not self.graph.batch
+
     def _run_with_restarts(self) -> None:
         while True:
             try:
-                self._loop()
+                if self._continuous is not None:
+                    self._continuous.run()
+                else:
+                    self._loop()
                 return
             except BaseException as e:
                 if self._cancel.is_set() or not restartable(e):
@@ -632,14 +650,7 @@ class Coordinator:
             self.backoff.on_success(now_ms())
             for node in self.graph.sinks():
                 node.t.sink.notify_checkpoint_complete(meta.checkpoint_id)
-            from flowpoint.connectors.source import Source as SourceBase
-
-            for node in self.graph.sources():
-                source = node.t.source
-                if type(source).notify_checkpoint_complete is SourceBase.notify_checkpoint_complete:
-                    continue  # sources that do not listen cost nothing (no positions decoded)
-                cut = [source.decode_position(sp.split_id, sp.position) for sp in meta.sources if sp.source_uid == node.uid]
-                source.notify_checkpoint_complete(meta.checkpoint_id, cut)
+            self._notify_sources(meta)
         if self.epoch > self._checkpointed_epoch and cp.due():
             sources = [split_position(st.node, st.index, st.split, st.position, st.finished) for states in self.splits.values() for st in states]
             sinks = {n.uid: n.t.sink.snapshot_driver_state() for n in self.graph.sinks()}
@@ -651,6 +662,16 @@ class Coordinator:
             stateful = [(s.id, p) for s in self.graph.stages if any(self.graph.nodes[n].keyed for n in s.nodes) for p in range(s.parallelism)]
             cp.trigger(self.epoch, stateful, sources, sinks, self.records_read, watermarks)
             self._checkpointed_epoch = self.epoch
+
+    def _notify_sources(self, meta: Any) -> None:
+        from flowpoint.connectors.source import Source as SourceBase
+
+        for node in self.graph.sources():
+            source = node.t.source
+            if type(source).notify_checkpoint_complete is SourceBase.notify_checkpoint_complete:
+                continue  # sources that do not listen cost nothing (no positions decoded)
+            cut = [source.decode_position(sp.split_id, sp.position) for sp in meta.sources if sp.source_uid == node.uid]
+            source.notify_checkpoint_complete(meta.checkpoint_id, cut)
 
     def _commit(self, acks: list[TaskAck], new_positions: dict) -> None:
         latest: dict[tuple[int, int], TaskAck] = {}

@@ -154,6 +154,12 @@ class PartitionBackend:
     def release(self, ts: TaskState) -> None:
         pass
 
+    def commit_in_place(self, ts: TaskState, version: int) -> None:
+        """The continuous runtime's barrier: the changes since the last barrier become the
+        committed state ``version`` in this process (no durable delta: a failure restarts the
+        job from its last completed checkpoint, DESIGN 4b)."""
+        raise NotImplementedError
+
     def snapshot(self, ts: TaskState, uids: list[str], partition: int, target: CheckpointTarget, shared: dict[str, str]) -> Callable[[], list[OperatorPart]]:
         raise NotImplementedError
 
@@ -280,6 +286,12 @@ class HashMapPartitionBackend(PartitionBackend):
             return TaskStateAck(epoch, token, None, CommittedFile(epoch, token, uri, size, digest), changed, total)
         delta, changed, total = self._write_delta(ts, s, epoch, token)
         return TaskStateAck(epoch, token, delta, None, changed, total)
+
+    def commit_in_place(self, ts: TaskState, version: int) -> None:
+        if ts.changes is not None:
+            self._track(ts)
+        ts.commit()
+        ts.version = version
 
     def snapshot(self, ts: TaskState, uids: list[str], partition: int, target: CheckpointTarget, shared: dict[str, str]) -> Callable[[], list[OperatorPart]]:
         """The synchronous part: each operator's committed state pickled, either whole (a full
@@ -593,6 +605,11 @@ class RocksDBPartitionBackend(PartitionBackend):
             base = CommittedFile(ts.version, token, uri, size, None, tuple(files))
         delta, changed, total = self._write_delta(ts, s, epoch, token)
         return TaskStateAck(epoch, token, delta, base, changed, total)
+
+    def commit_in_place(self, ts: TaskState, version: int) -> None:
+        for b in ts.backends.values():
+            b.apply(b.delta(), version=version)
+        ts.version = version
 
     def release(self, ts: TaskState) -> None:
         for b in ts.backends.values():

@@ -69,6 +69,29 @@ class EpochSpec:
     restored: frozenset[str] = frozenset()  # uids whose state came from a restore (is_restored())
 
 
+@dataclass
+class ContinuousSpec:
+    """What every slot of a continuous run needs (DESIGN 4b), shipped once per run."""
+
+    run_key: str
+    location: StateLocation
+    driver: tuple[str, int]  # the driver's control channel
+    secret: bytes  # this run's channel secret (never logged)
+    slots: int
+    first_segment: int  # the segment (epoch) number the run continues from
+    buffer_timeout_ms: int = 100
+    buffers_per_channel: int = 8
+    max_frame_items: int = 64
+    watermark_interval_ms: int = 200
+    watermarks: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    splits: dict[str, int] = field(default_factory=dict)
+    generators: dict[str, bytes] = field(default_factory=dict)
+    restored: frozenset[str] = frozenset()
+
+    def __repr__(self) -> str:  # the secret stays out of logs and tracebacks
+        return f"ContinuousSpec(run_key={self.run_key!r}, slots={self.slots}, driver={self.driver})"
+
+
 @dataclass(frozen=True)
 class TaskSlice:
     """One partition's share of an epoch: its committed state chain and what to do with it."""

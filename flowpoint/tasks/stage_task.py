@@ -285,7 +285,7 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
                 if finished:  # a bounded split's end: its watermark goes to +infinity
                     head.process_watermark(end, MAX_WATERMARK)
         else:
-            _feed(plan, head, inputs, watermarks)
+            feed(plan, head, inputs, watermarks)
             ack.records_in = head.records_in
             head.records_in = 0
         rt.end_epoch(ack)
@@ -365,9 +365,11 @@ class _Upload:
         self._thread.join()
 
 
-def _feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWatermarks) -> None:
-    """Deliver exchange input to the head in (edge, origin) order, watermarks in between."""
-    received = sorted(inputs, key=lambda item: (item[0], item[1]))
+def feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWatermarks, ordered: bool = True) -> None:
+    """Deliver exchange input to the head, watermarks in between: in (edge, origin) order (an
+    epoch's input, whatever order Spark fetched it in), or as it arrived (``ordered=False``:
+    the continuous runtime's frames, in channel order)."""
+    received = sorted(inputs, key=lambda item: (item[0], item[1])) if ordered else inputs
     strip = {e.index for e in plan.input_edges if e.partitioning == "keyed"} if not plan.ops[plan.head].keyed else set()
     two_inputs = hasattr(head, "process_input")  # broadcast state: edge 0 broadcast, edge 1 main
     if plan.batch and plan.ops[plan.head].keyed and not two_inputs and not getattr(head, "columnar_input", False):

@@ -1,0 +1,196 @@
+"""A slot of a continuous job: one Spark barrier task hosting partition ``i`` of every stage
+whose parallelism exceeds ``i`` (Flink's slot sharing, DESIGN 4b).
+
+The slot listens for its input channels on its executor's own address, learns its peers'
+addresses through the barrier stage (``allGather``), connects one channel per (edge, upstream
+partition, downstream partition) to each peer (partitions in the same slot hand frames over in
+memory), connects its control channel to the driver, and runs its subtasks until the driver
+says finish, a subtask fails (the slot then fails, and with it the Spark stage and the run), or
+the driver goes away.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, connect
+from flowpoint.tasks.input_gate import GateClosed, InputGate
+from flowpoint.tasks.plan import StagePlan
+from flowpoint.tasks.protocol import ContinuousSpec, TaskSlice
+from flowpoint.tasks.subtask import Subtask, SubtaskFailed
+
+log = logging.getLogger("flowpoint")
+
+METRICS_INTERVAL_S = 1.0
+
+
+class Slot:
+    def __init__(self, index: int, host: str, spec: ContinuousSpec, plans: dict[int, StagePlan], slices: dict[tuple[int, int], TaskSlice]) -> None:
+        self.index = index
+        self.host = host
+        self.spec = spec
+        self.plans = plans
+        self.subtasks: dict[tuple[int, int], Subtask] = {}
+        self.gates: dict[int, InputGate] = {}  # stage id -> this slot's partition's gate
+        self.edge_stage: dict[int, int] = {}  # edge id -> receiving stage id
+        self.out: dict[tuple[int, int], Any] = {}  # (edge id, destination) -> channel or local gate
+        self.control: Channel | None = None
+        self.failed = threading.Event()
+        self.finished = threading.Event()
+        for sid, plan in plans.items():
+            for e in plan.input_edges:
+                self.edge_stage[e.edge_id] = sid
+            if index >= plan.parallelism:
+                continue
+            gate = None
+            if plan.source_reader is None:
+                channels = [(e.edge_id, j) for e in plan.input_edges for j in range(e.upstream_parallelism)]
+                gate = self.gates[sid] = InputGate(channels, spec.buffers_per_channel)
+            self.subtasks[(sid, index)] = Subtask(plan, slices[(sid, index)], spec, self._send, self._report, gate)
+        self.server = ChannelServer(host, spec.secret, self._accept, name=f"flowpoint-slot-{index}")
+
+    # -- wiring --------------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return f"{self.server.address[0]}:{self.server.address[1]}"
+
+    def connect(self, peers: list[str]) -> None:
+        """Outgoing channels to every consumer partition of this slot's subtasks."""
+        self.control = connect(self.spec.driver, self.spec.secret, ("control", self.index))
+        for (sid, p), _ in self.subtasks.items():
+            for op in self.plans[sid].ops.values():
+                for e in op.out_edges:
+                    for dest in range(e.parallelism):
+                        if (e.edge_id, dest) in self.out:
+                            continue
+                        if dest == self.index:
+                            self.out[(e.edge_id, dest)] = self.gates[self.edge_stage[e.edge_id]]
+                        else:
+                            host, port = peers[dest].rsplit(":", 1)
+                            self.out[(e.edge_id, dest)] = connect((host, int(port)), self.spec.secret, ("data", e.edge_id, p, dest))
+
+    def _accept(self, hello: tuple, channel: Channel) -> None:
+        """A peer's channel: its frames go to the receiving subtask's gate until it closes."""
+        if hello[0] != "data" or len(hello) != 4 or hello[3] != self.index or hello[1] not in self.edge_stage:
+            log.warning("flowpoint slot %d: a channel announced %r, which this slot does not receive; closed", self.index, hello)
+            channel.close()
+            return
+        gate = self.gates.get(self.edge_stage[hello[1]])
+        key = (hello[1], hello[2])
+        if gate is None or key not in gate.queues:
+            channel.close()
+            return
+        try:
+            while True:
+                gate.put(key, channel.recv())
+        except (ChannelError, GateClosed):
+            channel.close()
+
+    def _send(self, edge_id: int, dest: int, frame: Any) -> None:
+        target = self.out[(edge_id, dest)]
+        if isinstance(target, InputGate):
+            try:
+                target.put((edge_id, self.index), frame)
+            except GateClosed:
+                pass  # the consumer ended (its failure fails the slot)
+        else:
+            target.send(frame)
+
+    def _report(self, message: tuple) -> None:
+        if message[0] == "failed":
+            self.failed.set()
+        try:
+            if self.control is not None:
+                self.control.send(message)
+        except ChannelError:
+            self.failed.set()
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        for st in self.subtasks.values():
+            st.start()
+        threading.Thread(target=self._commands, name=f"flowpoint-slot-{self.index}-control", daemon=True).start()
+        next_metrics = time.monotonic() + METRICS_INTERVAL_S
+        try:
+            while True:
+                if self.failed.is_set():
+                    errors = [st.error for st in self.subtasks.values() if st.error is not None]
+                    if errors:
+                        raise errors[0]
+                    msg = f"slot {self.index} lost its control channel to the driver"
+                    raise SubtaskFailed(msg)
+                if all(st.done for st in self.subtasks.values()):
+                    return
+                time.sleep(0.01)
+                if time.monotonic() >= next_metrics:
+                    next_metrics += METRICS_INTERVAL_S
+                    self._report(("metrics", self.index, self.metrics()))
+        finally:
+            self.close()
+
+    def _commands(self) -> None:
+        """The driver's commands, routed to the subtasks."""
+        try:
+            while True:
+                cmd = self.control.recv()
+                kind = cmd[0]
+                if kind == "read":
+                    self.subtasks[(cmd[1], cmd[2])].commands.put(("read", cmd[3], cmd[4]))
+                elif kind == "barrier":
+                    for st in self.subtasks.values():
+                        if st.plan.source_reader is not None:
+                            st.commands.put(cmd)
+                elif kind == "end":
+                    self.subtasks[(cmd[1], cmd[2])].commands.put(("end",))
+                else:  # notify, finish, cancel: every subtask
+                    for st in self.subtasks.values():
+                        if st.gate is not None:
+                            st.gate.command(cmd)
+                        else:
+                            st.commands.put(cmd)
+                    if kind in ("finish", "cancel"):
+                        return
+        except ChannelError:
+            if not all(st.done for st in self.subtasks.values()):
+                self.failed.set()  # the driver went away: the run is over
+
+    def metrics(self) -> dict:
+        out = {}
+        for (sid, p), st in self.subtasks.items():
+            gate = st.gate
+            out[f"{sid}.{p}"] = {
+                "watermark": st.watermark(),
+                "queued": gate.queued() if gate is not None else st.commands.qsize(),
+                "backpressured_ms": (gate.backpressured_ns // 1_000_000) if gate is not None else 0,
+            }
+        return out
+
+    def close(self) -> None:
+        for gate in self.gates.values():
+            gate.close()
+        for st in self.subtasks.values():
+            if st.gate is None:
+                st.commands.put(("cancel",))
+        self.server.close()
+        for target in self.out.values():
+            if isinstance(target, Channel):
+                target.close()
+        if self.control is not None:
+            self.control.close()
+
+
+def run_slot(index: int, host: str, spec: ContinuousSpec, plans: dict[int, StagePlan], slices: dict[tuple[int, int], TaskSlice], all_gather: Callable[[str], list[str]]) -> None:
+    slot = Slot(index, host, spec, plans, slices)
+    try:
+        peers = all_gather(slot.address)
+        slot.connect(peers)
+    except BaseException:
+        slot.close()
+        raise
+    slot.run()

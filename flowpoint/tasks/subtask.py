@@ -1,0 +1,397 @@
+"""One parallel instance of one stage on the continuous runtime (DESIGN 4b).
+
+A subtask is a thread of its slot (the Spark barrier task) that runs the stage's operator chain
+(:class:`~flowpoint.tasks.stage_task.ChainRuntime`, the same operators as the epoch runtime)
+for the whole run of the job:
+
+* a *source* subtask reads what the driver assigns it (read specs of its splits, planned by
+  the driver's split planner exactly as for an epoch, so a replay reads the same records) and
+  receives checkpoint barriers from the driver between two assignments;
+* any other subtask reads frames from its :class:`~flowpoint.tasks.input_gate.InputGate`; a
+  barrier that arrived on one channel blocks that channel until it arrived on all of them
+  (alignment), then the subtask snapshots and forwards it.
+
+Output leaves through the chain's exchange writers; it is flushed to the channels when
+``execution.buffer-timeout`` ms have passed since the first unsent record (0: after every
+input), when it holds ``execution.buffer-max-batches`` batches, and before a
+barrier. Processing time is the wall clock: timers fire at their time, and periodic watermarks
+are generated every ``pipeline.auto-watermark-interval`` ms.
+
+At barrier ``n`` (the end of segment ``n``) a subtask commits its keyed state in place, takes
+the checkpoint's synchronous part, hands the asynchronous part (writing the files) to a
+thread, and acknowledges with a :class:`~flowpoint.tasks.protocol.TaskAck` once the files
+are written: the same acknowledgement an epoch's task sends, so the driver completes a
+checkpoint the same way on both runtimes.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from flowpoint.api.time import MAX_WATERMARK
+from flowpoint.api.watermarks import Watermark
+from flowpoint.connectors.source import SourceMetric, TimestampedBatch
+from flowpoint.errors import FlowpointError
+from flowpoint.state.backend import partition_backend
+from flowpoint.state.compatibility import declared_states
+from flowpoint.tasks.batches import num_records
+from flowpoint.tasks.input_gate import CONTROL, InputGate
+from flowpoint.tasks.plan import StagePlan
+from flowpoint.tasks.protocol import ContinuousSpec, EpochSpec, TaskAck, TaskSlice
+from flowpoint.tasks.stage_task import ChainRuntime, feed, keyed_uids
+from flowpoint.tasks.state_values import unpicklable_operator_state_error
+
+Send = Callable[[int, int, list], None]  # (edge id, destination partition, items)
+
+
+class Barrier:
+    """Checkpoint barrier ``n``: ends segment ``n``. ``target`` is None for a barrier that only
+    ends a segment (sinks commit; no state is written); ``final`` is the last one."""
+
+    __slots__ = ("final", "n", "shared", "target")
+
+    def __init__(self, n: int, target: Any, shared: dict, final: bool) -> None:
+        self.n = n
+        self.target = target
+        self.shared = shared  # (uid, partition) -> the shared files of the last completed checkpoint
+        self.final = final
+
+    def __reduce__(self) -> Any:
+        return Barrier, (self.n, self.target, self.shared, self.final)
+
+
+class SubtaskFailed(FlowpointError):
+    """A subtask of a continuous job failed."""
+
+
+class Subtask:
+    def __init__(self, plan: StagePlan, s: TaskSlice, spec: ContinuousSpec, send: Send, report: Callable[[tuple], None], gate: InputGate | None) -> None:
+        self.plan = plan
+        self.partition = s.partition
+        self.slice = s
+        self.spec = spec
+        self.send = send
+        self.report = report  # a message to the driver
+        self.gate = gate
+        self.commands: queue.Queue = queue.Queue()  # a source subtask's assignments, barriers, commands
+        self.token = f"c{spec.run_key}.{plan.stage_id}.{s.partition}"
+        self.uids = keyed_uids(plan)
+        self.backend = partition_backend(spec.location, plan.ops[plan.head].max_parallelism, stateful=bool(self.uids))
+        self.ts: Any = None
+        self.rt: ChainRuntime | None = None
+        self.unsent_since: float | None = None
+        self.unsent_bytes = 0
+        self.buffer_timeout = spec.buffer_timeout_ms / 1000.0
+        self.watermark_interval = spec.watermark_interval_ms / 1000.0
+        self.next_periodic = 0.0
+        self.segment = spec.first_segment
+        self.records_in = 0
+        self.split_seq: dict[int, int] = {}
+        self.aligning: Barrier | None = None
+        self.arrived: set = set()
+        self.ended: set = set()
+        self.inputs = None
+        self.live_sinks = {nid for nid, op in plan.ops.items() if op.kind == "sink" and getattr(op.sink, "continuous_live", False)}
+        self.done = False
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, name=f"flowpoint-subtask-{plan.stage_id}.{s.partition}", daemon=True)
+
+    # -- life ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _main(self) -> None:
+        try:
+            self._open()
+            if self.plan.source_reader is not None:
+                self._source_loop()
+            else:
+                self._input_loop()
+        except BaseException as e:  # noqa: BLE001 - reported to the driver and the slot
+            self.error = e
+            self.report(("failed", self.plan.stage_id, self.partition, _portable(e)))
+        finally:
+            self.done = True
+            if self.gate is not None:
+                self.gate.close()
+            if self.ts is not None:
+                try:
+                    self.backend.release(self.ts)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _open(self) -> None:
+        s, spec = self.slice, self.spec
+        self.ts, _ = self.backend.acquire(self.plan.stage_id, s.partition, s.chain, self.uids)
+        plan = cloudpickle.loads(cloudpickle.dumps(self.plan))  # functions private to this subtask
+        epoch_spec = EpochSpec(
+            spec.run_key, self.segment, spec.location, processing_time=_now_ms(), watermarks=dict(spec.watermarks),
+            splits=dict(spec.splits), generators=dict(spec.generators), restored=spec.restored,
+        )
+        self.rt = ChainRuntime(plan, s.partition, self.ts, epoch_spec, s.operator_state)
+        splits = [i for i in range(spec.splits.get(self.plan.head_uid, 0)) if i % self.plan.parallelism == s.partition]
+        self.inputs = self.rt.begin_epoch(epoch_spec, splits)
+        self.split_seq = dict.fromkeys(splits, 0)
+
+    # -- the loops -----------------------------------------------------------------------------
+
+    def _wait(self) -> float:
+        now = time.monotonic()
+        waits = [0.05]
+        if self.unsent_since is not None:
+            waits.append(self.unsent_since + self.buffer_timeout - now)
+        if self.watermark_interval > 0:
+            waits.append(self.next_periodic - now)
+        return max(0.0, min(waits))
+
+    def _source_loop(self) -> None:
+        head = self.rt.ops[self.plan.head]
+        reader = self.plan.source_reader
+        while True:
+            try:
+                cmd = self.commands.get(timeout=self._wait())
+            except queue.Empty:
+                cmd = None
+            self._tick()
+            if cmd is None:
+                continue
+            kind = cmd[0]
+            if kind == "read":
+                for split_index, split, read_spec, finished in cmd[1]:
+                    self._read(head, reader, split_index, split, read_spec, finished)
+                self._after_input()
+                self.report(("read-done", self.plan.stage_id, self.partition, cmd[2]))
+            elif kind == "barrier":
+                self._barrier(cmd[1])
+            elif self._command(cmd):
+                return
+
+    def _read(self, head: Any, reader: Any, split_index: int, split: Any, read_spec: Any, finished: bool) -> None:
+        seq = self.split_seq.get(split_index, 0)
+        if read_spec is not None:
+            for data in reader.read(split, read_spec):
+                seq += 1
+                origin = (self.plan.head, split_index, seq)
+                if isinstance(data, TimestampedBatch):
+                    self.records_in += len(data.records)
+                    head.process(origin, data.records, data.timestamps)
+                elif isinstance(data, Watermark):
+                    head.process_watermark(origin, data.timestamp)
+                elif isinstance(data, SourceMetric):
+                    head.count(data.name, data.n)
+                else:
+                    self.records_in += num_records(data)
+                    head.process(origin, data)
+                self._after_input()
+        self.split_seq[split_index] = seq
+        end = (self.plan.head, split_index, seq)
+        for op in self.rt.timestamp_ops:
+            op.end_split(end)
+        if finished:  # a bounded split's end: its watermark goes to +infinity
+            head.process_watermark(end, MAX_WATERMARK)
+
+    def _input_loop(self) -> None:
+        gate = self.gate
+        head = self.rt.ops[self.plan.head]
+        live = set(gate.order)
+        while True:
+            item = gate.get(self._wait())
+            self._tick()
+            if item is None:
+                continue
+            channel, frame = item
+            if channel == CONTROL:
+                if self._command(frame):
+                    return
+                continue
+            kind = frame[0]
+            if kind == "data":
+                feed(self.plan, head, frame[1], self.inputs, ordered=False)
+                self.records_in += head.records_in
+                head.records_in = 0
+                self._after_input()
+            elif kind == "barrier":
+                self._arrive(channel, frame[1], live)
+            elif kind == "end":
+                self.ended.add(channel)
+                live.discard(channel)
+                if self.aligning is not None and self.arrived >= live:
+                    self._aligned()
+                if not live:
+                    self._end_of_input()
+
+    def _arrive(self, channel: Any, barrier: Barrier, live: set) -> None:
+        if self.aligning is None:
+            self.aligning = barrier
+            self.arrived = set()
+        elif barrier.n != self.aligning.n:  # cannot happen: a blocked channel delivers nothing
+            msg = f"barrier {barrier.n} arrived while barrier {self.aligning.n} is being aligned"
+            raise SubtaskFailed(msg)
+        self.arrived.add(channel)
+        self.gate.block(channel)
+        if self.arrived >= live:
+            self._aligned()
+
+    def _aligned(self) -> None:
+        barrier = self.aligning
+        self.aligning = None
+        self.arrived = set()
+        self.gate.unblock_all()
+        self._barrier(barrier)
+
+    def _end_of_input(self) -> None:
+        """Every input channel ended: tell the consumers; the subtask waits for finish."""
+        self._flush()
+        self._broadcast(("end",))
+
+    def _command(self, cmd: tuple) -> bool:
+        """A command from the driver; True when the subtask ends."""
+        kind = cmd[0]
+        if kind == "notify":
+            self.rt.notify_checkpoints(cmd[1], cmd[2])
+            return False
+        if kind == "end":  # a source subtask: no more assignments
+            self._flush()
+            self._broadcast(("end",))
+            return False
+        if kind == "finish":
+            self.rt.close()
+            return True
+        if kind == "cancel":
+            return True
+        msg = f"unknown command {kind!r}"
+        raise SubtaskFailed(msg)
+
+    # -- time and output -------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        ms = _now_ms()
+        for op in self.rt.ops.values():
+            op.advance_processing_time(ms)
+        if self.watermark_interval > 0 and now >= self.next_periodic:
+            self.next_periodic = now + self.watermark_interval
+            self._periodic_watermarks()
+        self._after_input()
+        if self.unsent_since is not None and now - self.unsent_since >= self.buffer_timeout:
+            self._flush()
+
+    def _periodic_watermarks(self) -> None:
+        if self.plan.source_reader is not None:
+            for i, seq in self.split_seq.items():
+                for op in self.rt.timestamp_ops:
+                    op.end_split((self.plan.head, i, seq))
+        else:
+            for op in self.rt.timestamp_ops:
+                op.end_split(())
+
+    def _after_input(self) -> None:
+        pending = 0
+        for _, w in self.rt.writers:
+            pending += len(w.out)
+        if self.live_sinks:
+            self._send_live()
+        if not pending:
+            return
+        if self.unsent_since is None:
+            self.unsent_since = time.monotonic()
+        if self.buffer_timeout <= 0 or pending >= self.spec.max_frame_items:
+            self._flush()
+
+    def _send_live(self) -> None:
+        for nid in self.live_sinks:
+            payload = self.rt.ops[nid].finish(self.segment)
+            if payload is not None:
+                self.report(("live", nid, self.partition, payload))
+
+    def _flush(self) -> None:
+        for _, w in self.rt.writers:
+            w.flush()  # every channel's current watermark to receivers that have not seen it
+        for edge_id, w in self.rt.writers:
+            if not w.out:
+                continue
+            by_dest: dict[int, list] = {}
+            for dest, item in w.out:
+                by_dest.setdefault(dest, []).append(item)
+            w.out = []
+            for dest, items in by_dest.items():
+                self.send(edge_id, dest, ("data", items))
+        self.unsent_since = None
+
+    def _broadcast(self, frame: tuple) -> None:
+        for edge_id, w in self.rt.writers:
+            for dest in range(w.edge.parallelism):
+                self.send(edge_id, dest, frame)
+
+    # -- barriers ------------------------------------------------------------------------------
+
+    def _barrier(self, barrier: Barrier) -> None:
+        """Snapshot at barrier ``n``, forward it, acknowledge once the parts are written."""
+        rt, plan = self.rt, self.plan
+        self.segment = barrier.n
+        ack = TaskAck(plan.stage_id, self.partition, barrier.n, self.token, 0)
+        ack.records_in, self.records_in = self.records_in, 0
+        rt.end_epoch(ack)  # TTL cleanup, generator states, watermarks, metrics; flushes the marks
+        ack.declared = {uid: declared_states(b) for uid, b in self.ts.backends.items()}
+        if rt.operator_states:
+            operator_state = rt.snapshot_operator_state(barrier.n, _now_ms())
+            bad = unpicklable_operator_state_error(plan, operator_state)
+            if bad is not None:
+                raise bad
+            ack.operator_state = operator_state
+        for nid, op in rt.ops.items():
+            if nid in self.live_sinks:
+                self._send_live()
+                continue
+            payload = op.finish(barrier.n)
+            if payload is not None:
+                ack.sink_payloads[nid] = payload
+        write = None
+        if self.uids:
+            self.backend.commit_in_place(self.ts, barrier.n)
+            if barrier.target is not None:
+                shared: dict[str, str] = {}
+                for uid in self.uids:
+                    shared.update(barrier.shared.get((uid, self.partition), {}))
+                write = self.backend.snapshot(self.ts, self.uids, self.partition, barrier.target, shared)
+        self._flush()
+        self._broadcast(("barrier", barrier))
+        if write is None:
+            self.report(("ack", ack))
+            return
+
+        def upload() -> None:
+            try:
+                ack.snapshot = write()
+            except Exception as e:  # noqa: BLE001 - the subtask declines the checkpoint; the job goes on
+                ack.snapshot_error = f"{type(e).__name__}: {e}"
+            self.report(("ack", ack))
+
+        threading.Thread(target=upload, name=f"flowpoint-checkpoint-{barrier.n}", daemon=True).start()
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    def watermark(self) -> int | None:
+        if self.inputs is not None:
+            return self.inputs.watermark
+        return None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _portable(e: BaseException) -> BaseException:
+    """The error as the driver can unpickle it (a user's exception class may not import there)."""
+    try:
+        cloudpickle.loads(cloudpickle.dumps(e))
+        return e
+    except Exception:  # noqa: BLE001
+        return SubtaskFailed(f"{type(e).__name__}: {e}")
