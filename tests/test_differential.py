@@ -205,7 +205,25 @@ STATE_NAMES = {"sum": "_reduce", "count": "n", "list": "items", "mapstate": "las
     batch_size=st.sampled_from([3, 16, 8192]),
 )
 def test_random_programs_match_reference(make_env, values, steps, parallelism, max_parallelism, epoch_records, batch_size):
-    env = make_env(parallelism=parallelism, max_records=epoch_records)
+    _check_random_program(make_env(parallelism=parallelism, max_records=epoch_records), values, steps, max_parallelism, batch_size)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    values=st.lists(st.integers(-1000, 1000), min_size=0, max_size=300),
+    steps=step_list,
+    parallelism=st.sampled_from([1, 2]),  # local[2]: a continuous run needs a slot per parallel instance
+    max_parallelism=st.sampled_from([4, 7, 128]),
+    read_records=st.sampled_from([17, 100, 1000]),
+    batch_size=st.sampled_from([3, 16, 8192]),
+    buffer_timeout=st.sampled_from([0, 5, 100]),
+)
+def test_random_programs_match_reference_on_the_continuous_runtime(make_env, values, steps, parallelism, max_parallelism, read_records, batch_size, buffer_timeout):
+    env = make_env(parallelism=parallelism, max_records=read_records, **{"execution.runtime": "continuous", "execution.buffer-timeout": buffer_timeout})
+    _check_random_program(env, values, steps, max_parallelism, batch_size)
+
+
+def _check_random_program(env, values, steps, max_parallelism, batch_size):
     env.set_max_parallelism(max_parallelism)
     sink = CollectSink()
     out = build(env.from_source(CollectionSource(values, batch_size=batch_size)), steps)

@@ -353,6 +353,9 @@ class ContinuousLoop:
             if ack.error is not None:
                 raise ack.error
         for ack in acks:
+            if ack.state is not None:
+                key = (ack.stage_id, ack.partition)
+                co.chains[key] = (co.chains.get(key) or CommittedChain()).committed(ack.epoch, ack.token, ack.state)
             co.watermarks.update(ack.watermarks)
             co.generators.update(ack.generators)
             co.operator_state.update(ack.operator_state)

@@ -30,6 +30,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import cloudpickle
@@ -356,6 +357,8 @@ class Subtask:
         write = None
         if self.uids:
             self.backend.commit_in_place(self.ts, barrier.n)
+            if barrier.final:  # the job's final state, where get_keyed_state and savepoints read it
+                ack.state = self.backend.end_epoch(self.ts, replace(self.slice, compact=True), barrier.n, self.token)
             if barrier.target is not None:
                 shared: dict[str, str] = {}
                 for uid in self.uids:
