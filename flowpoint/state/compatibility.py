@@ -16,13 +16,28 @@ When a restored job registers a state under the same name:
   migration function (``descriptor.with_migration(fn)``), which is then applied to every
   restored value (list elements, map values) that is not already of the new type;
 - dataclass values whose class gained fields (with a default) or lost fields are rebuilt with
-  the current class, whatever the descriptor declares. A named tuple that gained trailing
-  fields with defaults loads as it is; one that lost fields cannot be loaded (its pickle holds
-  only the values) and fails naming the file.
+  the current class, whatever the descriptor declares;
+- named tuple values (``collections.namedtuple``, ``typing.NamedTuple``; not Rows) whose class
+  gained, lost or reordered fields are rebuilt by field name: a removed field is dropped, an
+  added one gets its default; one without a default is a StateMigrationError naming the class
+  and the field.
 
 Migration happens when the state is registered in a task that restored it, before user code
 sees a value; it is idempotent (by field names, and by type for migration functions), so a task
 that rebuilds the same restored state later migrates it again to the same values.
+
+Named tuples cannot wait for registration: a named tuple pickles as ``cls.__new__(cls,
+*values)``, without its field names, so a class that lost a field does not even unpickle (and
+one with as many fields, reordered, unpickles wrong). Each part of a checkpoint or savepoint
+therefore records, for each state whose values are named tuples, ``value_class``:
+``{"namedtuple": "<module>:<qualname>", "fields": [...]}`` from one of its values (O(1): a
+state is written by one job, so its values share one class). A restore unpickles the files of
+an operator whose recorded class now has other fields with :func:`remapping_loads` (a stand-in
+class whose ``__new__`` maps the values by the recorded names onto the current class); all
+other restores use plain ``pickle.loads``. HashMap tables and savepoint rows are remapped as
+they load; a RocksDB restore of native files keeps the old pickles in the DB, reads them
+through the remapping until the state is registered, and rewrites them then
+(``RocksDBKeyedStateBackend.remap_named_tuples``).
 """
 
 from __future__ import annotations
