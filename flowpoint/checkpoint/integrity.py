@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.errors import CorruptStateError, StateDecodeError
+from flowpoint.errors import CorruptStateError, StateDecodeError, StateMigrationError
 
 if TYPE_CHECKING:
     from flowpoint.checkpoint.metadata import CheckpointMetadata, StateFile
@@ -82,9 +82,12 @@ def undecodable(uri: str, error: BaseException, uid: str | None = None, what: st
 
 def decode(loads: Callable[[bytes], Any], data: bytes, uri: str, uid: str | None = None, what: str = "state file", hint: str = HINT) -> Any:
     """``loads(data)`` of a verified file; any failure becomes a StateDecodeError naming ``uri``
-    (no restart can fix it: the job fails once)."""
+    (no restart can fix it: the job fails once). A StateMigrationError (a named tuple's new field
+    without a default, state/compatibility.py) is raised as it is."""
     try:
         return loads(data)
+    except StateMigrationError:
+        raise
     except Exception as e:  # noqa: BLE001 - unpickling raises anything (EOFError, AttributeError, ...)
         raise undecodable(uri, e, uid, what, hint) from e
 

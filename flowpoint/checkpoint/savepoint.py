@@ -16,6 +16,9 @@ namespace is null (window contents are MapState whose user key is the window). T
 state is recorded in the operator's ``states`` entry of ``_metadata``; ``declared`` says whether
 the kind is known from the state's descriptor (RocksDB, the state writer) or inferred from the
 values (the HashMap backend keeps no kinds: a dict is taken for MapState, a list for ListState).
+For a state whose values are named tuples, ``value_class`` records the class and its field names
+(from one value), so that a job whose class lost a field restores them by name
+(:mod:`flowpoint.state.compatibility`).
 
 Every file's size, row count and SHA-256 are recorded, and checked before a restore starts
 (:mod:`flowpoint.checkpoint.integrity`), and again by the task that reads the file: a truncated
@@ -54,14 +57,19 @@ from flowpoint.checkpoint.metadata import (
     write_metadata,
 )
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
-from flowpoint.errors import CheckpointError, ConfigurationError, CorruptStateError
-from flowpoint.state.compatibility import infer_kind
+from flowpoint.errors import (
+    CheckpointError,
+    ConfigurationError,
+    CorruptStateError,
+    StateMigrationError,
+)
+from flowpoint.state.compatibility import infer_kind, restoring_loads, sample_value_class
 from flowpoint.state.key_identity import state_key, user_key
 from flowpoint.state.keygroups import assign_to_key_group
 from flowpoint.tasks.batches import dumps
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
 log = logging.getLogger("flowpoint")
 
@@ -151,6 +159,9 @@ def encode_tables(tables: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, s
                 val_col.append(dumps(value))
                 rows += 1
         states[name] = {"kind": kind, "declared": known, "keys": len(table), "rows": rows}
+        cls = sample_value_class(kind, table)
+        if cls is not None:  # named tuples that later lose a field are restored by name
+            states[name]["value_class"] = cls
     arrays = [
         pa.array(kg_col, pa.int32()),
         pa.array(key_col, pa.binary()),
@@ -163,17 +174,21 @@ def encode_tables(tables: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, s
 
 
 def decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[int, int] | None = None,
-                uri: str = "(savepoint rows)", uid: str | None = None) -> dict[str, dict[Any, Any]]:
+                uri: str = "(savepoint rows)", uid: str | None = None, load_value: Callable[[bytes], Any] = pickle.loads) -> dict[str, dict[Any, Any]]:
     """Canonical rows (of file ``uri``) back to ``{state name: {key: value}}``; only key groups
-    ``first..last`` if given (rescaling). A key or value that does not unpickle raises
-    StateDecodeError naming ``uri``."""
+    ``first..last`` if given (rescaling). Values are unpickled with ``load_value`` (keys and map
+    keys with ``pickle.loads``): a restore remaps named tuples whose fields changed
+    (state/compatibility.py). A key or value that does not unpickle raises StateDecodeError
+    naming ``uri``."""
     try:
-        return _decode_rows(table, kinds, key_groups)
+        return _decode_rows(table, kinds, key_groups, load_value)
+    except StateMigrationError:
+        raise
     except Exception as e:  # noqa: BLE001 - unpickling raises anything
         raise undecodable(uri, e, uid, "savepoint file") from e
 
 
-def _decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[int, int] | None) -> dict[str, dict[Any, Any]]:
+def _decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[int, int] | None, load_value: Callable[[bytes], Any]) -> dict[str, dict[Any, Any]]:
     if key_groups is not None:
         first, last = key_groups
         kg = table.column("key_group")
@@ -195,9 +210,9 @@ def _decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[in
             m = into.get(key)
             if m is None:
                 m = into[key] = {}
-            m[loads(ukb)] = loads(vb)
+            m[loads(ukb)] = load_value(vb)
         else:
-            into[key] = loads(vb)
+            into[key] = load_value(vb)
     return out
 
 
@@ -282,6 +297,8 @@ def assemble_operator(uid: str, name: str, parallelism: int, max_parallelism: in
                 into["kind"], into["declared"] = info["kind"], True
             if info.get("schema") is not None:
                 into.setdefault("schema", info["schema"])
+            if info.get("value_class") is not None:
+                into.setdefault("value_class", info["value_class"])
     subtasks = sorted((sub for sub, _ in parts), key=lambda sub: sub.index)
     return OperatorState(uid, name, parallelism, max_parallelism, CANONICAL, subtasks, merged)
 
@@ -567,10 +584,11 @@ def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: 
     """One parallel instance's keyed state of operator ``op`` (run where the files are read:
     a Spark task of the state reader, or this process)."""
     merged: dict[str, dict[Any, Any]] = {}
+    loads = restoring_loads(recorded_value_classes(op).values())  # named tuples whose class changed fields, by name
     if op.backend == CANONICAL:
         kinds = operator_kinds(op)
         for f in sub.files:
-            for name, table in decode_rows(read_canonical(access, f, op.uid), kinds, None, access.uri(f.path), op.uid).items():
+            for name, table in decode_rows(read_canonical(access, f, op.uid), kinds, None, access.uri(f.path), op.uid, loads).items():
                 merged.setdefault(name, {}).update(table)
         return merged
     from flowpoint.state.backend import writes_native_files
@@ -583,8 +601,13 @@ def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: 
     for f in sub.files:  # a full snapshot, then the changelog parts written after it (in order)
         uri = access.uri(f.path)
         data = check_bytes(access.read_bytes(f.path), f.size, f.sha256, uri, op.uid, "checkpoint file")
-        apply_part(merged, f.kind == "changelog", load_part(data, uri, op.uid))
+        apply_part(merged, f.kind == "changelog", load_part(data, uri, op.uid, loads))
     return merged
+
+
+def recorded_value_classes(op: OperatorState) -> dict[str, dict]:
+    """``{state name: {"namedtuple", "fields"}}`` as ``_metadata`` records it for operator ``op``."""
+    return {n: s["value_class"] for n, s in (op.states or {}).items() if isinstance(s.get("value_class"), dict)}
 
 
 def count_native_keys(access: CheckpointStorageAccess, op: OperatorState) -> dict[str, int]:
@@ -616,6 +639,7 @@ def _native_db(access: CheckpointStorageAccess, op: OperatorState, sub: SubtaskS
         restore_native(path, [RestoredFile(op.uid, access.uri(), sub.state_size, files=files)], access.options)
         b = RocksDBKeyedStateBackend(op.uid, path, op.max_parallelism)
         b.open()
+        b.remap_named_tuples(recorded_value_classes(op))
         try:
             yield b
         finally:

@@ -97,6 +97,8 @@ def merge_states(op: OperatorState, states: dict[str, dict[str, Any]]) -> None:
             into["kind"], into["declared"] = info.get("kind"), True
         if info.get("schema") is not None:
             into.setdefault("schema", info["schema"])
+        if info.get("value_class") is not None:  # the named tuple class and fields of its values
+            into.setdefault("value_class", info["value_class"])
 
 
 def apply_declared(op: OperatorState, declared: dict[str, dict] | None) -> None:

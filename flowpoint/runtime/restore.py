@@ -127,12 +127,12 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
                     f"(-p {op.parallelism}), or rescale through a savepoint"
                 )
                 raise CheckpointError(msg)
-            kinds, declared, schemas = _recorded_kinds(op)
+            kinds, declared, schemas, classes = _recorded_kinds(op)
             for sub in op.subtasks:
                 files = tuple((f"{base}/{f.path}", f.local_name or f.path.rsplit("/", 1)[-1], f.size, f.sha256) for f in sub.files)
-                chains.setdefault((stage.id, sub.index), []).append(RestoredFile(op.uid, base, sub.state_size, files=files, epoch=meta.epoch, kinds=kinds, declared=declared, schemas=schemas))
+                chains.setdefault((stage.id, sub.index), []).append(RestoredFile(op.uid, base, sub.state_size, files=files, epoch=meta.epoch, kinds=kinds, declared=declared, schemas=schemas, value_classes=classes))
             continue
-        kinds, declared, schemas = _recorded_kinds(op)
+        kinds, declared, schemas, classes = _recorded_kinds(op)
         for p in range(stage.parallelism):
             mine = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
             for sub in op.subtasks:
@@ -146,7 +146,7 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
                     data = read_uri_bytes(uri) if uri.startswith("memory://") else None
                     fmt = "changelog" if f.kind == "changelog" else "pickle"
                     chains.setdefault((stage.id, p), []).append(
-                        RestoredFile(op.uid, uri, f.size, kg, data, epoch=meta.epoch, format=fmt, kinds=kinds, declared=declared, schemas=schemas, sha256=f.sha256)
+                        RestoredFile(op.uid, uri, f.size, kg, data, epoch=meta.epoch, format=fmt, kinds=kinds, declared=declared, schemas=schemas, value_classes=classes, sha256=f.sha256)
                     )
     positions: dict[tuple[str, int], tuple[Any, Any, bool]] = {}
     sources = {n.uid: n for n in graph.sources()}
@@ -173,20 +173,22 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
     )
 
 
-def _recorded_kinds(op: Any) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[tuple[str, str], ...]]:
-    """``((state name, kind), ...)``, the declared names and ``((state name, schema JSON), ...)``,
-    as ``_metadata`` records them (state/compatibility.py checks them when a task registers)."""
+def _recorded_kinds(op: Any) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """``((state name, kind), ...)``, the declared names, ``((state name, schema JSON), ...)`` and
+    ``((state name, value class JSON), ...)`` as ``_metadata`` records them (state/compatibility.py
+    checks them when a task registers; the value classes remap named tuples when unpickled)."""
     states = op.states or {}
     kinds = tuple(sorted((n, s["kind"]) for n, s in states.items() if s.get("kind")))
     declared = tuple(sorted(n for n, s in states.items() if s.get("declared")))
     schemas = tuple(sorted((n, schema_json(s["schema"])) for n, s in states.items() if s.get("schema")))
-    return kinds, declared, schemas
+    classes = tuple(sorted((n, schema_json(s["value_class"])) for n, s in states.items() if isinstance(s.get("value_class"), dict)))
+    return kinds, declared, schemas, classes
 
 
 def _plan_canonical(op: Any, base: str, stage: Any, epoch: int, chains: dict[tuple[int, int], list[RestoredFile]]) -> None:
     """Savepoint rows: every new partition reads the files overlapping its key-group range and
     keeps its own key groups (any parallelism up to the max parallelism, either backend)."""
-    kinds, declared, schemas = _recorded_kinds(op)
+    kinds, declared, schemas, classes = _recorded_kinds(op)
     for p in range(stage.parallelism):
         mine = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
         for sub in op.subtasks:
@@ -198,5 +200,5 @@ def _plan_canonical(op: Any, base: str, stage: Any, epoch: int, chains: dict[tup
                 kg = None if whole else (mine.start, mine.end, stage.max_parallelism)
                 data = read_uri_bytes(uri) if uri.startswith("memory://") else None
                 chains.setdefault((stage.id, p), []).append(
-                    RestoredFile(op.uid, uri, f.size, kg, data, epoch=epoch, format="canonical", kinds=kinds, declared=declared, schemas=schemas, sha256=f.sha256, rows=f.rows)
+                    RestoredFile(op.uid, uri, f.size, kg, data, epoch=epoch, format="canonical", kinds=kinds, declared=declared, schemas=schemas, value_classes=classes, sha256=f.sha256, rows=f.rows)
                 )

@@ -33,7 +33,7 @@ from typing import Any
 
 from flowpoint import private_files
 from flowpoint.state import durable
-from flowpoint.state.compatibility import infer_kind, recorded_states
+from flowpoint.state.compatibility import infer_kind, recorded_states, sample_value_class
 from flowpoint.state.heap import puts_and_deletes
 from flowpoint.state.key_identity import key_table
 from flowpoint.state.working import (
@@ -427,6 +427,9 @@ def _heap_kind(b: Any, name: str, table: dict) -> dict[str, Any]:
     out = {"kind": kind, "declared": True} if kind is not None else {"kind": infer_kind(table), "declared": False}
     if schema is not None:
         out["schema"] = schema
+    cls = sample_value_class(out["kind"], table)  # the part's values: unpickled (remapped) objects of this run
+    if cls is not None:
+        out["value_class"] = cls
     return out
 
 
@@ -563,6 +566,7 @@ class RocksDBPartitionBackend(PartitionBackend):
                 restore_tables(b, tables, self.location.options)
             elif chain.base is None and chain.restored:
                 b.restored_states = recorded_states(chain.restored, uid)
+                b.remap_named_tuples({name: r.value_class for name, r in b.restored_states.items()})
             b.set_version(base_epoch)
         ts.db_id = uuid.uuid4().hex[:12]
         lineage = os.path.join(directory, _LINEAGE)
@@ -628,6 +632,10 @@ class RocksDBPartitionBackend(PartitionBackend):
             files = b.create_checkpoint(local)
             schemas = state_schemas(b)
             states = {name: {"kind": kind, "declared": True} | ({"schema": schemas[name]} if name in schemas else {}) for name, (_sid, kind) in b._names.items() if kind in _KINDS}
+            for name, info in states.items():
+                cls = b.value_class(name)
+                if cls is not None:
+                    info["value_class"] = cls
             frozen.append((uid, local, files, b.num_keys(), (time.perf_counter() - t0) * 1000, states))
         options, incremental, db_id = self.options, self.location.incremental, ts.db_id
 

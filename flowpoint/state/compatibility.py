@@ -16,19 +16,37 @@ When a restored job registers a state under the same name:
   migration function (``descriptor.with_migration(fn)``), which is then applied to every
   restored value (list elements, map values) that is not already of the new type;
 - dataclass values whose class gained fields (with a default) or lost fields are rebuilt with
-  the current class, whatever the descriptor declares. A named tuple that gained trailing
-  fields with defaults loads as it is; one that lost fields cannot be loaded (its pickle holds
-  only the values) and fails naming the file.
+  the current class, whatever the descriptor declares;
+- named tuple values (``collections.namedtuple``, ``typing.NamedTuple``; not Rows) whose class
+  gained, lost or reordered fields are rebuilt by field name: a removed field is dropped, an
+  added one gets its default; one without a default is a StateMigrationError naming the class
+  and the field.
 
 Migration happens when the state is registered in a task that restored it, before user code
 sees a value; it is idempotent (by field names, and by type for migration functions), so a task
 that rebuilds the same restored state later migrates it again to the same values.
+
+Named tuples cannot wait for registration: a named tuple pickles as ``cls.__new__(cls,
+*values)``, without its field names, so a class that lost a field does not even unpickle (and
+one with as many fields, reordered, unpickles wrong). Each part of a checkpoint or savepoint
+therefore records, for each state whose values are named tuples, ``value_class``:
+``{"namedtuple": "<module>:<qualname>", "fields": [...]}`` from one of its values (O(1): a
+state is written by one job, so its values share one class). A restore unpickles the files of
+an operator whose recorded class now has other fields with :func:`remapping_loads` (a stand-in
+class whose ``__new__`` maps the values by the recorded names onto the current class); all
+other restores use plain ``pickle.loads``. HashMap tables and savepoint rows are remapped as
+they load; a RocksDB restore of native files keeps the old pickles in the DB, reads them
+through the remapping until the state is registered, and rewrites them then
+(``RocksDBKeyedStateBackend.remap_named_tuples``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import io
 import json
+import pickle
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -45,6 +63,7 @@ class Recorded(NamedTuple):
     kind: str
     declared: bool
     schema: dict | None = None
+    value_class: dict | None = None  # {"namedtuple": "<module>:<qualname>", "fields": [...]} of its stored values
 
 
 Migration = Callable[[Any], Any]
@@ -93,9 +112,10 @@ def recorded_states(files: Iterable[Any], uid: str, tables: Mapping[str, Mapping
             continue
         declared = set(f.declared)
         schemas = {name: json.loads(s) for name, s in getattr(f, "schemas", ()) if s}
+        classes = {name: json.loads(s) for name, s in getattr(f, "value_classes", ()) if s}
         for name, kind in f.kinds:
             if name not in out or (name in declared and not out[name].declared):
-                out[name] = Recorded(kind, name in declared, schemas.get(name))
+                out[name] = Recorded(kind, name in declared, schemas.get(name), classes.get(name))
     for name, table in (tables or {}).items():
         if name not in out and table:
             out[name] = Recorded(infer_kind(table), False)
@@ -274,6 +294,102 @@ def _evolve_dataclass(value: Any) -> Any:
             raise StateMigrationError(msg)
         object.__setattr__(new, f.name, v)
     return new
+
+
+# -- named tuple values: recorded field names, remapped when unpickled ---------------------------
+
+
+def value_class(kind: str, value: Any) -> dict | None:
+    """``{"namedtuple": "<module>:<qualname>", "fields": [...]}`` when ``value``, as stored for a
+    state of ``kind`` (a list state's first element, a map state's first value), is a named
+    tuple (``collections.namedtuple``, ``typing.NamedTuple``; not a Row); else None."""
+    if kind == "list" and isinstance(value, list):
+        value = value[0] if value else None
+    elif kind == "map" and isinstance(value, dict):
+        value = next(iter(value.values()), None)
+    cls = type(value)
+    if not isinstance(value, tuple) or cls is tuple or not hasattr(cls, "_make") or not isinstance(getattr(cls, "_fields", None), tuple):
+        return None
+    return {"namedtuple": f"{cls.__module__}:{cls.__qualname__}", "fields": list(cls._fields)}
+
+
+def sample_value_class(kind: str, table: Mapping[Any, Any]) -> dict | None:
+    """:func:`value_class` of one value of ``table`` (the first: O(1)); a state is written by one
+    job, so its values share one class."""
+    for v in table.values():
+        return value_class(kind, v)
+    return None
+
+
+def remapping_loads(value_classes: Iterable[dict | None]) -> Callable[[bytes], Any] | None:
+    """An unpickler for values recorded with ``value_classes``: a named tuple class whose fields
+    changed since (the current class, imported by its recorded name, has other ``_fields``) is
+    rebuilt by field name (a removed field is dropped, an added one gets its default). None when
+    no recorded class changed: plain ``pickle.loads`` reads them.
+
+    A named tuple pickles as ``cls.__new__(cls, *values)``; the unpickler hands pickle a stand-in
+    class whose ``__new__`` maps the values by the recorded names and returns an instance of the
+    current class."""
+    stand_ins: dict[tuple[str, str], type] = {}
+    for rec in value_classes:
+        if not rec or "namedtuple" not in rec:
+            continue
+        module, _, qualname = rec["namedtuple"].partition(":")
+        current = _current_class(module, qualname)
+        old = tuple(rec.get("fields") or ())
+        if current is not None and tuple(current._fields) != old:
+            stand_ins[(module, qualname)] = _stand_in(current, old)
+    if not stand_ins:
+        return None
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            return stand_ins.get((module, name)) or super().find_class(module, name)
+
+    def loads(data: bytes) -> Any:
+        return Unpickler(io.BytesIO(data)).load()
+
+    return loads
+
+
+def restoring_loads(value_classes: Iterable[dict | None]) -> Callable[[bytes], Any]:
+    """:func:`remapping_loads`, or ``pickle.loads`` when nothing needs remapping."""
+    return remapping_loads(value_classes) or pickle.loads
+
+
+def _current_class(module: str, qualname: str) -> Any:
+    """The named tuple class the job defines under a recorded name now (None: none, or not a
+    named tuple: unpickling then fails as it would have)."""
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:  # noqa: BLE001 - the unpickling that follows reports a missing class
+        return None
+    fields = getattr(obj, "_fields", None)
+    return obj if isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_make") and isinstance(fields, tuple) else None
+
+
+def _stand_in(current: Any, old_fields: tuple[str, ...]) -> type:
+    defaults = current._field_defaults
+    missing = object()
+
+    def __new__(cls: type, *values: Any) -> Any:
+        by_name = dict(zip(old_fields, values, strict=False))
+        out = []
+        for name in current._fields:
+            v = by_name.get(name, defaults.get(name, missing))
+            if v is missing:
+                msg = (
+                    f"restored {current.__qualname__} values have no field {name!r}, which the class now declares "
+                    f"without a default (they were written with fields {list(old_fields)}): give the new field a "
+                    "default to restore old state"
+                )
+                raise StateMigrationError(msg)
+            out.append(v)
+        return current._make(out)
+
+    return type(current.__name__, (), {"__new__": __new__, "__qualname__": current.__qualname__, "__module__": current.__module__})
 
 
 # -- applying a migration to stored values ------------------------------------------------------

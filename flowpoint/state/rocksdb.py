@@ -53,6 +53,8 @@ from flowpoint.state.compatibility import (
     check_redeclared,
     migrate_value,
     on_register,
+    remapping_loads,
+    value_class,
     worth_scanning,
 )
 from flowpoint.state.key_identity import CurrentKey, StateKey, state_key
@@ -535,6 +537,11 @@ class RocksDBKeyedStateBackend(CurrentKey):
         self.restored_states: dict[str, Recorded] = {}  # what a restore recorded (compatibility.py)
         self.schemas: dict[str, dict | None] = {}  # declared in this run
         self.migrated: set[str] = set()  # restored states already brought to their declared schema
+        # states restored from native files whose named tuple values were pickled with other
+        # fields than their class has now: name -> the unpickler that rebuilds them by field
+        # name, until their registration rewrites them (remap_named_tuples, _migrate_values)
+        self._remap: dict[str, Any] = {}
+        self._value_classes: dict[str, dict | None] = {}  # name -> value_class() found in the DB
         self._tables: dict[str, _Table] = {}
         self._enc: dict[Any, tuple[bytes, bytes]] = {}  # key -> (key group bytes, rest of key)
         self._kg_bytes = [key_group_prefix(g) for g in range(max_parallelism)]
@@ -726,25 +733,78 @@ class RocksDBKeyedStateBackend(CurrentKey):
             wb.put(META_COUNT, _pack_u64(self._count))
         self._write(wb)
 
-    def _migrate_values(self, sid: int, kind: str, migrate: Any) -> None:
-        """Bring every restored value of one state to its declared schema (compatibility.py)."""
+    def _migrate_values(self, sid: int, kind: str, migrate: Any, loads: Any = None) -> None:
+        """Bring every restored value of one state to its declared schema (compatibility.py).
+        With ``loads`` (the state's named tuples were pickled with older fields), every value is
+        unpickled with it and written again, so that later reads need no remapping."""
         wb = self._batch()
         changed = 0
-        first = True
+        first = loads is None
+        loads = loads or _loads
+        as_kind = "list" if kind == "list" else "value"  # a map entry is one value
         for kb, raw in self._scan(b"", DATA_END):
             if kb[2] != sid:
                 continue
-            value = _loads(raw)
+            value = loads(raw)
             if first:
                 first = False
-                if not worth_scanning(migrate, "list" if kind == "list" else "value", value):
+                if not worth_scanning(migrate, as_kind, value):
                     return
-            new = migrate_value("list" if kind == "list" else "value", value, migrate)  # a map entry is one value
-            if new is not value:
+            new = value if migrate is None else migrate_value(as_kind, value, migrate)
+            if new is not value or loads is not _loads:
                 wb.put(kb, dumps(new))
                 changed += 1
         if changed:
             self._write(wb)
+
+    def remap_named_tuples(self, value_classes: dict[str, dict | None]) -> None:
+        """The native files just restored into the DB hold, for each state, values of the named
+        tuple class (and fields) ``value_classes`` records (``_metadata``): read the states
+        whose class has other fields now through an unpickler that rebuilds them by field name
+        (compatibility.py) until their registration rewrites them."""
+        self._remap = {}
+        for name, cls in value_classes.items():
+            loads = remapping_loads([cls])
+            if loads is not None:
+                self._remap[name] = loads
+
+    def value_class(self, name: str) -> dict | None:
+        """The named tuple class and fields of state ``name``'s stored values, for ``_metadata``
+        (compatibility.value_class): as restored while they are not rewritten yet, else from the
+        first stored value (one seek per key group holding data before it; remembered once
+        found)."""
+        if name in self._remap:
+            recorded = self.restored_states.get(name)
+            return recorded.value_class if recorded is not None else None
+        if name in self._value_classes:
+            return self._value_classes[name]
+        known = self._names.get(name)
+        if known is None:
+            return None
+        sid, kind = known
+        raw = self._first_value(sid)
+        if raw is None:
+            return None
+        out = self._value_classes[name] = value_class("list" if kind == "list" else "value", _loads(raw))
+        return out
+
+    def _first_value(self, sid: int) -> bytes | None:
+        from rocksdict import ReadOptions
+
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(DATA_END)
+        it = self._require_db().iter(ro)
+        sidb = bytes([sid])
+        it.seek(key_group_prefix(0) + sidb)
+        try:
+            while it.valid():
+                kb = it.key()
+                if kb[2] == sid:
+                    return it.value()
+                it.seek(key_group_prefix(int.from_bytes(kb[0:2], "big") + (kb[2] > sid)) + sidb)
+            return None
+        finally:
+            del it
 
     # -- state registration ------------------------------------------------------------------
 
@@ -766,8 +826,11 @@ class RocksDBKeyedStateBackend(CurrentKey):
                 recorded = Recorded(known[1], True, recorded.schema if recorded is not None else None)
             migrate = on_register(self, descriptor, recorded)
             sid = self._ensure_state(name, kind)
-            if migrate is not None:
-                self._migrate_values(sid, kind, migrate)
+            remap = self._remap.get(name)
+            if migrate is not None or remap is not None:
+                self._migrate_values(sid, kind, migrate, remap)
+                self._remap.pop(name, None)
+                self._value_classes.pop(name, None)
             table = self._tables[name] = _Table(name, sid, kind, self)
         return keyed_state(self, table, descriptor)
 
@@ -990,6 +1053,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
 
     def _committed_tables(self) -> dict[str, dict[Any, Any]]:
         names = {sid: (name, kind) for name, (sid, kind) in self._names.items()}
+        value_loads = {sid: self._remap.get(name, _loads) for sid, (name, _kind) in names.items()}
         out: dict[str, dict[Any, Any]] = {}
         for kb, raw in self._scan(b"", DATA_END):
             _kg, sid, kbytes, _ns, ukb = parse_db_key(kb)
@@ -999,9 +1063,9 @@ class RocksDBKeyedStateBackend(CurrentKey):
             table = out.setdefault(name, {})
             key = state_key(_loads(kbytes))
             if kind == "map":
-                table.setdefault(key, {})[_loads(ukb)] = _loads(raw)
+                table.setdefault(key, {})[_loads(ukb)] = value_loads[sid](raw)
             else:
-                table[key] = _loads(raw)
+                table[key] = value_loads[sid](raw)
         return out
 
     def snapshot(self) -> dict[str, dict[Any, Any]]:
@@ -1039,6 +1103,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
         it = self._require_db().iter(ro)
         sidb = bytes([sid])
         out: dict[Any, Any] = {}
+        loads = next((self._remap.get(name, _loads) for name, (s, _k) in self._names.items() if s == sid), _loads)
         it.seek(key_group_prefix(0) + sidb)
         while it.valid():
             kb = it.key()
@@ -1049,9 +1114,9 @@ class RocksDBKeyedStateBackend(CurrentKey):
             _kg, _sid, kbytes, _ns, ukb = parse_db_key(kb)
             key = state_key(_loads(kbytes))
             if kind == "map":
-                out.setdefault(key, {})[_loads(ukb)] = _loads(it.value())
+                out.setdefault(key, {})[_loads(ukb)] = loads(it.value())
             else:
-                out[key] = _loads(it.value())
+                out[key] = loads(it.value())
             it.next()
         del it
         return out
@@ -1064,6 +1129,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
         if it is later declared as MapState."""
         self._require_db()
         self._drop_overlay()
+        self._remap, self._value_classes = {}, {}
         wb = self._batch()
         wb.delete_range(b"", DATA_END)
         count = 0

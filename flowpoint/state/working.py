@@ -22,11 +22,13 @@ backends (HashMap, RocksDB) implement these steps in backend.py. See docs/state.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import shutil
 import stat
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +69,7 @@ class RestoredFile:
     kinds: tuple[tuple[str, str], ...] = ()  # canonical: (state name, kind) of every state
     declared: tuple[str, ...] = ()  # canonical: the state names whose kind is declared, not inferred
     schemas: tuple[tuple[str, str], ...] = ()  # (state name, JSON of its declared type) as _metadata records it
+    value_classes: tuple[tuple[str, str], ...] = ()  # (state name, JSON of its values' named tuple class and fields)
     sha256: str | None = None  # of the file at ``uri`` (not for RocksDB: see ``files``)
     rows: int | None = None  # canonical: the Parquet row count
 
@@ -262,27 +265,39 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options:
     merged: dict[str, dict[str, dict[Any, Any]]] = {}
     for f in files:
         data = f.data if f.data is not None else read_uri(f.uri, options)
+        loads = restored_loads(f)
         if f.format == "canonical":
             from flowpoint.checkpoint.savepoint import canonical_table, decode_rows
 
             kgs = None if f.key_groups is None else f.key_groups[:2]
             into = merged.setdefault(f.uid, {})
             table = canonical_table(data, f.uri, f.size, f.sha256, f.rows, f.uid)
-            for name, rows in decode_rows(table, dict(f.kinds), kgs, f.uri, f.uid).items():
+            for name, rows in decode_rows(table, dict(f.kinds), kgs, f.uri, f.uid, loads).items():
                 into.setdefault(name, {}).update(rows)
             continue
         check_bytes(data, f.size, f.sha256, f.uri, f.uid, "checkpoint file")
-        payload = load_part(data, f.uri, f.uid)
+        payload = load_part(data, f.uri, f.uid, loads)
         apply_part(merged.setdefault(f.uid, {}), f.format == "changelog", payload, f.key_groups)
     return merged
 
 
-def load_part(data: bytes, uri: str, uid: str) -> Any:
-    """Unpickle a verified HashMap checkpoint part; a file that does not unpickle is a
-    StateDecodeError naming it (no restart can fix it)."""
+def restored_loads(f: RestoredFile) -> Callable[[bytes], Any]:
+    """How the values of restored file ``f`` are unpickled: ``pickle.loads``, or an unpickler
+    that rebuilds named tuples whose class changed fields since they were written, by field name
+    (state/compatibility.py), when ``_metadata`` recorded such a class for one of its states."""
+    from flowpoint.state.compatibility import restoring_loads
+
+    if not f.value_classes:
+        return pickle.loads
+    return restoring_loads(json.loads(text) for _name, text in f.value_classes)
+
+
+def load_part(data: bytes, uri: str, uid: str, loads: Callable[[bytes], Any] = pickle.loads) -> Any:
+    """Unpickle a verified HashMap checkpoint part (with ``loads``: :func:`restored_loads`); a
+    file that does not unpickle is a StateDecodeError naming it (no restart can fix it)."""
     from flowpoint.checkpoint.integrity import decode
 
-    return decode(pickle.loads, data, uri, uid, "checkpoint file")  # the job's own state, verified by its checksum
+    return decode(loads, data, uri, uid, "checkpoint file")  # the job's own state, verified by its checksum
 
 
 def apply_part(into: dict[str, dict[Any, Any]], changelog: bool, payload: Any, key_groups: tuple[int, int, int] | None = None) -> None:
