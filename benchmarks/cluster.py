@@ -136,7 +136,12 @@ def _paced_source(gen, count: int, rate: float):
 def _count_job(spark, events: int, per_epoch: int, parallelism: int, users: int, rate: float | None = None,
                checkpoint_ms: int | None = None, emit: bool = False):
     from benchmarks.keyed_count import CountPerKey
-    from flowpoint import ClickEventGenerator, CollectSink, DataGeneratorSource, StreamExecutionEnvironment
+    from flowpoint import (
+        ClickEventGenerator,
+        CollectSink,
+        DataGeneratorSource,
+        StreamExecutionEnvironment,
+    )
 
     env = StreamExecutionEnvironment.get_execution_environment(
         {"execution.progress.interval": -1, "parallelism.default": parallelism}, spark_session=spark)
@@ -339,7 +344,7 @@ def run_child(spec: dict, tmp: str, timeout: float = 3600, on_line=None) -> list
 def recovery_summary(epochs: list[dict], t_kill: float) -> dict:
     times = [e["t"] for e in epochs]
     before = [t for t in times if t <= t_kill]
-    intervals = [b - a for a, b in zip(before, before[1:])][3:]  # the first epochs start Python workers
+    intervals = [b - a for a, b in zip(before, before[1:], strict=False)][3:]  # the first epochs start Python workers
     normal = statistics.median(intervals) if intervals else float("nan")
     after = [e for e in epochs if e["t"] > t_kill]
     first_commit = after[0]["t"] - t_kill if after else None

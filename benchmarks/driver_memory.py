@@ -145,7 +145,12 @@ def child(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
     import flowpoint
-    from flowpoint import KeyedProcessFunction, StreamExecutionEnvironment, Types, ValueStateDescriptor
+    from flowpoint import (
+        KeyedProcessFunction,
+        StreamExecutionEnvironment,
+        Types,
+        ValueStateDescriptor,
+    )
     from flowpoint.connectors.datagen import DataGeneratorSource
 
     n_keys = args.keys

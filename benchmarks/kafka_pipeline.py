@@ -84,7 +84,7 @@ CHUNKS = 10
 
 def event_lines(n: int, lateness_ms: int) -> tuple[list[str], list[int]]:
     b = ClickEventGenerator(max_lateness_ms=lateness_ms).batch(0, n).to_pydict()
-    lines = [f"{t},{c},{u},{x}" for t, c, u, x in zip(b["ts"], b["channel"], b["id"], b["behavior"])]
+    lines = [f"{t},{c},{u},{x}" for t, c, u, x in zip(b["ts"], b["channel"], b["id"], b["behavior"], strict=False)]
     return lines, [int(t) for t in b["ts"]]
 
 
@@ -119,7 +119,7 @@ def produce(bootstrap: str, topic: str, lines: list[str], stamps: list[int]) -> 
     for f in admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]).values():
         f.result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000, "log_level": 2})
-    for i, (line, ts) in enumerate(zip(lines, stamps)):
+    for i, (line, ts) in enumerate(zip(lines, stamps, strict=False)):
         while True:
             try:
                 producer.produce(topic, value=line.encode(), partition=i % PARTITIONS, timestamp=ts)
@@ -127,7 +127,8 @@ def produce(bootstrap: str, topic: str, lines: list[str], stamps: list[int]) -> 
             except BufferError:
                 producer.poll(0.05)
     if producer.flush(120):
-        raise SystemExit(f"could not produce the events to {bootstrap}")
+        msg = f"could not produce the events to {bootstrap}"
+        raise SystemExit(msg)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -195,11 +196,13 @@ def _check(engine: str, out_lines: list[str], expected: dict) -> None:
         start, _end, channel, behavior, n = line.split("\t")
         k = (int(start), channel, behavior)
         if k in got:
-            raise RuntimeError(f"{engine}: window {k} written twice")
+            msg = f"{engine}: window {k} written twice"
+            raise RuntimeError(msg)
         got[k] = int(n)
     if got != expected:
         diff = [(k, got.get(k), expected.get(k)) for k in set(got) | set(expected) if got.get(k) != expected.get(k)]
-        raise RuntimeError(f"{engine}: counts differ in {len(diff)} windows: {diff[:5]}")
+        msg = f"{engine}: counts differ in {len(diff)} windows: {diff[:5]}"
+        raise RuntimeError(msg)
 
 
 def run_files(spark: Any, events: int, data: str, workdir: str, expected: dict) -> float:
@@ -252,11 +255,13 @@ def run_spark_streaming(spark: Any, data: str, workdir: str, expected: dict) -> 
     query.awaitTermination()
     seconds = time.perf_counter() - t0
     if query.exception() is not None:
-        raise RuntimeError(f"Spark query failed: {query.exception()}")
+        msg = f"Spark query failed: {query.exception()}"
+        raise RuntimeError(msg)
     got = {(r["start"], r["channel"], r["behavior"]): r["count"] for r in spark.read.parquet(out).collect()}
     wrong = [k for k, v in got.items() if expected.get(k) != v]
     if wrong:
-        raise RuntimeError(f"Spark wrote wrong windows: {wrong[:5]}")
+        msg = f"Spark wrote wrong windows: {wrong[:5]}"
+        raise RuntimeError(msg)
     return seconds
 
 

@@ -185,7 +185,8 @@ def measure_tws(
             query.awaitTermination()
             seconds = time.perf_counter() - t0
             if query.exception() is not None:
-                raise RuntimeError(f"TWS query failed: {query.exception()}")
+                msg = f"TWS query failed: {query.exception()}"
+                raise RuntimeError(msg)
             progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
         finally:
             for k, v in conf_backup.items():
@@ -213,13 +214,16 @@ def measure_tws(
             rest_ms = sum(batch_ms[1:])
             result["steady_events_per_s"] = sum(batch_rows[1:]) / (rest_ms / 1000) if rest_ms else None
         if len(progress) != epochs:
-            raise RuntimeError(f"expected {epochs} micro-batches with data, got {len(progress)}")
+            msg = f"expected {epochs} micro-batches with data, got {len(progress)}"
+            raise RuntimeError(msg)
         if sum(batch_rows) != n_events:
-            raise RuntimeError(f"query read {sum(batch_rows)} rows, expected {n_events}")
+            msg = f"query read {sum(batch_rows)} rows, expected {n_events}"
+            raise RuntimeError(msg)
         if verify:
             total, nkeys = _tws_state_total(spark, checkpoint)
             if total != n_events:
-                raise RuntimeError(f"TWS counts sum to {total}, expected {n_events}")
+                msg = f"TWS counts sum to {total}, expected {n_events}"
+                raise RuntimeError(msg)
             result["keys"] = nkeys
             result["verified"] = True
         return result
@@ -274,7 +278,8 @@ def measure_spark_native(
             counted = spark.read.schema(EVENT_SCHEMA_DDL).parquet(data).groupBy(*cols).count()
             row = counted.agg(F.sum("count").alias("s"), F.count("*").alias("k")).collect()[0]
             if int(row["s"]) != n_events:
-                raise RuntimeError(f"native counts sum to {row['s']}, expected {n_events}")
+                msg = f"native counts sum to {row['s']}, expected {n_events}"
+                raise RuntimeError(msg)
             result["keys"] = int(row["k"])
             result["verified"] = True
         return result
