@@ -78,7 +78,7 @@ class ContinuousLoop:
         server = ChannelServer(host, secret, self._control, name=f"flowpoint-driver-{co.job_id[:8]}")
         try:
             spec = ContinuousSpec(
-                co.run_key, co.location(), server.address, secret, self.slots, co.epoch,
+                co.run_key, co.location(), server.address, secret, self.slots, co.epoch, co.restarts,
                 buffer_timeout_ms=self.buffer_timeout_ms,
                 buffers_per_channel=int(co.config.get("taskmanager.network.memory.buffers-per-channel")),
                 max_frame_items=int(co.config.get("execution.buffer-max-batches")),

@@ -553,6 +553,7 @@ class ExchangeWriter:
         self.marks: dict[str, tuple[int, bool]] = {}  # channel -> current (watermark, idle)
         self.sent: dict[tuple[str, int], tuple[int, bool]] = {}  # (channel, dest) -> last sent
         self.last_origin: dict[str, tuple] = {}
+        self.eager_marks = False  # the continuous runtime: every moved mark before the next record (_marks_before)
 
     def reset(self) -> None:
         self.out = []
@@ -572,8 +573,22 @@ class ExchangeWriter:
         # the sending partition breaks ties: pieces of one source batch reach a task from
         # several upstream tasks after a keyed exchange, and must not be ordered by fetch order
         if self.channel_of is not None:
-            self._mark_before(dest, origin)
+            if self.eager_marks:
+                self._marks_before(dest, origin)
+            else:
+                self._mark_before(dest, origin)
         self.out.append((dest, (self.edge.index, (*origin, self.partition), encode(data, ts))))
+
+    def _marks_before(self, dest: int, origin: tuple) -> None:
+        """The continuous runtime's order (no epoch to sort by origin): every channel's mark that
+        moved since ``dest`` last heard of it goes before the record, so a receiver sees the marks
+        of a source's splits in the order they were reached, as an epoch's sorted input does."""
+        self.last_origin[self.channel_of(origin)] = origin
+        for channel, mark in self.marks.items():
+            if self.sent.get((channel, dest)) != mark:
+                self.sent[(channel, dest)] = mark
+                at = self.last_origin.get(channel, origin)
+                self.out.append((dest, (self.edge.index, (*at, self.partition), ("wm", (channel, *mark)))))
 
     def process_watermark(self, origin: tuple, wm: int) -> None:
         channel = self.channel_of(origin)

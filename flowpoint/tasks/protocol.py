@@ -79,6 +79,7 @@ class ContinuousSpec:
     secret: bytes  # this run's channel secret (never logged)
     slots: int
     first_segment: int  # the segment (epoch) number the run continues from
+    attempt: int = 0  # the run: restarts so far (RuntimeContext.get_attempt_number())
     buffer_timeout_ms: int = 100
     buffers_per_channel: int = 8
     max_frame_items: int = 64

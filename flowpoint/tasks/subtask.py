@@ -137,6 +137,9 @@ class Subtask:
             splits=dict(spec.splits), generators=dict(spec.generators), restored=spec.restored,
         )
         self.rt = ChainRuntime(plan, s.partition, self.ts, epoch_spec, s.operator_state)
+        self.rt.set_attempt(spec.attempt)  # as Flink's attempt number: the restarts so far
+        for _, w in self.rt.writers:
+            w.eager_marks = True
         splits = [i for i in range(spec.splits.get(self.plan.head_uid, 0)) if i % self.plan.parallelism == s.partition]
         self.inputs = self.rt.begin_epoch(epoch_spec, splits)
         self.split_seq = dict.fromkeys(splits, 0)
