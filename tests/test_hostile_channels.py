@@ -1,0 +1,99 @@
+"""Channels of a continuous run refuse peers that do not hold the run's secret (issue 18): a
+connection without it, with a wrong one, with garbage or silence is dropped, and the listener
+goes on serving the job's own peers."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from flowpoint.tasks.channels import ChannelError, ChannelServer, connect, new_secret
+
+
+@pytest.fixture
+def server():
+    received = []
+    done = threading.Event()
+
+    def handler(hello, channel):
+        try:
+            while True:
+                received.append((hello, channel.recv()))
+                done.set()
+        except ChannelError:
+            channel.close()
+
+    secret = new_secret()
+    srv = ChannelServer("127.0.0.1", secret, handler)
+    srv.secret_for_test, srv.received, srv.got = secret, received, done
+    yield srv
+    srv.close()
+
+
+def test_a_peer_with_the_secret_sends_frames(server):
+    ch = connect(server.address, server.secret_for_test, ("data", 1, 0, 0))
+    ch.send(("data", [1, 2, 3]))
+    assert server.got.wait(5)
+    assert server.received == [(("data", 1, 0, 0), ("data", [1, 2, 3]))]
+    ch.close()
+
+
+def test_a_wrong_secret_is_refused_and_the_server_goes_on(server):
+    with pytest.raises(ChannelError):
+        connect(server.address, new_secret(), ("data", 1, 0, 0))
+    good = connect(server.address, server.secret_for_test, ("data", 2, 0, 0))
+    good.send("after")
+    assert server.got.wait(5)
+    assert server.received == [(("data", 2, 0, 0), "after")]
+    assert server.refused == 1
+    good.close()
+
+
+def test_garbage_a_replayed_answer_and_silence_are_dropped(server):
+    # garbage instead of the challenge's answer
+    raw = socket.create_connection(server.address)
+    raw.recv(4096)
+    raw.sendall(b"\x00\x00\x00\x40" + b"x" * 64)
+    # a huge frame length (a memory attack) before any authentication
+    raw2 = socket.create_connection(server.address)
+    raw2.recv(4096)
+    raw2.sendall(b"\x7f\xff\xff\xff")
+    # a peer that connects and says nothing does not hold up the others
+    silent = socket.create_connection(server.address)
+    time.sleep(0.3)
+    good = connect(server.address, server.secret_for_test, ("data", 3, 0, 0))
+    good.send("still serving")
+    assert server.got.wait(5)
+    assert server.received == [(("data", 3, 0, 0), "still serving")]
+    deadline = time.monotonic() + 5
+    while server.refused < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.refused >= 2
+    for s in (raw, raw2, silent):
+        s.close()
+    good.close()
+
+
+def test_a_listener_without_the_secret_gets_nothing(server):
+    """A task never sends records to an impostor on a recycled port: the listener must prove the
+    secret too."""
+    impostor = socket.create_server(("127.0.0.1", 0))
+    port = impostor.getsockname()[1]
+
+    def fake():
+        conn, _ = impostor.accept()
+        from multiprocessing.connection import Connection
+
+        c = Connection(conn.detach())
+        c.send_bytes(b"flowpoint-channel-1" + b"n" * 32)  # a well-formed challenge
+        c.recv_bytes(128)  # the client's answer
+        c.send_bytes(b"z" * 32)  # but no proof of the secret
+
+    t = threading.Thread(target=fake, daemon=True)
+    t.start()
+    with pytest.raises(ChannelError):
+        connect(("127.0.0.1", port), new_secret(), ("data", 1, 0, 0))
+    impostor.close()
