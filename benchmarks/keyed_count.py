@@ -46,9 +46,9 @@ def by_channel_behavior(e):
     return e.channel, e.behavior
 
 
-def measure_flowpoint(spark, n_events: int, key: str, epochs: int = 10) -> dict:
+def measure_flowpoint(spark, n_events: int, key: str, epochs: int = 10, config: dict | None = None) -> dict:
     env = StreamExecutionEnvironment.get_execution_environment(
-        {"execution.progress.interval": -1, "parallelism.default": 2}, spark_session=spark
+        {"execution.progress.interval": -1, "parallelism.default": 2, **(config or {})}, spark_session=spark
     )
     env.set_epoch_max_records(max(1, n_events // epochs))
     source = DataGeneratorSource(ClickEventGenerator(num_users=USERS), count=n_events)

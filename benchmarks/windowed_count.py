@@ -280,9 +280,9 @@ class EmitCount(ProcessWindowFunction):
         yield w.start, w.end, key[0], key[1], next(iter(counts))
 
 
-def build_job(spark: Any, source: Source, epoch_records: int, function: str) -> tuple[Any, Any]:
+def build_job(spark: Any, source: Source, epoch_records: int, function: str, config: dict | None = None) -> tuple[Any, Any]:
     env = StreamExecutionEnvironment.get_execution_environment(
-        {"execution.progress.interval": -1, "parallelism.default": 2}, spark_session=spark
+        {"execution.progress.interval": -1, "parallelism.default": 2, **(config or {})}, spark_session=spark
     )
     env.set_epoch_max_records(epoch_records)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(BOUND_MS)).with_timestamp_assigner("ts")
@@ -299,8 +299,8 @@ def build_job(spark: Any, source: Source, epoch_records: int, function: str) -> 
     return env, sink
 
 
-def measure_flowpoint(spark: Any, data: str, n_events: int, epochs: int, expected: dict, function: str) -> dict:
-    env, sink = build_job(spark, OrderedParquetSource(data), n_events // epochs, function)
+def measure_flowpoint(spark: Any, data: str, n_events: int, epochs: int, expected: dict, function: str, config: dict | None = None) -> dict:
+    env, sink = build_job(spark, OrderedParquetSource(data), n_events // epochs, function, config)
     t0 = time.perf_counter()
     result = env.execute(f"windowed-count-{function}")
     seconds = time.perf_counter() - t0

@@ -191,6 +191,9 @@ class ContinuousLoop:
         self.final_sent = False
         self.finished = False
         self.read_started = time.monotonic()
+        self.next_discovery = 0.0
+        self.discovery_s = int(co.config.get("execution.epoch.interval")) / 1000.0
+        self.last_commit = time.monotonic()
         last_segment = time.monotonic()
         interval_ms = co.settings.interval_ms if cp is not None else _SEGMENT_MS_WITHOUT_CHECKPOINTS
         while not self.finished:
@@ -272,7 +275,10 @@ class ContinuousLoop:
         budget = int(co.config.get("execution.epoch.max-records"))
         elapsed = time.monotonic() - self.read_started
         planned_any = False
-        co._discover()
+        now = time.monotonic()
+        if now >= self.next_discovery:  # a directory listing or metadata call: not every few ms
+            self.next_discovery = now + self.discovery_s
+            co._discover()
         by_part: dict[tuple[int, int], list] = {}
         for states in co.splits.values():
             for st in states:
@@ -390,7 +396,9 @@ class ContinuousLoop:
             cp.attach_snapshots(target.checkpoint_id, [a for a in acks if a.snapshot is not None or a.snapshot_error])
             if flight.barrier.final:
                 self._poll_checkpoint(cp, wait=True)
-        co._report(records, 0.0, None)
+        now = time.monotonic()
+        co._report(records, now - self.last_commit, None)
+        self.last_commit = now
         if flight.barrier.final:
             self._finish()
 

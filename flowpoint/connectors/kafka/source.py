@@ -209,8 +209,8 @@ class KafkaSource(Source):
     # -- planning ------------------------------------------------------------------------------
 
     def _marks(self, tp: KafkaTopicPartition) -> tuple[int, int] | None:
-        # one round of broker requests per epoch plan: plan() is called for every split in turn
-        stale = time.monotonic() - self._watermarks_at > 0.05
+        # one round of broker requests per plan of every split (an epoch, or a continuous round)
+        stale = time.monotonic() - self._watermarks_at > 0.005  # the continuous loop plans every few ms
         if stale or tp not in self._known:
             self._known.add(tp)
             self._watermarks = self.view().watermarks(sorted(self._known))
