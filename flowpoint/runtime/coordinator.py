@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import CheckpointError, FlowpointError, JobExecutionError
 from flowpoint.runtime.checkpointing import CheckpointCoordinator, apply_declared, now_ms
-from flowpoint.runtime.job import JobExecutionResult, JobStatus, new_job_id
+from flowpoint.runtime.job import (
+    JobExecutionResult,
+    JobProgress,
+    JobStatus,
+    SplitProgress,
+    new_job_id,
+)
 from flowpoint.runtime.restore import RestoredJob, plan_restore, split_position
 from flowpoint.runtime.resume import job_fingerprint, restore_point
 from flowpoint.state import durable
@@ -262,6 +268,17 @@ class Coordinator:
             raise
         self._progress(f"savepoint {cid} (epoch {self.epoch}) of job {self.job_id} written to {path}")
         return path
+
+    def view(self) -> JobProgress:
+        """Where the job stands, read-only (JobClient.progress)."""
+        splits = tuple(
+            SplitProgress(st.node.uid, st.index, st.split.split_id, st.position, st.finished)
+            for states in list(self.splits.values()) for st in list(states)
+        )
+        return JobProgress(
+            self.job_id, self.job_name, self.status, self.epoch, self.records_read, self.restarts, splits,
+            self.resumed_from, self.fingerprint,
+        )
 
     def result(self) -> JobExecutionResult:
         return JobExecutionResult(
