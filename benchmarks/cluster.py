@@ -216,13 +216,12 @@ def run_recovery(spark, m: dict) -> dict:
     env, sink = _count_job(spark, m["events"], m["per_epoch"], m["parallelism"], m["users"], rate=m["rate"],
                            checkpoint_ms=m["checkpoint_ms"], emit=True)
     client = env.execute_async("recovery")
-    c = client._coordinator  # epoch_history: (epoch, records, seconds), appended at each commit
     stop = threading.Event()
 
     def monitor():
         seen, status = 0, None
         while not stop.is_set():
-            h = c.epoch_history
+            h = client.get_epoch_stats()  # (epoch, records, seconds), appended at each commit
             while seen < len(h):
                 e, records, secs = h[seen]
                 _emit("EPOCH", {"t": time.time(), "epoch": e, "records": records, "seconds": secs})
@@ -245,7 +244,7 @@ def run_recovery(spark, m: dict) -> dict:
     expected = _expected_counts(m["users"], m["events"])
     want_out = sorted((k, i) for k, n in expected.items() for i in range(1, n + 1))
     got_out = sorted(sink.results)
-    return {"epochs": result.epochs, "restarts": getattr(c, "restarts", None), "keys": len(expected), "exact_state": counts == expected,
+    return {"epochs": result.epochs, "restarts": client.progress().restarts, "keys": len(expected), "exact_state": counts == expected,
             "exact_outputs": got_out == want_out, "outputs": len(got_out), "expected_outputs": len(want_out),
             "checkpoints_completed": sum(1 for s in result.get_checkpoint_stats() if s.status == "COMPLETED"),
             "metrics": {k: v for k, v in result.get_metrics().items() if k.startswith("stateTasks")}}

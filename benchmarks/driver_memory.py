@@ -206,7 +206,6 @@ def child(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     phase("load")
     client = env.execute_async("driver-memory")
-    c = client._coordinator
 
     def wait_for(cond, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -220,9 +219,9 @@ def child(args: argparse.Namespace) -> int:
                 raise RuntimeError(msg)
             time.sleep(0.05)
 
-    wait_for(lambda: c.records_read >= n_keys, f"{n_keys} records", args.timeout)
+    wait_for(lambda: client.progress().records_read >= n_keys, f"{n_keys} records", args.timeout)
     out["load_s"] = time.perf_counter() - t0
-    out["load_epochs"] = c.epoch
+    out["load_epochs"] = client.progress().epoch
     phase("checkpoints")
     t1 = time.perf_counter()
     done_before = {s.checkpoint_id for s in client.get_checkpoint_stats() if s.status == "COMPLETED"}

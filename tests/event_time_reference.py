@@ -4,7 +4,7 @@ It simulates a flowpoint job element by element, with no flowpoint runtime in it
 
 * **Input**: one ordered list of records per source split; ``None`` stands for a split of an
   unbounded source that never produces a record (it never finishes).
-* **Epochs and batches** (DESIGN section 4, ``Coordinator._plan``): every epoch each unfinished
+* **Epochs and batches** (DESIGN section 4, ``SplitPlanner.plan``): every epoch each unfinished
   split advances by ``max(1, epoch_max_records // unfinished splits)`` records, read in source
   batches of ``batch_size``. The keyed stage sees an epoch's records in global split order: all
   of split 0's records of the epoch, then split 1's, and so on.

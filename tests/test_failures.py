@@ -22,7 +22,7 @@ import pytest
 from checkpoint_jobs import Counting, build, expected_outputs, expected_state
 
 import flowpoint.errors as errors_module
-import flowpoint.runtime.coordinator as coordinator_module
+import flowpoint.runtime.restarts as restarts_module
 from flowpoint import (
     CheckpointedFunction,
     CollectSink,
@@ -326,7 +326,7 @@ def test_every_error_class_says_whether_a_restart_can_fix_it():
         recoverable = RECOVERABLE[cls.__name__]
         assert cls.recoverable is recoverable, cls
         assert is_recoverable(cls("x")) is recoverable, cls
-        assert coordinator_module.restartable(cls("x")) is recoverable, cls
+        assert restarts_module.restartable(cls("x")) is recoverable, cls
 
 
 @pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
@@ -374,14 +374,14 @@ def test_errors_keep_class_and_message_through_pickle(cls):
 def verdicts(monkeypatch):
     """Every ``restartable`` decision of the coordinator: ``[(error, restartable)]``."""
     seen: list[tuple[BaseException, bool]] = []
-    original = coordinator_module.restartable
+    original = restarts_module.restartable
 
     def recording(error):
         verdict = original(error)
         seen.append((error, verdict))
         return verdict
 
-    monkeypatch.setattr(coordinator_module, "restartable", recording)
+    monkeypatch.setattr(restarts_module, "restartable", recording)
     return seen
 
 
@@ -619,7 +619,7 @@ def test_a_transient_user_failure_is_restarted_and_results_are_exact(make_env, t
     state and outputs are exactly those of a run without failure."""
     flag = str(tmp_path / "fixed")
     decisions: list[tuple[BaseException, bool]] = []
-    original = coordinator_module.restartable
+    original = restarts_module.restartable
 
     def restart_fixes_it(error):
         verdict = original(error)
@@ -628,7 +628,7 @@ def test_a_transient_user_failure_is_restarted_and_results_are_exact(make_env, t
             open(flag, "w").close()  # what a restart on healthy resources would do
         return verdict
 
-    monkeypatch.setattr(coordinator_module, "restartable", restart_fixes_it)
+    monkeypatch.setattr(restarts_module, "restartable", restart_fixes_it)
     env = make_env(parallelism=2, max_records=100, state_checkpoints_dir=str(tmp_path / "ck"))
     env.enable_checkpointing(1)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1_000_000, 100))

@@ -86,7 +86,7 @@ def savepoint(spark, tmp_path_factory) -> str:
     build(env, EVENTS, rate=1500)
     client = env.execute_async("savepointed")
     deadline = time.monotonic() + 120
-    while client._coordinator.epoch < 3 and not client.is_done() and time.monotonic() < deadline:
+    while client.progress().epoch < 3 and not client.is_done() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not client.is_done(), "the job ended before the savepoint"
     path = client.trigger_savepoint(os.path.join(base, "sp"))
@@ -140,7 +140,8 @@ def flip(path: str, offset: int, mask: int = 0xFF) -> None:
 def refused_before_any_task(client) -> CorruptStateError:
     with pytest.raises(CorruptStateError) as e:
         client.wait(120)
-    assert client._coordinator.epoch == 0 and client._coordinator.restarts == 0  # no epoch ran, no restart
+    progress = client.progress()
+    assert progress.epoch == 0 and progress.restarts == 0  # no epoch ran, no restart
     assert client.get_job_status().value == "FAILED"
     return e.value
 
@@ -235,7 +236,7 @@ def test_corrupt_checkpoint_fails_the_restart_at_once(spark, tmp_path, backend):
     with pytest.raises(CorruptStateError) as e:
         client.wait(300)
     assert time.monotonic() - started < 240
-    assert client._coordinator.restarts == 1  # the one restart that found the checkpoint corrupt, no more
+    assert client.progress().restarts == 1  # the one restart that found the checkpoint corrupt, no more
     assert os.path.getsize(os.path.join(marks, "never.failures")) <= 4  # the injected failure's attempts only
     assert e.value.path and e.value.path.startswith(f"file://{ck}/{client.get_job_id()}/")
     assert e.value.path in str(e.value) and client.get_job_status().value == "FAILED"

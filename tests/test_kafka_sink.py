@@ -213,7 +213,7 @@ def test_exactly_once_through_a_savepoint_and_a_restore_at_another_parallelism(k
     job(env)
     client = env.execute_async("kafka exactly once, savepointed")
     deadline = time.monotonic() + 120
-    while client._coordinator.epoch < 5 and time.monotonic() < deadline:
+    while client.progress().epoch < 5 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not client.is_done(), "the job ended before the savepoint"
     path = client.stop_with_savepoint(str(tmp_path / "sp"))

@@ -95,16 +95,16 @@ def test_a_topic_matching_the_pattern_is_discovered_while_the_job_runs(kafka_bro
 
     def wait_for(n):
         deadline = time.monotonic() + 60
-        while client._coordinator.records_read < n and time.monotonic() < deadline and not client.is_done():
+        while client.progress().records_read < n and time.monotonic() < deadline and not client.is_done():
             time.sleep(0.05)
-        return client._coordinator.records_read
+        return client.progress().records_read
 
     try:
         assert wait_for(50) == 50
         kafka_broker.create_topic(prefix + "-b", 2)
         produce(kafka_broker.bootstrap_servers, prefix + "-b", [f"b{i}" for i in range(30)], partitions=2)
         assert wait_for(80) == 80
-        splits = sorted(st.split.split_id for st in client._coordinator.splits[next(iter(client._coordinator.splits))])
+        splits = sorted(sp.split_id for sp in client.progress().splits)
         assert splits == [prefix + "-a-0", prefix + "-b-0", prefix + "-b-1"]
     finally:
         client.cancel()
@@ -178,7 +178,7 @@ def test_restore_from_a_savepoint_at_another_parallelism_resumes_every_partition
     sink = count_job(env, source(kafka_broker, topic))
     client = env.execute_async("kafka savepointed")
     deadline = time.monotonic() + 120
-    while client._coordinator.epoch < 4 and time.monotonic() < deadline:
+    while client.progress().epoch < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not client.is_done(), "the job ended before the savepoint"
     path = client.trigger_savepoint(str(tmp_path / "sp"))
@@ -344,13 +344,13 @@ def test_without_idleness_an_empty_partition_holds_the_watermark(kafka_broker, m
     env.from_source(source(kafka_broker, topic, bounded=False), strategy, "kafka").key_by(lambda v: v).process(WindowCount()).sink_to(sink)
     client = env.execute_async("held watermark")
     deadline = time.monotonic() + 60
-    while client._coordinator.records_read < 200 and time.monotonic() < deadline:
+    while client.progress().records_read < 200 and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.0)
     client.cancel()
     with pytest.raises(Exception):
         client.wait(60)
-    assert client._coordinator.records_read == 200 and sink.results == []
+    assert client.progress().records_read == 200 and sink.results == []
 
 
 # -- bad input ------------------------------------------------------------------------------------

@@ -221,8 +221,8 @@ def test_random_keys_on_spark_through_checkpoint_rescale_and_savepoint(make_env,
     # 2: restored from it at p2, stopped with a savepoint
     env, _ = _job(make_env, pool, events, parallelisms[1], backends[1], restore=chk[-1], rate=2_000)
     client = env.execute_async("key identity 2")
-    start = client._coordinator.epoch
-    wait_for(lambda: client._coordinator.epoch >= start + 2 or client.is_done(), what="epochs")
+    start = client.progress().epoch
+    wait_for(lambda: client.progress().epoch >= start + 2 or client.is_done(), what="epochs")
     if client.is_done():
         client.wait(60)
         pytest.skip("the second run ended before its savepoint")  # pragma: no cover - rate-limited

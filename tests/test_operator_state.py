@@ -141,7 +141,7 @@ def test_redistribute_even_split_and_union():
 
 
 def test_operator_state_of_a_vanished_uid_is_refused():
-    from flowpoint.runtime.coordinator import restored_operator_state
+    from flowpoint.runtime.committed import restored_operator_state
 
     class Graph:
         nodes = {}

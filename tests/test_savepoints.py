@@ -63,8 +63,8 @@ def savepoint_mid_run(make_env, target, parallelism, backend="hashmap", restore=
     env = env_for(make_env, parallelism, backend, restore)
     sink = build(env, EVENTS, rate=1500)
     client = env.execute_async("savepointed")
-    start = client._coordinator.epoch
-    wait_for(lambda: client._coordinator.epoch >= start + epochs or client.is_done(), what="epochs")
+    start = client.progress().epoch
+    wait_for(lambda: client.progress().epoch >= start + epochs or client.is_done(), what="epochs")
     assert not client.is_done(), "the job ended before the savepoint"
     if stop:
         path = client.stop_with_savepoint(str(target))
@@ -139,7 +139,7 @@ def test_default_directory_describe_and_dispose(spark, make_env, tmp_path):
     env.set_default_savepoint_directory(str(tmp_path / "default"))
     build(env, None, rate=1500)
     client = env.execute_async("default-dir")
-    wait_for(lambda: client._coordinator.epoch >= 2, what="epochs")
+    wait_for(lambda: client.progress().epoch >= 2, what="epochs")
     path = client.stop_with_savepoint()
     result = client.wait(60)
     assert local(path).startswith(str(tmp_path / "default"))
@@ -299,12 +299,12 @@ def test_stop_with_savepoint_drain_fires_windows(make_env, tmp_path):
         .sink_to(sink).uid("collect")
     )
     client = env.execute_async("drain")
-    wait_for(lambda: client._coordinator.epoch >= 3, what="epochs")
+    wait_for(lambda: client.progress().epoch >= 3, what="epochs")
     assert sink.results == []  # windows of 1000 s of event time: nothing fired yet
     path = client.stop_with_savepoint(str(tmp_path / "sp"), drain=True)
     client.wait(60)
     assert client.get_job_status().value == "FINISHED"
-    read = client._coordinator.records_read
+    read = client.progress().records_read
     assert read > 0 and len(sink.results) == 3
     assert sum(r if isinstance(r, int) else r[-1] for r in sink.results) == read  # every record counted once
     assert metadata(path)["kind"] == "savepoint"
@@ -446,7 +446,7 @@ def test_windows_and_timers_restore_rescaled_from_a_savepoint(make_env, tmp_path
     env = env_for(make_env, parallelism=2, max_records=400)
     first = window_job(env, events, rate=2000)
     client = env.execute_async("windows-a")
-    wait_for(lambda: client._coordinator.epoch >= 2 or client.is_done(), what="epochs")
+    wait_for(lambda: client.progress().epoch >= 2 or client.is_done(), what="epochs")
     path = client.trigger_savepoint(str(tmp_path / "sp"))
     client.cancel()
     with pytest.raises(JobCancelledError):

@@ -195,7 +195,7 @@ def test_a_savepoint_restores_into_a_row_type_with_a_new_field(make_env, tmp_pat
     env, _ = _job(make_env, OLD_ROW, rate=1500, backend=backend)
     client = env.execute_async("row v1")
     deadline = time.monotonic() + 120
-    while client._coordinator.epoch < 3 and not client.is_done() and time.monotonic() < deadline:
+    while client.progress().epoch < 3 and not client.is_done() and time.monotonic() < deadline:
         time.sleep(0.05)
     sp = client.stop_with_savepoint(f"file://{tmp_path}/sp")
     client.wait(60)

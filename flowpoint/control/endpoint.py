@@ -69,19 +69,20 @@ class JobControl:
     """A job known to the endpoint: its client, its registry entry and the thread keeping the
     entry current."""
 
-    def __init__(self, client: JobClient, registry: JobRegistry, endpoint: str):
+    def __init__(self, client: JobClient, registry: JobRegistry, endpoint: str, config: Any):
         self.client = client
-        self.coordinator = client._coordinator
+        self.config = config  # the job's configuration
         self.registry = registry
+        progress = client.progress()
         self.entry = JobEntry(
             job_id=client.get_job_id(),
-            job_name=self.coordinator.job_name,
+            job_name=progress.job_name,
             status=client.get_job_status().value,
             start_time_ms=now_ms(),
             pid=os.getpid(),
             host=socket.gethostname(),
             endpoint=endpoint,
-            fingerprint=getattr(self.coordinator, "fingerprint", None),  # the job's identity for --resume
+            fingerprint=progress.fingerprint,  # the job's identity for --resume
         )
         self.registered = False
         self._warned = False
@@ -97,7 +98,7 @@ class JobControl:
         status = self.client.get_job_status().value
         latest = self.last_completed_checkpoint()
         cp_id = latest.checkpoint_id if latest is not None else None
-        resumed = getattr(self.coordinator, "resumed_from", None)  # (job id, checkpoint id) it restored
+        resumed = self.client.progress().resumed_from  # (job id, checkpoint id) it restored
         if resumed is not None and e.resumed_from is None:
             e.resumed_from, e.resumed_checkpoint_id = resumed
         elif status == e.status and cp_id == e.last_checkpoint_id:
@@ -120,9 +121,8 @@ class JobControl:
             self.registered = False
 
     def watch(self, on_end: Any) -> None:
-        done = self.coordinator.done
         try:
-            while not done.wait(POLL_S):
+            while not self.client.wait_until_done(POLL_S):
                 if self.refresh():
                     self.write()
             self.refresh()
@@ -146,7 +146,7 @@ class JobControl:
         }
 
     def details(self) -> dict:
-        c = self.coordinator
+        c = self.client.progress()
         status = self.client.get_job_status()
         end = self.entry.end_time_ms if status.is_globally_terminal_state() else None
         stats = self.client.get_checkpoint_stats()
@@ -317,7 +317,7 @@ class _Handler(BaseHTTPRequestHandler):
             return HTTPStatus.ACCEPTED, {"status": job.client.get_job_status().value}
         if action == "savepoints" and method == "POST":
             body = _body(self)
-            target = _target_directory(body, job.coordinator.config)
+            target = _target_directory(body, job.config)
             job.require_running("take a savepoint of")
             return HTTPStatus.OK, {"location": job.client.trigger_savepoint(target)}
         if action == "stop" and method == "POST":
@@ -326,7 +326,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(drain, bool):
                 msg = f'"drain" must be true or false; got {drain!r}'
                 raise ApiError(HTTPStatus.BAD_REQUEST, msg)
-            target = _target_directory(body, job.coordinator.config)
+            target = _target_directory(body, job.config)
             job.require_running("stop")
             return HTTPStatus.OK, {"location": job.client.stop_with_savepoint(target, drain=drain)}
         if action in (None, "savepoints", "stop", "cancel"):
@@ -458,7 +458,7 @@ def attach_job(client: JobClient, config: Any) -> JobControl:
         if _server is None:
             _server = _start_server(config.get("control.port"))
         server = _server
-        job = JobControl(client, JobRegistry(registry_dir(config)), server.address)
+        job = JobControl(client, JobRegistry(registry_dir(config)), server.address, config)
         with server._lock:
             server._jobs[job.entry.job_id] = job
         _attached[job.entry.job_id] = job
@@ -502,7 +502,7 @@ def _at_exit() -> None:
         jobs = list(_attached.values())
     for job in jobs:
         if job.client.get_job_status().value == "CANCELLING":
-            job.coordinator.done.wait(5.0)  # e.g. Ctrl-C: execute() cancelled the job and re-raised
+            job.client.wait_until_done(5.0)  # e.g. Ctrl-C: execute() cancelled the job and re-raised
         if job.client.is_done():
             job.refresh()
             job.entry.end_time_ms = job.entry.end_time_ms or now_ms()

@@ -103,7 +103,7 @@ def merge_states(op: OperatorState, states: dict[str, dict[str, Any]]) -> None:
 
 def apply_declared(op: OperatorState, declared: dict[str, dict] | None) -> None:
     """Record in an operator's ``_metadata`` entry the kind and schema its states were declared
-    with in this run (``Coordinator.declared_states``, from the tasks' acknowledgements): a part
+    with in this run (``CommittedState.declared_states``, from the tasks' acknowledgements): a part
     written before the operators of its task registered their states only infers them."""
     if not declared or not op.states:
         return
@@ -182,6 +182,13 @@ class CheckpointCoordinator:
         if cut is None or not cut.awaiting_sync:
             return None
         return CheckpointTarget(cut.checkpoint_id, self.store.job_dir_uri(), inline=self.settings.storage != "filesystem")
+
+    def reserve_id(self) -> int:
+        """The next id for a savepoint (ids are shared): checkpoints continue after it."""
+        cid = self.next_id
+        self.next_id += 1
+        self.store.continue_after(cid)
+        return cid
 
     def shared_files(self, uid: str, partition: int) -> dict[str, str]:
         return self.shared.get((uid, partition), {})

@@ -28,15 +28,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import ConfigurationError, JobExecutionError
-from flowpoint.runtime.checkpointing import now_ms
-from flowpoint.runtime.restore import split_position
-from flowpoint.state.working import CommittedChain
+from flowpoint.runtime.epoch_loop import notify_checkpoint_complete
 from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, new_secret
 from flowpoint.tasks.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
 from flowpoint.tasks.subtask import Barrier
 
 if TYPE_CHECKING:
-    from flowpoint.runtime.coordinator import Coordinator
+    import threading
+
+    from flowpoint.graph.jobgraph import JobGraph
+    from flowpoint.runtime.checkpointing import CheckpointCoordinator
+    from flowpoint.runtime.committed import CommittedState
+    from flowpoint.runtime.progress import Progress
+    from flowpoint.runtime.restarts import RestartManager
+    from flowpoint.runtime.restore import RestoredJob
+    from flowpoint.runtime.savepoints import SavepointService
+    from flowpoint.runtime.splits import SplitPlanner
+    from flowpoint.runtime.working_files import WorkingFiles
 
 log = logging.getLogger("flowpoint")
 
@@ -53,40 +61,81 @@ class _InFlight:
 
 
 class ContinuousLoop:
-    def __init__(self, co: Coordinator, plans: dict, executor: Any) -> None:
-        self.co = co
-        self.graph = co.graph
+    def __init__(
+        self, graph: JobGraph, config: Any, *, state: CommittedState, splits: SplitPlanner, savepoints: SavepointService,
+        restarts: RestartManager, checkpoints: CheckpointCoordinator | None, files: WorkingFiles, progress: Progress,
+        executor: Any, cancel: threading.Event, plans: dict, spark: Any, job_name: str, settings: Any,
+    ) -> None:
+        self.graph = graph
+        self.config = config
+        self.state = state
+        self.splits = splits
+        self.savepoints = savepoints
+        self.restarts = restarts
+        self.checkpoints = checkpoints
+        self.files = files
+        self.progress = progress
+        self.executor = executor  # runs one run on Spark (flowpoint/spark/continuous_executor.py)
+        self.cancel = cancel
         self.plans = plans
-        self.executor = executor
-        self.slots = max(s.parallelism for s in self.graph.stages)
-        self.subtasks = [(s.id, p) for s in self.graph.stages for p in range(s.parallelism)]
-        self.source_parts = [(s.id, p) for s in self.graph.stages if s.is_source for p in range(s.parallelism)]
-        config = co.config
+        self.spark = spark
+        self.job_name = job_name
+        self.settings = settings
+        self.epoch = 0  # the last committed segment (the work up to a barrier)
+        self.stopped = False
+        self.slots = max(s.parallelism for s in graph.stages)
+        self.subtasks = [(s.id, p) for s in graph.stages for p in range(s.parallelism)]
+        self.source_parts = [(s.id, p) for s in graph.stages if s.is_source for p in range(s.parallelism)]
         self.buffer_timeout_ms = int(config.get("execution.buffer-timeout"))
         self.poll_s = max(0.001, min(self.buffer_timeout_ms, 5) / 1000.0)
         self.metrics: dict[int, dict] = {}
 
-    # -- one run -------------------------------------------------------------------------------
+    # -- what the restart manager asks of a loop -----------------------------------------------
+
+    def start(self, restore: RestoredJob | None) -> None:
+        self.splits.init()
+        if restore is not None:
+            self.restore(restore)
 
     def run(self) -> None:
-        co = self.co
+        self.restarts.run(self)
+
+    def reset(self) -> None:
+        self.state.reset()
+        self.epoch = 0
+        self.splits.init()
+
+    def restore(self, restore: RestoredJob | None) -> None:
+        if restore is None:
+            self.state.restore_sinks(None)
+            return
+        self.state.apply_restore(restore, self.restarts.allow_non_restored)
+        self.epoch = restore.epoch
+        self.splits.restore(restore.positions)
+        self.state.restore_sinks(restore.sinks)
+
+    def position(self) -> str:
+        return f"the continuous run {self.restarts.restarts} (after segment {self.epoch})"
+
+    # -- one run -------------------------------------------------------------------------------
+
+    def attempt(self) -> None:
         self._check_slots()
         self.messages: queue.Queue = queue.Queue()
         self.controls: dict[int, Channel] = {}
         secret = new_secret()
-        host = self._driver_host()
-        server = ChannelServer(host, secret, self._control, name=f"flowpoint-driver-{co.job_id[:8]}")
+        server = ChannelServer(self._driver_host(), secret, self._control, name="flowpoint-driver-control")
+        st = self.state
         try:
             spec = ContinuousSpec(
-                co.run_key, co.location(), server.address, secret, self.slots, co.epoch, co.restarts,
+                self.files.run_key, self.files.location(), server.address, secret, self.slots, self.epoch, self.restarts.restarts,
                 buffer_timeout_ms=self.buffer_timeout_ms,
-                buffers_per_channel=int(co.config.get("taskmanager.network.memory.buffers-per-channel")),
-                max_frame_items=int(co.config.get("execution.buffer-max-batches")),
-                watermark_interval_ms=int(co.config.get("pipeline.auto-watermark-interval")),
-                watermarks=dict(co.watermarks), splits={n.uid: len(co.splits[n.id]) for n in self.graph.sources()},
-                generators=dict(co.generators), restored=co._restored_uids,
+                buffers_per_channel=int(self.config.get("taskmanager.network.memory.buffers-per-channel")),
+                max_frame_items=int(self.config.get("execution.buffer-max-batches")),
+                watermark_interval_ms=int(self.config.get("pipeline.auto-watermark-interval")),
+                watermarks=dict(st.watermarks), splits=self.splits.counts(), generators=dict(st.generators), restored=st.restored_uids,
             )
-            self.executor.start(co.restarts, spec, self.plans, self._slices())
+            self.executor.start(self.restarts.restarts, spec, self.plans, self._slices())
             self._await_slots()
             self._loop()
         finally:
@@ -94,43 +143,41 @@ class ContinuousLoop:
             if not self.executor.wait(0):
                 self.executor.cancel()
                 self.executor.wait(30)
-            self.executor.close()
 
     def _check_slots(self) -> None:
         from flowpoint.spark.continuous_executor import slots_available
 
-        have = slots_available(self.co.spark)
+        have = slots_available(self.spark)
         if have < self.slots:
             msg = (
-                f"the continuous runtime runs every parallel instance at once: job {self.co.job_name!r} needs "
+                f"the continuous runtime runs every parallel instance at once: job {self.job_name!r} needs "
                 f"{self.slots} task slots (its largest parallelism) but Spark offers {have} "
-                f"(master {self.co.spark.sparkContext.master}); lower the parallelism, add cores or executors, "
+                f"(master {self.spark.sparkContext.master}); lower the parallelism, add cores or executors, "
                 "or run it with execution.runtime: epoch. Dynamic allocation and speculation do not work with "
                 "Spark's barrier stages either."
             )
             raise ConfigurationError(msg)
-        conf = self.co.spark.sparkContext.getConf()
+        conf = self.spark.sparkContext.getConf()
         for key in ("spark.dynamicAllocation.enabled", "spark.speculation"):
             if str(conf.get(key, "false")).lower() == "true":
                 msg = f"the continuous runtime runs in a Spark barrier stage, which Spark refuses with {key}=true; turn it off or use execution.runtime: epoch"
                 raise ConfigurationError(msg)
 
     def _driver_host(self) -> str:
-        sc = self.co.spark.sparkContext
+        sc = self.spark.sparkContext
         master = sc.master or ""
         if master.startswith("local"):
             return "127.0.0.1"
         return sc.getConf().get("spark.driver.host", "127.0.0.1")
 
     def _slices(self) -> dict[tuple[int, int], TaskSlice]:
-        co = self.co
+        operator_state = self.state.operator_state
         out = {}
         for stage in self.graph.stages:
             uids = [self.graph.nodes[n].uid for n in stage.nodes]
             for p in range(stage.parallelism):
-                chain = co.chains.get((stage.id, p)) or CommittedChain()
-                ops = {f"{u}:{p}": co.operator_state[f"{u}:{p}"] for u in uids if f"{u}:{p}" in co.operator_state}
-                out[(stage.id, p)] = TaskSlice(stage.id, p, chain, False, ops)
+                ops = {f"{u}:{p}": operator_state[f"{u}:{p}"] for u in uids if f"{u}:{p}" in operator_state}
+                out[(stage.id, p)] = TaskSlice(stage.id, p, self.state.chain((stage.id, p)), False, ops)
         return out
 
     def _control(self, hello: tuple, channel: Channel) -> None:
@@ -167,7 +214,7 @@ class ContinuousLoop:
                 self._handle(index, msg)
 
     def _check_cancel(self) -> None:
-        if self.co._cancel.is_set():
+        if self.cancel.is_set():
             raise _Cancelled
 
     def _spark_failure(self) -> BaseException:
@@ -176,32 +223,32 @@ class ContinuousLoop:
         e = self.executor.error
         if e is None:
             return JobExecutionError("the continuous run's Spark job ended before the job finished")
-        return spark_failure(e, self.co.epoch)
+        return spark_failure(e, self.epoch)
 
     # -- the loop ------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        co = self.co
-        cp = co.checkpoints
+        cp = self.checkpoints
         self.outstanding = dict.fromkeys(self.source_parts, 0)
         self.assignments = 0
         self.inflight: dict[int, _InFlight] = {}
-        self.segment = co.epoch
-        self.ended_sources = False
+        self.segment = self.epoch
         self.final_sent = False
         self.finished = False
         self.read_started = time.monotonic()
         self.next_discovery = 0.0
-        self.discovery_s = int(co.config.get("execution.epoch.interval")) / 1000.0
+        self.discovery_s = int(self.config.get("execution.epoch.interval")) / 1000.0
         self.last_commit = time.monotonic()
         last_segment = time.monotonic()
-        interval_ms = co.settings.interval_ms if cp is not None else _SEGMENT_MS_WITHOUT_CHECKPOINTS
+        interval_ms = self.settings.interval_ms if cp is not None else _SEGMENT_MS_WITHOUT_CHECKPOINTS
         while not self.finished:
             try:
                 self._check_cancel()
             except _Cancelled:
                 self._broadcast(("cancel",))
                 raise
+            if self.savepoints.pending():
+                self.savepoints.refuse_all("savepoints of a continuous run are not taken yet (issue 18): take it on the epoch runtime (execution.runtime: epoch)")
             self._drain(self.poll_s)
             if self.executor.done.is_set() and not self.finished:
                 raise self._spark_failure()
@@ -209,7 +256,7 @@ class ContinuousLoop:
                 self._poll_checkpoint(cp)
             if self.final_sent:
                 continue
-            planned_any = self._assign_reads()
+            self._assign_reads()
             if not self.inflight:
                 if self._all_read():
                     self._inject(final=True)
@@ -218,7 +265,6 @@ class ContinuousLoop:
                 if due:
                     last_segment = time.monotonic()
                     self._inject(final=False)
-            del planned_any
 
     def _drain(self, wait: float) -> None:
         try:
@@ -270,60 +316,39 @@ class ContinuousLoop:
 
     # -- sources -------------------------------------------------------------------------------
 
-    def _assign_reads(self) -> bool:
-        co = self.co
-        budget = int(co.config.get("execution.epoch.max-records"))
+    def _assign_reads(self) -> None:
+        budget = int(self.config.get("execution.epoch.max-records"))
         elapsed = time.monotonic() - self.read_started
-        planned_any = False
         now = time.monotonic()
         if now >= self.next_discovery:  # a directory listing or metadata call: not every few ms
             self.next_discovery = now + self.discovery_s
-            co._discover()
-        by_part: dict[tuple[int, int], list] = {}
-        for states in co.splits.values():
-            for st in states:
-                if not st.finished:
-                    by_part.setdefault((st.node.stage_id, st.index % st.node.parallelism), []).append(st)
-        for key, states in by_part.items():
-            if self.outstanding.get(key, 0) >= _AHEAD:
-                continue
-            per_split = max(1, budget // max(1, len(states)))
-            reads = []
-            for st in states:
-                source = st.node.t.source
-                plan = source.plan(st.split, st.position, per_split, elapsed)
-                if plan.end == st.position and not plan.finished:
+            self.splits.discover()
+        for node in self.graph.sources():
+            for p in range(node.parallelism):
+                key = (node.stage_id, p)
+                if self.outstanding.get(key, 0) >= _AHEAD:
                     continue
-                spec = source.read_spec(st.split, st.position, plan.end) if plan.end != st.position else None
-                reads.append((st.index, st.split, spec, plan.finished))
-                st.position, st.finished = plan.end, plan.finished
-            if reads:
+                plan = self.splits.plan_partition(node, p, budget, elapsed)
+                reads = [r for r in (plan.reads.get(node.stage_id) or [[]] * node.parallelism)[p] if r[2] is not None or r[3]]
+                if not reads:
+                    continue
+                self.splits.advance(plan.positions)  # the cut of the next barrier is after these reads
                 self.assignments += 1
                 self.outstanding[key] = self.outstanding.get(key, 0) + 1
-                self._send(key[1], ("read", key[0], key[1], reads, self.assignments))
-                planned_any = True
-        return planned_any
+                self._send(p, ("read", key[0], p, reads, self.assignments))
 
     def _all_read(self) -> bool:
-        co = self.co
-        if not all(n.t.source.is_bounded() for n in self.graph.sources()):
-            return False
-        if any(not st.finished for states in co.splits.values() for st in states):
-            return False
-        return all(v == 0 for v in self.outstanding.values())
-
-    def _positions(self) -> list:
-        return [split_position(st.node, st.index, st.split, st.position, st.finished) for states in self.co.splits.values() for st in states]
+        return self.splits.all_finished() and all(v == 0 for v in self.outstanding.values())
 
     # -- barriers and checkpoints ----------------------------------------------------------------
 
     def _inject(self, final: bool) -> None:
-        co, cp = self.co, self.co.checkpoints
+        cp = self.checkpoints
         self.segment += 1
         target = None
         shared: dict = {}
         if cp is not None:
-            target = CheckpointTarget(cp.next_id, cp.store.job_dir_uri(), inline=co.settings.storage != "filesystem")
+            target = CheckpointTarget(cp.next_id, cp.store.job_dir_uri(), inline=self.settings.storage != "filesystem")
             for stage in self.graph.stages:
                 for n in stage.nodes:
                     node = self.graph.nodes[n]
@@ -333,7 +358,7 @@ class ContinuousLoop:
                             if files:
                                 shared[(node.uid, p)] = files
         barrier = Barrier(self.segment, target, shared, final)
-        self.inflight[self.segment] = _InFlight(barrier, self._positions())
+        self.inflight[self.segment] = _InFlight(barrier, self.splits.positions())
         self._broadcast(("barrier", barrier))
         if final:
             self.final_sent = True
@@ -352,44 +377,18 @@ class ContinuousLoop:
 
     def _commit(self, flight: _InFlight) -> None:
         """Every subtask acknowledged barrier ``n``: segment ``n`` is committed."""
-        co, cp = self.co, self.co.checkpoints
+        cp, st = self.checkpoints, self.state
         n = flight.barrier.n
-        acks = sorted(flight.acks.values(), key=lambda a: (a.stage_id, a.partition))
-        for ack in acks:
-            if ack.error is not None:
-                raise ack.error
-        for ack in acks:
-            if ack.state is not None:
-                key = (ack.stage_id, ack.partition)
-                co.chains[key] = (co.chains.get(key) or CommittedChain()).committed(ack.epoch, ack.token, ack.state)
-            co.watermarks.update(ack.watermarks)
-            co.generators.update(ack.generators)
-            co.operator_state.update(ack.operator_state)
-            for uid, states in ack.declared.items():
-                co.declared_states.setdefault(uid, {}).update(states)
-            for name, k in ack.metrics.items():
-                co.metrics[name] = co.metrics.get(name, 0) + k
-        source_stages = {nd.stage_id for nd in self.graph.sources()}
-        records = sum(a.records_in for a in acks if a.stage_id in source_stages)
-        co.records_read += records
-        for node in self.graph.sinks():
-            if getattr(node.t.sink, "continuous_live", False):
-                continue
-            payloads = sorted((a.partition, a.sink_payloads[node.id]) for a in acks if a.stage_id == node.stage_id and node.id in a.sink_payloads)
-            node.t.sink.on_epoch_committed(n, payloads, node.parallelism)
-        co.epoch = n
-        co._checkpointed_epoch = n
+        acks = list(flight.acks.values())
+        accepted = st.accept(acks, f"segment {n}")
+        st.commit_chains({k: a for k, a in accepted.items() if a.state is not None})
+        before = st.records_read
+        live = {nd.id for nd in self.graph.sinks() if getattr(nd.t.sink, "continuous_live", False)}
+        st.commit(accepted, n, skip_sinks=live)
+        self.epoch = n
         target = flight.barrier.target
         if target is not None and cp is not None:
-            sources = flight.positions
-            sinks = {nd.uid: nd.t.sink.snapshot_driver_state() for nd in self.graph.sinks()}
-            watermarks = {
-                "channels": {c: [wm, idle] for c, (wm, idle) in co.watermarks.items()},
-                "generators": dict(co.generators),
-                "operator_state": dict(co.operator_state),
-            }
-            stateful = [(s.id, p) for s in self.graph.stages if any(self.graph.nodes[x].keyed for x in s.nodes) for p in range(s.parallelism)]
-            stats = cp.trigger(n, stateful, sources, sinks, co.records_read, watermarks)
+            stats = cp.trigger(n, st.stateful_tasks(), flight.positions, st.sink_states(), st.records_read, st.event_time())
             if stats.checkpoint_id != target.checkpoint_id:
                 msg = f"checkpoint id mismatch: barrier {n} wrote checkpoint {target.checkpoint_id}, the coordinator expected {stats.checkpoint_id}"
                 raise JobExecutionError(msg)
@@ -397,7 +396,7 @@ class ContinuousLoop:
             if flight.barrier.final:
                 self._poll_checkpoint(cp, wait=True)
         now = time.monotonic()
-        co._report(records, now - self.last_commit, None)
+        self.progress.committed(n, st.records_read - before, now - self.last_commit, st.records_read)
         self.last_commit = now
         if flight.barrier.final:
             self._finish()
@@ -406,17 +405,14 @@ class ContinuousLoop:
         meta = cp.poll(wait=wait)
         if meta is None:
             return
-        co = self.co
-        co.backoff.on_success(now_ms())
-        for node in self.graph.sinks():
-            node.t.sink.notify_checkpoint_complete(meta.checkpoint_id)
-        co._notify_sources(meta)
+        self.restarts.checkpoint_completed()
+        notify_checkpoint_complete(self.graph, meta)
         done, aborted = cp.take_notifications()
         if done or aborted:
             self._broadcast(("notify", done, aborted))
 
     def _finish(self) -> None:
-        cp = self.co.checkpoints
+        cp = self.checkpoints
         if cp is not None:
             done, aborted = cp.take_notifications()
             if done or aborted:

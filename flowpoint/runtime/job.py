@@ -35,6 +35,32 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
+@dataclass(frozen=True)
+class SplitProgress:
+    """One source split: where the job's committed work has read it to."""
+
+    source_uid: str
+    index: int  # among the source's splits: the order of its records
+    split_id: str
+    position: Any  # the source's own position value (e.g. a Kafka offset)
+    finished: bool
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """Where a job stands, read-only: a copy taken by :meth:`JobClient.progress`."""
+
+    job_id: str
+    job_name: str
+    status: JobStatus
+    epoch: int  # the epoch running, else the last one committed (0: none yet)
+    records_read: int  # by the sources, in committed work since the job's start or restore
+    restarts: int  # how many times the job restarted after a failure
+    splits: tuple[SplitProgress, ...]  # every source split, by source then index
+    resumed_from: tuple[str, int] | None  # (job id, checkpoint id) the job restored, if any
+    fingerprint: str  # the job's identity for --resume (its state layout)
+
+
 @dataclass
 class JobExecutionResult:
     job_id: str
@@ -106,6 +132,19 @@ class JobClient:
 
     def is_done(self) -> bool:
         return self._coordinator.done.is_set()
+
+    def wait_until_done(self, timeout: float | None = None) -> bool:
+        """Block until the job ends, at most ``timeout`` seconds; True when it ended. Unlike
+        :meth:`wait`, a failed or cancelled job does not raise."""
+        return self._coordinator.done.wait(timeout)
+
+    def progress(self) -> JobProgress:
+        """Where the job stands now: epoch, records read, restarts, source splits, ..."""
+        return self._coordinator.view()
+
+    def get_epoch_stats(self) -> list[tuple[int, int, float]]:
+        """The last 1,000 epochs so far: ``(epoch, records read, seconds)``."""
+        return list(self._coordinator.epoch_history)
 
     def trigger_savepoint(self, target_directory: str | None = None) -> str:
         """Take a savepoint at the next epoch boundary and return its directory

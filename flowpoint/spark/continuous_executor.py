@@ -51,6 +51,7 @@ class SparkContinuousExecutor:
     def start(self, run: int, spec: Any, plans: dict, slices: dict) -> None:
         self.done.clear()
         self.error = None
+        self.close()  # the previous run's broadcast
         self._bc = self.sc.broadcast(cloudpickle.dumps((spec, plans, slices)))
         self.group = f"{self.job_id}-run-{run}"
         self._thread = threading.Thread(target=self._run, args=(spec.slots,), name=f"flowpoint-continuous-{run}", daemon=True)

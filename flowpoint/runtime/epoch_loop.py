@@ -1,0 +1,200 @@
+"""The epoch loop: the epoch runtime's driver (DESIGN section 4).
+
+For every epoch it plans how far each source split advances, runs the epoch on Spark, and
+commits it: only when every task of the epoch succeeded do the new split positions, the tasks'
+state files and the sinks' output become the base of the next epoch. Between epochs it
+completes and triggers checkpoints and takes savepoints. It never touches records; the
+services it drives (runtime/splits.py, committed.py, savepoints.py, restarts.py,
+checkpointing.py) are those of every loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from flowpoint.runtime.checkpointing import now_ms
+from flowpoint.tasks.protocol import EpochSpec, TaskSlice
+
+if TYPE_CHECKING:
+    import threading
+
+    from flowpoint.graph.jobgraph import JobGraph, Node
+    from flowpoint.runtime.checkpointing import CheckpointCoordinator
+    from flowpoint.runtime.committed import CommittedState
+    from flowpoint.runtime.progress import Progress
+    from flowpoint.runtime.restarts import RestartManager
+    from flowpoint.runtime.restore import RestoredJob
+    from flowpoint.runtime.savepoints import SavepointService
+    from flowpoint.runtime.splits import SplitPlanner
+    from flowpoint.runtime.working_files import WorkingFiles
+
+
+class EpochLoop:
+    def __init__(
+        self, graph: JobGraph, config: Any, *, state: CommittedState, splits: SplitPlanner, savepoints: SavepointService,
+        restarts: RestartManager, checkpoints: CheckpointCoordinator | None, files: WorkingFiles, progress: Progress,
+        executor: Any, cancel: threading.Event,
+    ):
+        self.graph = graph
+        self.config = config
+        self.state = state
+        self.splits = splits
+        self.savepoints = savepoints
+        self.restarts = restarts
+        self.checkpoints = checkpoints
+        self.files = files
+        self.progress = progress
+        self.executor = executor  # runs one epoch on Spark (flowpoint/spark/epoch_executor.py)
+        self.cancel = cancel
+        self.epoch = 0  # the epoch running, else the last one committed
+        self._checkpointed_epoch = 0
+        self.stopped = False  # a stop-with-savepoint ended the job
+        self.time_driven = any(_time_driven(n) for n in graph.nodes.values())
+
+    def start(self, restore: RestoredJob | None) -> None:
+        """The first run: every source's splits, then what the job restores."""
+        self.splits.init()
+        if restore is not None:
+            self.restore(restore)
+
+    def run(self) -> None:
+        self.restarts.run(self)
+
+    # -- what the restart manager asks of a loop -----------------------------------------------
+
+    def reset(self) -> None:
+        self.state.reset()
+        self.epoch = 0
+        self._checkpointed_epoch = 0
+        self.splits.init()
+
+    def restore(self, restore: RestoredJob | None) -> None:
+        if restore is None:
+            self.state.restore_sinks(None)
+            return
+        self.state.apply_restore(restore, self.restarts.allow_non_restored)
+        self.epoch = self._checkpointed_epoch = restore.epoch
+        self.splits.restore(restore.positions)
+        self.state.restore_sinks(restore.sinks)
+
+    def position(self) -> str:
+        return f"epoch {self.epoch}"
+
+    def attempt(self) -> None:
+        idle_s = int(self.config.get("execution.epoch.interval")) / 1000.0
+        # jobs with timers or watermarks run epochs without input too: processing time and idle
+        # sources' watermarks advance, so windows and timers fire without new records
+        idle_epoch_s = int(self.config.get("execution.epoch.idle-interval")) / 1000.0
+        compaction_bytes = int(self.config.get("state.working.compaction-bytes"))
+        read_started = time.monotonic()
+        last_epoch_at = time.monotonic()
+        while not self.cancel.is_set():
+            self._checkpoint_if_due()
+            if self.savepoints.pending() and self.savepoints.take(self._drain, lambda: self.epoch):
+                self.stopped = True
+                return
+            self.splits.discover()
+            plan = self.splits.plan(self._budget(), time.monotonic() - read_started)
+            last = self.splits.all_finished(plan.positions)
+            idle_epoch_due = self.time_driven and time.monotonic() - last_epoch_at >= idle_epoch_s
+            if plan.records == 0 and not last and not idle_epoch_due and not (self.checkpoints and self.checkpoints.sync_request()):
+                self.cancel.wait(idle_s)
+                continue
+            newly_finished = any(fin and not self.splits.finished(key) for key, (_, fin) in plan.positions.items())
+            if plan.records == 0 and last and self.epoch > 0 and not newly_finished:
+                break  # (a split that finishes only now still gets an epoch: it carries its final watermark)
+            last_epoch_at = time.monotonic()
+            self._run_epoch(plan.reads, plan.positions, last, plan.records, compaction_bytes)
+            if last:
+                break
+
+    def _budget(self) -> int:
+        """Records an epoch reads at most, shared by its splits."""
+        # BATCH: the whole input in one epoch (a keyed operator sorts each key's records by time)
+        return 1 << 62 if self.graph.batch else int(self.config.get("execution.epoch.max-records"))
+
+    def _drain(self) -> None:
+        """stop --drain: one more epoch in which every source split sends a final +infinity
+        watermark (no records), so every window and event-time timer fires."""
+        self._run_epoch(self.splits.final_watermarks(), {}, last=True)
+
+    def _run_epoch(self, reads: dict, new_positions: dict, last: bool, planned: int = 0, compaction_bytes: int | None = None) -> None:
+        if compaction_bytes is None:
+            compaction_bytes = int(self.config.get("state.working.compaction-bytes"))
+        self.epoch += 1
+        cp = self.checkpoints
+        done, aborted = cp.take_notifications() if cp else ((), ())
+        target = cp.sync_request() if cp else None
+        slices = self._slices(compaction_bytes)
+        st = self.state
+        spec = EpochSpec(
+            self.files.run_key, self.epoch, self.files.location(), last, done, aborted, target, now_ms(), dict(st.watermarks),
+            self.splits.counts(), dict(st.generators), st.restored_uids,
+        )
+        t0 = time.monotonic()
+        acks = self.executor.run_epoch(spec, reads, slices)
+        accepted = st.accept(acks, f"epoch {self.epoch}")
+        st.commit_chains(accepted)
+        self.splits.advance(new_positions)
+        st.commit(accepted, self.epoch)
+        if target is not None:
+            cp.attach_snapshots(target.checkpoint_id, acks)
+        st.count_state_tasks(acks)
+        self.progress.committed(self.epoch, planned, time.monotonic() - t0, st.records_read)
+
+    def _slices(self, compaction_bytes: int) -> dict[int, list[TaskSlice]]:
+        """Each partition's own share of the epoch (see flowpoint/tasks/protocol.py)."""
+        cp = self.checkpoints
+        operator_state = self.state.operator_state
+        out: dict[int, list[TaskSlice]] = {}
+        for stage in self.graph.stages:
+            uids = [self.graph.nodes[n].uid for n in stage.nodes]
+            keyed = [self.graph.nodes[n].uid for n in stage.nodes if self.graph.nodes[n].keyed]
+            row = []
+            for p in range(stage.parallelism):
+                chain = self.state.chain((stage.id, p))
+                ops = {f"{u}:{p}": operator_state[f"{u}:{p}"] for u in uids if f"{u}:{p}" in operator_state}
+                shared: dict[str, str] = {}
+                if cp is not None:
+                    for u in keyed:
+                        shared.update(cp.shared_files(u, p))
+                compact = bool(keyed) and chain.wants_base(compaction_bytes)
+                row.append(TaskSlice(stage.id, p, chain, compact, ops, shared))
+            out[stage.id] = row
+        return out
+
+    def _checkpoint_if_due(self) -> None:
+        cp = self.checkpoints
+        if cp is None:
+            return
+        meta = cp.poll()
+        if meta is not None:
+            self.restarts.checkpoint_completed()
+            notify_checkpoint_complete(self.graph, meta)
+        if self.epoch > self._checkpointed_epoch and cp.due():
+            st = self.state
+            cp.trigger(self.epoch, st.stateful_tasks(), self.splits.positions(), st.sink_states(), st.records_read, st.event_time())
+            self._checkpointed_epoch = self.epoch
+
+
+def notify_checkpoint_complete(graph: JobGraph, meta: Any) -> None:
+    """A checkpoint completed: the sinks commit what it covers; sources that listen hear its cut."""
+    from flowpoint.connectors.source import Source as SourceBase
+
+    for node in graph.sinks():
+        node.t.sink.notify_checkpoint_complete(meta.checkpoint_id)
+    for node in graph.sources():
+        source = node.t.source
+        if type(source).notify_checkpoint_complete is SourceBase.notify_checkpoint_complete:
+            continue  # sources that do not listen cost nothing (no positions decoded)
+        cut = [source.decode_position(sp.split_id, sp.position) for sp in meta.sources if sp.source_uid == node.uid]
+        source.notify_checkpoint_complete(meta.checkpoint_id, cut)
+
+
+def _time_driven(node: Node) -> bool:
+    """Operators whose results depend on time passing, not only on records arriving."""
+    if node.kind in ("window", "keyed_process", "timestamps"):
+        return True
+    strategy = node.t.options.get("watermark_strategy") if node.kind == "source" else None
+    return strategy is not None and strategy.generates_watermarks

@@ -1,0 +1,159 @@
+"""The restart manager (driver side): where a job starts from, and restarts after failures.
+
+When the job starts it restores from its restore point (``-s`` or ``--resume``'s choice), if
+any. After a failure that a restart can get past (runtime/failures.py), it waits as the restart
+strategy says, then restores the latest completed checkpoint, else the restore point, else the
+job starts from the beginning (Flink's full failover). The loop it restarts resets and restores
+its own state (:class:`RestartableLoop`), so every loop can use it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+from flowpoint.runtime.checkpointing import now_ms
+from flowpoint.runtime.restore import RestoredJob, plan_restore
+from flowpoint.runtime.resume import restore_point
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
+
+    from flowpoint.checkpoint.metadata import CheckpointMetadata
+    from flowpoint.graph.jobgraph import JobGraph
+    from flowpoint.runtime.checkpointing import CheckpointCoordinator
+    from flowpoint.runtime.progress import Progress
+    from flowpoint.runtime.working_files import WorkingFiles
+
+log = logging.getLogger("flowpoint")
+
+
+def restartable(error: BaseException) -> bool:
+    """Failures a restart can get past. A non-recoverable error (a wrong job, configuration, key,
+    state use or value; a missing state file) fails the job at once with its message."""
+    from flowpoint.runtime.failures import is_recoverable
+
+    return is_recoverable(error)
+
+
+class RestartableLoop(Protocol):
+    def attempt(self) -> None:
+        """Run until the job's input ends or it stops; a failure raises."""
+
+    def reset(self) -> None:
+        """Forget the failed run: its committed state, positions and counters."""
+
+    def restore(self, restore: RestoredJob | None) -> None:
+        """Start the next run from ``restore`` (None: from the beginning)."""
+
+    def position(self) -> str:
+        """Where the failed run was, for the progress line (e.g. "epoch 7")."""
+
+
+class RestartManager:
+    def __init__(
+        self, graph: JobGraph, config: Any, job_id: str, files: WorkingFiles, progress: Progress,
+        cancel: threading.Event, restarting: Callable[[], None], running: Callable[[], None],
+    ):
+        self.graph = graph
+        self.config = config
+        self.job_id = job_id
+        self.files = files
+        self.progress = progress
+        self.cancel = cancel
+        self.restarting = restarting  # the job's status becomes RESTARTING
+        self.running = running  # ... and RUNNING again
+        self.settings: Any = None  # CheckpointSettings
+        self.backoff: Any = None  # RestartBackoff
+        self.checkpoints: CheckpointCoordinator | None = None
+        self.resumed_from: tuple[str, int] | None = None  # (job id, checkpoint id) this run restored
+        self.predecessor: str | None = None  # the job whose checkpoint this run restored
+        self._restore_point: tuple[Any, str, bool] | None = None  # (metadata, job dir, allow non-restored)
+
+    @property
+    def restarts(self) -> int:
+        return self.files.run
+
+    @property
+    def allow_non_restored(self) -> bool:
+        return bool(self.config.get("execution.savepoint.ignore-unclaimed-state"))
+
+    def initial_restore(self, settings: Any, backoff: Any) -> RestoredJob | None:
+        """What the job starts from: ``-s``, or ``--resume``'s choice, or None (the beginning)."""
+        self.settings, self.backoff = settings, backoff
+        allow = self.allow_non_restored
+
+        def plan(uri: str, meta: Any) -> RestoredJob:
+            return plan_restore(meta, uri, self.graph, settings.backend, allow, self.files.storage_options)
+
+        found = restore_point(self.config, settings, self.graph, plan)
+        if found is None:
+            return None
+        job_dir_uri, meta, restore = found.job_dir_uri, found.meta, found.restore
+        self.resumed_from = (meta.job_id, meta.checkpoint_id)  # recorded in the job registry
+        self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
+        self.predecessor = meta.job_id if meta.job_id != self.job_id else None
+        self.progress.say(f"restoring {meta.kind} {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
+        for uid in restore.dropped_uids:
+            log.warning("dropping state of uid %r: the job has no such stateful operator (--allow-non-restored-state)", uid)
+        return restore
+
+    def checkpoint_completed(self) -> None:
+        """A checkpoint completed: the restart strategy's failure-rate window hears of it."""
+        self.backoff.on_success(now_ms())
+
+    def run(self, loop: RestartableLoop) -> None:
+        """``loop.attempt()`` until it returns; after a failure a restart gets past, restart it
+        from the latest completed checkpoint (else the restore point, else the beginning) as
+        long as the restart strategy allows. Raises the failure that ends the job."""
+        while True:
+            try:
+                loop.attempt()
+                return
+            except BaseException as e:
+                if self.cancel.is_set() or not restartable(e):
+                    raise
+                delay = self.backoff.on_failure(now_ms())
+                if delay is None:
+                    if self.restarts or self.settings.enabled:
+                        log.error("job %s failed and its restart strategy %s gives up", self.job_id, self.backoff.describe())
+                    raise
+                self._restart(loop, e, delay)
+                if self.cancel.is_set():
+                    return
+
+    def _restart(self, loop: RestartableLoop, error: BaseException, delay_ms: int) -> None:
+        latest = None
+        if self.checkpoints is not None:
+            self.checkpoints.abort_pending("job failover")
+            latest = self.checkpoints.latest()
+        if latest is not None:
+            origin = f"checkpoint {latest.checkpoint_id} (epoch {latest.epoch})"
+        elif self._restore_point is not None:
+            origin = f"the {self._restore_point[0].kind} the job was started from ({self._restore_point[1]})"
+        else:
+            origin = "the beginning (no completed checkpoint)"
+        self.progress.say(
+            f"{loop.position()} failed: {error}. Restarting from {origin} in {delay_ms} ms "
+            f"(restart strategy {self.backoff.describe()})"
+        )
+        self.restarting()
+        if self.cancel.wait(delay_ms / 1000):
+            return
+        self.files.next_run()
+        loop.reset()
+        loop.restore(self.restore_after_failure(latest))
+        self.running()
+
+    def restore_after_failure(self, latest: CheckpointMetadata | None) -> RestoredJob | None:
+        """What a restart restores: ``latest`` (the latest completed checkpoint), else the
+        restore point the job started from, else None (the beginning)."""
+        options = self.files.storage_options
+        if latest is not None:
+            assert self.checkpoints is not None
+            return plan_restore(latest, self.checkpoints.store.job_dir_uri(), self.graph, self.settings.backend, options=options)
+        if self._restore_point is not None:
+            meta, job_dir_uri, allow = self._restore_point
+            return plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow, options)
+        return None

@@ -1,0 +1,199 @@
+"""The savepoint service (driver side): savepoints asked for from other threads, taken between
+two units of the loop's work from the committed state.
+
+A request waits in a queue until the loop calls :meth:`SavepointService.take`; the caller
+blocks on its future. Savepoint ids are shared with checkpoints (a savepoint takes the next
+checkpoint id), so ``_metadata`` ids never repeat within a job. Every stateful task writes its
+canonical part where its state is (a Spark job); the driver writes ``_metadata`` from the parts'
+entries. When the job ends, requests not taken fail with the job's status.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from flowpoint.errors import CheckpointError
+from flowpoint.runtime.checkpointing import apply_declared, now_ms
+from flowpoint.state.keygroups import key_group_range_for_operator
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from flowpoint.graph.jobgraph import JobGraph
+    from flowpoint.runtime.checkpointing import CheckpointCoordinator
+    from flowpoint.runtime.committed import CommittedState
+    from flowpoint.runtime.progress import Progress
+    from flowpoint.runtime.splits import SplitPlanner
+    from flowpoint.runtime.working_files import WorkingFiles
+
+
+@dataclass
+class SavepointRequest:
+    """A savepoint asked for from another thread, taken by the loop between two epochs."""
+
+    target: str
+    stop: bool
+    drain: bool
+    future: Future
+
+
+class SavepointService:
+    def __init__(
+        self, graph: JobGraph, spark: Any, config: Any, job_id: str, job_name: str,
+        state: CommittedState, splits: SplitPlanner, files: WorkingFiles, progress: Progress,
+    ):
+        self.graph = graph
+        self.spark = spark
+        self.config = config
+        self.job_id = job_id
+        self.job_name = job_name
+        self.state = state
+        self.splits = splits
+        self.files = files
+        self.progress = progress
+        self.backend = ""
+        self.checkpoints: CheckpointCoordinator | None = None
+        self._requests: list[SavepointRequest] = []
+        self._lock = threading.Lock()
+        self._next_id = 1
+
+    def start(self, backend: str, checkpoints: CheckpointCoordinator | None, first_id: int) -> None:
+        """The job runs: ids continue after ``first_id - 1`` (or the checkpoint coordinator's)."""
+        self.backend = backend
+        self.checkpoints = checkpoints
+        self._next_id = first_id
+
+    # -- requests (any thread) -----------------------------------------------------------------
+
+    def request(self, target_directory: str | None, stop: bool, drain: bool, refusal: Callable[[], str | None]) -> Future:
+        """Queue a savepoint; ``refusal`` says why the job cannot take one any more (or None),
+        asked under the lock that :meth:`close` holds while the job ends."""
+        from flowpoint.checkpoint.savepoint import resolve_target
+
+        target = resolve_target(target_directory, self.config)
+        request = SavepointRequest(target, stop, drain, Future())
+        with self._lock:
+            reason = refusal()
+            if reason is not None:
+                raise CheckpointError(reason)
+            self._requests.append(request)
+        return request.future
+
+    def close(self, reason: str, ending: Callable[[], None]) -> None:
+        """The job ends: ``ending`` runs under the requests' lock (no request is queued after
+        it), then requests not taken fail with ``reason``."""
+        with self._lock:
+            ending()
+        with self._lock:
+            requests, self._requests = self._requests, []
+        for r in requests:
+            if not r.future.done():
+                r.future.set_exception(CheckpointError(f"savepoint of job {self.job_name!r} ({self.job_id}) not taken: {reason}"))
+
+    # -- taking them (the loop's thread) -------------------------------------------------------
+
+    def pending(self) -> bool:
+        return bool(self._requests)
+
+    def refuse_all(self, reason: str) -> None:
+        """Fail the pending requests with ``reason`` (a loop that cannot take them)."""
+        with self._lock:
+            requests, self._requests = self._requests, []
+        for r in requests:
+            if not r.future.done():
+                r.future.set_exception(CheckpointError(f"savepoint of job {self.job_name!r} ({self.job_id}) not taken: {reason}"))
+
+    def take(self, drain: Callable[[], None], epoch: Callable[[], int]) -> bool:
+        """Between two units of work: take the requested savepoints; True if one of them stops
+        the job. ``drain`` runs the final watermarks through the job (before a stop with
+        ``--drain``); ``epoch`` is the number of the last committed epoch."""
+        with self._lock:
+            requests, self._requests = self._requests, []
+        stop = False
+        for r in requests:
+            try:
+                if r.stop and r.drain and not stop:
+                    drain()
+                path = self.write(r.target, epoch())
+            except BaseException as e:  # noqa: BLE001 - reported to the caller
+                r.future.set_exception(e)
+                continue
+            stop = stop or r.stop
+            r.future.set_result(path)
+        return stop
+
+    def _next_savepoint_id(self) -> int:
+        if self.checkpoints is not None:
+            return self.checkpoints.reserve_id()
+        cid = self._next_id
+        self._next_id += 1
+        return cid
+
+    def write(self, target: str, epoch: int) -> str:
+        """Every stateful task writes its canonical part (a Spark job over the partitions, run
+        where their state is); the driver writes ``_metadata`` from the parts' entries."""
+        from flowpoint.checkpoint.savepoint import (
+            assemble_operator,
+            complete_savepoint,
+            create_savepoint_dir,
+            discard_incomplete,
+        )
+        from flowpoint.spark.state_jobs import write_savepoint_parts
+
+        t0 = time.perf_counter()
+        trigger_ms = now_ms()
+        location = self.files.location()
+        access = create_savepoint_dir(target, self.job_id, location.options)
+        try:
+            partitions = state_partitions(self.graph, self.state)
+            written = write_savepoint_parts(self.spark.sparkContext, location, partitions, access.uri())
+            by_uid: dict[str, list] = {}
+            for uid, sub, states in written:
+                by_uid.setdefault(uid, []).append((sub, states))
+            operators = []
+            for uid, parts in sorted(by_uid.items()):
+                node = self.graph.node_by_uid(uid)
+                stage = self.graph.stages[node.stage_id]
+                op = assemble_operator(uid, node.name, stage.parallelism, stage.max_parallelism, parts)
+                if op is not None:
+                    apply_declared(op, self.state.declared_states.get(uid))
+                if op is None:  # an operator without state has nothing to restore (and may be removed)
+                    for sub, _ in parts:
+                        for f in sub.files:
+                            access.delete(f.path)
+                    continue
+                operators.append(op)
+            sources = self.splits.positions()
+            watermarks = self.state.event_time()
+            cid = self._next_savepoint_id()
+            path = complete_savepoint(
+                access, job_id=self.job_id, job_name=self.job_name, checkpoint_id=cid, epoch=epoch,
+                backend=self.backend, operators=operators,
+                max_parallelism=max((s.max_parallelism for s in self.graph.stages), default=128), trigger_time_ms=trigger_ms,
+                sources=sources, sinks=self.state.sink_states(), watermarks=watermarks,
+                stats={"records_read": self.state.records_read, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)},
+            )
+        except BaseException:
+            discard_incomplete(access)
+            raise
+        self.progress.say(f"savepoint {cid} (epoch {epoch}) of job {self.job_id} written to {path}")
+        return path
+
+
+def state_partitions(graph: JobGraph, state: CommittedState, only_uid: str | None = None) -> list:
+    """Every stateful (stage, partition) with its committed chain, for a state job."""
+    from flowpoint.spark.state_jobs import StatePartition
+
+    items = []
+    for stage in graph.stages:
+        uids = tuple(graph.nodes[n].uid for n in stage.nodes if graph.nodes[n].keyed)
+        if not uids or (only_uid is not None and only_uid not in uids):
+            continue
+        for p in range(stage.parallelism):
+            kgr = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
+            items.append(StatePartition(stage.id, p, state.chain((stage.id, p)), uids, stage.max_parallelism, kgr.start, kgr.end))
+    return items
