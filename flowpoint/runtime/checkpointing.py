@@ -116,6 +116,22 @@ def apply_declared(op: OperatorState, declared: dict[str, dict] | None) -> None:
             st["schema"] = info["schema"]
 
 
+def shared_registry(cut: CutState) -> dict[tuple[str, int], dict[str, str]]:
+    """What the next incremental checkpoint of every (uid, partition) builds on, from a completed
+    checkpoint's parts: RocksDB SST files by shared key, a HashMap chain's entry."""
+    registry: dict[tuple[str, int], dict[str, str]] = {}
+    for parts in cut.parts.values():
+        for part in parts:
+            into = registry.setdefault((part.uid, part.partition), {})
+            for h in part.files:
+                if h.kind == "sst":
+                    into[shared_key(part.uid, part.lineage, h.local_name or "", h.size)] = f"{h.path}|{h.sha256}"
+            if is_chain(part.files):  # HashMap: the next checkpoint's changelog builds on it
+                key, value = chain_entry(part, cut.checkpoint_id)
+                into[key] = value
+    return registry
+
+
 class CheckpointCoordinator:
     def __init__(self, settings: CheckpointSettings, graph: JobGraph, job_id: str, job_name: str, first_id: int = 1, options: dict | None = None):
         self.settings = settings
@@ -344,17 +360,7 @@ class CheckpointCoordinator:
     def _completed(self, cut: CutState) -> CheckpointMetadata:
         meta = self._future.result()  # type: ignore[union-attr]
         cut.stats.status = "COMPLETED"
-        registry: dict[tuple[str, int], dict[str, str]] = {}
-        for parts in cut.parts.values():
-            for part in parts:
-                into = registry.setdefault((part.uid, part.partition), {})
-                for h in part.files:
-                    if h.kind == "sst":
-                        into[shared_key(part.uid, part.lineage, h.local_name or "", h.size)] = f"{h.path}|{h.sha256}"
-                if is_chain(part.files):  # HashMap: the next checkpoint's changelog builds on it
-                    key, value = chain_entry(part, cut.checkpoint_id)
-                    into[key] = value
-        self.shared = registry
+        self.shared = shared_registry(cut)
         self.pending = None
         self._future = None
         self._last_end = time.monotonic()
