@@ -10,6 +10,7 @@ import pytest
 from checkpoint_jobs import Counting, build, expected_outputs, expected_state
 
 from flowpoint import RestartStrategies
+from flowpoint.errors import JobCancelledError
 
 EVENTS = 2_000
 CONTINUOUS = {"execution.runtime": "continuous", "execution.buffer-timeout": 5}
@@ -44,3 +45,57 @@ def test_a_failure_restarts_the_run_from_the_last_checkpoint_exactly(make_env, t
     assert state_of(result) == expected_state(EVENTS)
     assert sorted(sink.results) == expected_outputs(EVENTS)
     assert len(completed(result.get_checkpoint_stats())) >= 2
+
+
+def _savepoint_mid_run(make_env, tmp_path, runtime, parallelism, restore=None, stop=False, backend="hashmap"):
+    """Run the counting job (rate-limited) on ``runtime`` until two commits passed, take a
+    savepoint and end the job; returns ``(savepoint path, output up to the savepoint)``."""
+    from test_savepoints import metadata, wait_for
+
+    config = CONTINUOUS if runtime == "continuous" else {}
+    env = make_env(parallelism=parallelism, max_records=100, **config)
+    env.get_configuration().set("state.backend.type", backend)
+    if restore is not None:
+        env.get_configuration().set("execution.savepoint.path", str(restore))
+    sink = build(env, EVENTS, rate=1500 if runtime == "epoch" else 400)  # segments last a second
+    client = env.execute_async(f"savepointed on {runtime}")
+    start = client.progress().epoch
+    wait_for(lambda: client.progress().epoch >= start + 2 or client.is_done(), what="two commits")
+    assert not client.is_done(), "the job ended before the savepoint"
+    if stop:
+        path = client.stop_with_savepoint(str(tmp_path / "sp"))
+        client.wait(60)
+        assert client.get_job_status().value == "FINISHED"
+    else:
+        path = client.trigger_savepoint(str(tmp_path / "sp"))
+        client.cancel()
+        with pytest.raises(JobCancelledError):
+            client.wait(60)
+    meta = metadata(path)
+    assert meta["kind"] == "savepoint"
+    return path, list(sink.results[: meta["sinks"]["collect"]])
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_a_savepoint_of_either_runtime_restores_on_the_other_at_another_parallelism(make_env, tmp_path, backend):
+    """continuous p2 -> savepoint -> epochs p1 -> stop with savepoint -> continuous p2 to the end:
+    exact state and exactly-once output across both runtimes and three parallelisms."""
+    sp1, out1 = _savepoint_mid_run(make_env, tmp_path, "continuous", 2, backend=backend)
+    sp2, out2 = _savepoint_mid_run(make_env, tmp_path, "epoch", 1, restore=sp1, stop=True, backend=backend)
+    env = make_env(parallelism=2, max_records=100, **CONTINUOUS)
+    env.get_configuration().set("state.backend.type", backend)
+    env.get_configuration().set("execution.savepoint.path", str(sp2))
+    sink = build(env, EVENTS)
+    result = env.execute("restored on the continuous runtime")
+    assert state_of(result) == expected_state(EVENTS)
+    assert sorted(out1 + out2 + list(sink.results)) == expected_outputs(EVENTS)
+
+
+def test_stop_with_savepoint_ends_a_continuous_job(make_env, tmp_path):
+    sp, out = _savepoint_mid_run(make_env, tmp_path, "continuous", 2, stop=True)
+    env = make_env(parallelism=1, max_records=100)
+    env.get_configuration().set("execution.savepoint.path", str(sp))
+    sink = build(env, EVENTS)
+    result = env.execute("restored on epochs")
+    assert state_of(result) == expected_state(EVENTS)
+    assert sorted(out + list(sink.results)) == expected_outputs(EVENTS)

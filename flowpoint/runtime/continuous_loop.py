@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import ConfigurationError, JobExecutionError
+from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.epoch_loop import notify_checkpoint_complete
 from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, new_secret
 from flowpoint.tasks.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
@@ -58,6 +59,7 @@ class _InFlight:
     barrier: Barrier
     positions: list  # the split positions of the cut
     acks: dict[tuple[int, int], TaskAck] = field(default_factory=dict)
+    savepoint: tuple | None = None  # (request, its directory's access, perf-counter start, trigger ms)
 
 
 class ContinuousLoop:
@@ -247,14 +249,15 @@ class ContinuousLoop:
             except _Cancelled:
                 self._broadcast(("cancel",))
                 raise
-            if self.savepoints.pending():
-                self.savepoints.refuse_all("savepoints of a continuous run are not taken yet (issue 18): take it on the epoch runtime (execution.runtime: epoch)")
             self._drain(self.poll_s)
             if self.executor.done.is_set() and not self.finished:
                 raise self._spark_failure()
             if cp is not None:
                 self._poll_checkpoint(cp)
             if self.final_sent:
+                continue
+            if not self.inflight and self.savepoints.pending():
+                self._savepoint_barrier()
                 continue
             self._assign_reads()
             if not self.inflight:
@@ -365,6 +368,43 @@ class ContinuousLoop:
             for stage_id, p in self.source_parts:
                 self._send(p, ("end", stage_id, p))
 
+    def _savepoint_barrier(self) -> None:
+        """The requested savepoints: one barrier whose keyed subtasks write their canonical
+        parts into each savepoint's directory; a stop with ``--drain`` first sends every split's
+        final watermark through the job, and a stop ends it after the barrier."""
+        requests = self.savepoints.take_requests()
+        stop = any(r.stop for r in requests)
+        if any(r.stop and r.drain for r in requests):
+            for stage_id, rows in self.splits.final_watermarks().items():
+                for p, reads in enumerate(rows):
+                    if reads:
+                        self.assignments += 1
+                        self.outstanding[(stage_id, p)] = self.outstanding.get((stage_id, p), 0) + 1
+                        self._send(p, ("read", stage_id, p, reads, self.assignments))
+        for i, r in enumerate(requests):
+            try:
+                access = self.savepoints.create(r.target)
+            except BaseException as e:  # noqa: BLE001 - reported to the caller
+                r.future.set_exception(e)
+                continue
+            last = stop and i == len(requests) - 1
+            self.segment += 1
+            barrier = Barrier(self.segment, None, {}, last, savepoint=access.uri())
+            flight = _InFlight(barrier, self.splits.positions())
+            flight.savepoint = (r, access, time.perf_counter(), now_ms())
+            self.inflight[self.segment] = flight
+            self._broadcast(("barrier", barrier))
+            if last:
+                self.final_sent = True
+                self.stopped = True
+                for stage_id, p in self.source_parts:
+                    self._send(p, ("end", stage_id, p))
+            while self.segment in self.inflight:  # one savepoint at a time: each waits for its acks
+                self._check_cancel()
+                self._drain(self.poll_s)
+                if self.executor.done.is_set() and not self.finished:
+                    raise self._spark_failure()
+
     def _ack(self, ack: TaskAck) -> None:
         flight = self.inflight.get(ack.epoch)
         if flight is None:
@@ -395,6 +435,13 @@ class ContinuousLoop:
             cp.attach_snapshots(target.checkpoint_id, [a for a in acks if a.snapshot is not None or a.snapshot_error])
             if flight.barrier.final:
                 self._poll_checkpoint(cp, wait=True)
+        if flight.savepoint is not None:
+            request, access, t0, trigger_ms = flight.savepoint
+            try:
+                parts = [p for a in acks for p in a.savepoint_parts]
+                request.future.set_result(self.savepoints.complete(access, lambda: parts, n, flight.positions, t0, trigger_ms))
+            except BaseException as e:  # noqa: BLE001 - reported to the caller; the job goes on
+                request.future.set_exception(e)
         now = time.monotonic()
         self.progress.committed(n, st.records_read - before, now - self.last_commit, st.records_read)
         self.last_commit = now

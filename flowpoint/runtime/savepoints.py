@@ -99,13 +99,12 @@ class SavepointService:
     def pending(self) -> bool:
         return bool(self._requests)
 
-    def refuse_all(self, reason: str) -> None:
-        """Fail the pending requests with ``reason`` (a loop that cannot take them)."""
+    def take_requests(self) -> list[SavepointRequest]:
+        """The pending requests, now the caller's to answer (a loop that takes savepoints in
+        its own way: the continuous loop's savepoint barrier)."""
         with self._lock:
             requests, self._requests = self._requests, []
-        for r in requests:
-            if not r.future.done():
-                r.future.set_exception(CheckpointError(f"savepoint of job {self.job_name!r} ({self.job_id}) not taken: {reason}"))
+        return requests
 
     def take(self, drain: Callable[[], None], epoch: Callable[[], int]) -> bool:
         """Between two units of work: take the requested savepoints; True if one of them stops
@@ -136,23 +135,34 @@ class SavepointService:
     def write(self, target: str, epoch: int) -> str:
         """Every stateful task writes its canonical part (a Spark job over the partitions, run
         where their state is); the driver writes ``_metadata`` from the parts' entries."""
+        from flowpoint.spark.state_jobs import write_savepoint_parts
+
+        t0, trigger_ms = time.perf_counter(), now_ms()
+        access = self.create(target)
+        return self.complete(
+            access, lambda: write_savepoint_parts(self.spark.sparkContext, self.files.location(), state_partitions(self.graph, self.state), access.uri()),
+            epoch, self.splits.positions(), t0, trigger_ms,
+        )
+
+    def create(self, target: str) -> Any:
+        """The new savepoint's directory (its access), below ``target``."""
+        from flowpoint.checkpoint.savepoint import create_savepoint_dir
+
+        return create_savepoint_dir(target, self.job_id, self.files.location().options)
+
+    def complete(self, access: Any, written: Callable[[], list], epoch: int, sources: list, t0: float, trigger_ms: int) -> str:
+        """``_metadata`` of the savepoint in ``access`` from its parts (``written()``: ``[(uid,
+        SubtaskState, state counts)]``, which the tasks wrote) and the committed state of
+        ``epoch`` with the split positions ``sources``; an incomplete savepoint is removed."""
         from flowpoint.checkpoint.savepoint import (
             assemble_operator,
             complete_savepoint,
-            create_savepoint_dir,
             discard_incomplete,
         )
-        from flowpoint.spark.state_jobs import write_savepoint_parts
 
-        t0 = time.perf_counter()
-        trigger_ms = now_ms()
-        location = self.files.location()
-        access = create_savepoint_dir(target, self.job_id, location.options)
         try:
-            partitions = state_partitions(self.graph, self.state)
-            written = write_savepoint_parts(self.spark.sparkContext, location, partitions, access.uri())
             by_uid: dict[str, list] = {}
-            for uid, sub, states in written:
+            for uid, sub, states in written():
                 by_uid.setdefault(uid, []).append((sub, states))
             operators = []
             for uid, parts in sorted(by_uid.items()):
@@ -167,14 +177,12 @@ class SavepointService:
                             access.delete(f.path)
                     continue
                 operators.append(op)
-            sources = self.splits.positions()
-            watermarks = self.state.event_time()
             cid = self._next_savepoint_id()
             path = complete_savepoint(
                 access, job_id=self.job_id, job_name=self.job_name, checkpoint_id=cid, epoch=epoch,
                 backend=self.backend, operators=operators,
                 max_parallelism=max((s.max_parallelism for s in self.graph.stages), default=128), trigger_time_ms=trigger_ms,
-                sources=sources, sinks=self.state.sink_states(), watermarks=watermarks,
+                sources=sources, sinks=self.state.sink_states(), watermarks=self.state.event_time(),
                 stats={"records_read": self.state.records_read, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)},
             )
         except BaseException:

@@ -53,18 +53,20 @@ Send = Callable[[int, int, list], None]  # (edge id, destination partition, item
 
 class Barrier:
     """Checkpoint barrier ``n``: ends segment ``n``. ``target`` is None for a barrier that only
-    ends a segment (sinks commit; no state is written); ``final`` is the last one."""
+    ends a segment (sinks commit; no state is written); ``final`` is the last one; a barrier
+    with a ``savepoint`` directory (its URI) has every keyed subtask write its canonical part there."""
 
-    __slots__ = ("final", "n", "shared", "target")
+    __slots__ = ("final", "n", "savepoint", "shared", "target")
 
-    def __init__(self, n: int, target: Any, shared: dict, final: bool) -> None:
+    def __init__(self, n: int, target: Any, shared: dict, final: bool, savepoint: str | None = None) -> None:
         self.n = n
         self.target = target
         self.shared = shared  # (uid, partition) -> the shared files of the last completed checkpoint
         self.final = final
+        self.savepoint = savepoint
 
     def __reduce__(self) -> Any:
-        return Barrier, (self.n, self.target, self.shared, self.final)
+        return Barrier, (self.n, self.target, self.shared, self.final, self.savepoint)
 
 
 class SubtaskFailed(FlowpointError):
@@ -362,6 +364,8 @@ class Subtask:
             self.backend.commit_in_place(self.ts, barrier.n)
             if barrier.final:  # the job's final state, where get_keyed_state and savepoints read it
                 ack.state = self.backend.end_epoch(self.ts, replace(self.slice, compact=True), barrier.n, self.token)
+            if barrier.savepoint is not None:
+                ack.savepoint_parts = self._savepoint_parts(barrier.savepoint)
             if barrier.target is not None:
                 shared: dict[str, str] = {}
                 for uid in self.uids:
@@ -381,6 +385,28 @@ class Subtask:
             self.report(("ack", ack))
 
         threading.Thread(target=upload, name=f"flowpoint-checkpoint-{barrier.n}", daemon=True).start()
+
+    def _savepoint_parts(self, uri: str) -> list:
+        """This partition's canonical savepoint parts of its committed state (the parts a Spark
+        state job writes on the epoch runtime, flowpoint/spark/state_jobs.py)."""
+        from flowpoint.checkpoint.savepoint import write_part
+        from flowpoint.checkpoint.storage import CheckpointStorageAccess
+        from flowpoint.state.backend import state_schemas
+        from flowpoint.state.keygroups import key_group_range_for_operator
+
+        head = self.plan.ops[self.plan.head]
+        kgr = key_group_range_for_operator(head.max_parallelism, self.plan.parallelism, self.partition)
+        tables, kinds = self.backend.committed_tables(self.ts, self.uids)
+        access = CheckpointStorageAccess(uri, self.spec.location.options)
+        out = []
+        for uid in self.uids:
+            schemas = state_schemas(self.ts.backends[uid]) if uid in self.ts.backends else None
+            sub, states = write_part(
+                access, uid, self.partition, kgr.start, kgr.end, tables.get(uid, {}), kinds.get(uid, {}), head.max_parallelism,
+                declared=uid in kinds, schemas=schemas,
+            )
+            out.append((uid, sub, states))
+        return out
 
     # -- metrics -------------------------------------------------------------------------------
 
