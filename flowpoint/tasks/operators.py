@@ -573,11 +573,15 @@ class ExchangeWriter:
         # the sending partition breaks ties: pieces of one source batch reach a task from
         # several upstream tasks after a keyed exchange, and must not be ordered by fetch order
         if self.channel_of is not None:
-            if self.eager_marks:
-                self._marks_before(dest, origin)
-            else:
-                self._mark_before(dest, origin)
+            self._before(dest, origin)
         self.out.append((dest, (self.edge.index, (*origin, self.partition), encode(data, ts))))
+
+    def _before(self, dest: int, origin: tuple) -> None:
+        """The watermarks ``dest`` must see before a record from ``origin``."""
+        if self.eager_marks:
+            self._marks_before(dest, origin)
+        else:
+            self._mark_before(dest, origin)
 
     def _marks_before(self, dest: int, origin: tuple) -> None:
         """The continuous runtime's order (no epoch to sort by origin): every channel's mark that
@@ -702,7 +706,7 @@ class KeyedWriter(ExchangeWriter):
 
     def _send_bucket(self, dest: int, origin: tuple, bucket: Any, ts: list | None) -> None:
         if self.channel_of is not None:
-            self._mark_before(dest, origin)
+            self._before(dest, origin)
         if isinstance(bucket, KeyedBatch):
             blob = encode(bucket, ts)
         elif ts is None:
