@@ -99,3 +99,25 @@ def test_stop_with_savepoint_ends_a_continuous_job(make_env, tmp_path):
     result = env.execute("restored on epochs")
     assert state_of(result) == expected_state(EVENTS)
     assert sorted(out + list(sink.results)) == expected_outputs(EVENTS)
+
+
+@pytest.mark.parametrize("seed", range(200, 206))
+def test_event_time_windows_equal_the_reference_with_one_source_task(make_env, seed):
+    """Random windows, watermark policies, lateness, splits and read sizes: with one source task
+    (its splits read in the planned order) the continuous runtime decides lateness exactly as the
+    epoch runtime's reference does. (Several source tasks interleave by arrival on the continuous
+    runtime, as in Flink; their late data then depends on timing.)"""
+    import random
+
+    import event_time_reference as ref
+    from test_event_time_differential import BIG, check, random_splits, values
+
+    def continuous_env(parallelism=2, max_records=None, **config):
+        return make_env(parallelism=parallelism, max_records=max_records, **CONTINUOUS, **config)
+
+    rng = random.Random(seed)
+    spec = rng.choice([ref.Tumbling(rng.randint(20, 200), rng.randint(0, 19)), ref.Sliding(120, 30), ref.Session(rng.randint(10, 60))])
+    splits = random_splits(rng, rng.randint(1, 4), rng.randint(20, 90), keys="abcdef")
+    check(continuous_env, splits, spec, watermarks=(rng.choice(["bounded", "punctuated"]), rng.randint(0, 60)),
+          lateness=rng.choice([0, 10, 100]), window_parallelism=rng.choice([1, 2]), source_parallelism=1,
+          epoch_max_records=rng.choice([15, 40, BIG]), batch_size=rng.choice([1, 3, 8192]), summary=values)
