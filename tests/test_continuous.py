@@ -121,3 +121,30 @@ def test_event_time_windows_equal_the_reference_with_one_source_task(make_env, s
     check(continuous_env, splits, spec, watermarks=(rng.choice(["bounded", "punctuated"]), rng.randint(0, 60)),
           lateness=rng.choice([0, 10, 100]), window_parallelism=rng.choice([1, 2]), source_parallelism=1,
           epoch_max_records=rng.choice([15, 40, BIG]), batch_size=rng.choice([1, 3, 8192]), summary=values)
+
+
+class SlowCounting(Counting):
+    """Counting that takes a millisecond per record: barriers queue up behind the records."""
+
+    def process_element(self, value, ctx):
+        import time as _time
+
+        _time.sleep(0.001)
+        yield from super().process_element(value, ctx)
+
+
+def test_several_checkpoints_in_flight_complete_in_order_with_exact_results(make_env, tmp_path):
+    env = continuous_env(make_env, tmp_path, 2, "hashmap", interval_ms=20)
+    env.get_checkpoint_config().set_max_concurrent_checkpoints(3)
+    env.get_configuration().set("state.checkpoints.num-retained", 3)
+    sink = build(env, EVENTS, function=SlowCounting())
+    result = env.execute("three checkpoints in flight")
+    assert state_of(result) == expected_state(EVENTS)
+    assert sorted(sink.results) == expected_outputs(EVENTS)
+    done = [s for s in result.get_checkpoint_stats() if s.status == "COMPLETED"]
+    assert [s.checkpoint_id for s in done] == sorted(s.checkpoint_id for s in done)
+    overlapping = [
+        (a.checkpoint_id, b.checkpoint_id) for a, b in zip(done, done[1:])
+        if b.trigger_time_ms < a.trigger_time_ms + a.end_to_end_ms
+    ]
+    assert overlapping, "no checkpoint started before the previous one completed"

@@ -12,8 +12,8 @@ Notes for Flink users:
   exactly-once in both ``CheckpointingMode`` values; ``AT_LEAST_ONCE`` is accepted for portability.
 - Unaligned checkpoints do not apply (there is no in-flight data between epochs): enabling them
   is accepted with a warning and changes nothing.
-- At most one checkpoint is in progress (epochs are sequential): ``max-concurrent-checkpoints``
-  must be 1.
+- On the epoch runtime at most one checkpoint is in progress (epochs are sequential); on the
+  continuous runtime up to ``max-concurrent-checkpoints`` (default 1) barriers are in flight.
 - Externalized checkpoint retention defaults to ``NO_EXTERNALIZED_CHECKPOINTS``, the default a
   Flink 1.19 user gets: checkpoints are removed when the job finishes or is cancelled. To keep
   them after a cancel (and restore with ``-s``), use ``RETAIN_ON_CANCELLATION``. Unlike Flink,
@@ -224,6 +224,7 @@ class CheckpointSettings:
     incremental: bool  # only meaningful for rocksdb
     changelog_max_ratio: float = 0.5  # hashmap: state.backend.hashmap.changelog.max-ratio (0: full snapshots only)
     changelog_max_parts: int = 20  # hashmap: state.backend.hashmap.changelog.max-parts
+    max_concurrent: int = 1  # continuous runtime: checkpoints in flight at once
 
 
 def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSettings:
@@ -241,6 +242,7 @@ def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSe
         mode=config.get("execution.checkpointing.mode"),
         timeout_ms=config.get("execution.checkpointing.timeout"),
         min_pause_ms=config.get("execution.checkpointing.min-pause"),
+        max_concurrent=config.get("execution.checkpointing.max-concurrent-checkpoints"),
         tolerable_failures=config.get("execution.checkpointing.tolerable-failed-checkpoints"),
         retention=config.get("execution.checkpointing.externalized-checkpoint-retention"),
         storage=checkpoint_storage_kind(config),

@@ -185,17 +185,6 @@ def _choice(canonical: dict[str, str]) -> Callable[[Any], str]:
     return parse
 
 
-def _one_concurrent_checkpoint(value: Any) -> int:
-    try:
-        n = _int(1)(value)
-    except ValueError:
-        n = None
-    if n != 1:
-        msg = "1: flowpoint takes a checkpoint at an epoch boundary and epochs run one after another, so at most one checkpoint is ever in progress"
-        raise ValueError(msg)
-    return 1
-
-
 FILE_MODES = ("0600", "0640", "0604", "0644")
 
 
@@ -274,7 +263,7 @@ OPTIONS = {
         Option("execution.checkpointing.mode", "EXACTLY_ONCE", str, "EXACTLY_ONCE | AT_LEAST_ONCE; both give exactly-once state: every checkpoint is an aligned cut at an epoch boundary", _choice(_names("EXACTLY_ONCE", "AT_LEAST_ONCE"))),
         Option("execution.checkpointing.timeout", 600_000, int, "a checkpoint not complete after this long is declined", _duration(10)),
         Option("execution.checkpointing.min-pause", 0, int, "least time between the end of one checkpoint and the start of the next", _duration(0)),
-        Option("execution.checkpointing.max-concurrent-checkpoints", 1, int, "must be 1: epochs, and so checkpoints, are sequential", _one_concurrent_checkpoint),
+        Option("execution.checkpointing.max-concurrent-checkpoints", 1, int, "checkpoints in progress at once on the continuous runtime (their barriers flow one after another); the epoch runtime takes them one at a time, at epoch boundaries", _int(1, 64)),
         Option("execution.checkpointing.tolerable-failed-checkpoints", 0, int, "consecutive failed checkpoints tolerated before the job fails over", _int(0)),
         Option("execution.checkpointing.externalized-checkpoint-retention", "NO_EXTERNALIZED_CHECKPOINTS", str, "RETAIN_ON_CANCELLATION | DELETE_ON_CANCELLATION | NO_EXTERNALIZED_CHECKPOINTS (default, as Flink 1.19: checkpoints are deleted when the job finishes or is cancelled; a failed job keeps them)", _choice(_names(*RETENTIONS))),
         Option("execution.checkpointing.unaligned", False, bool, "accepted for compatibility; unaligned checkpoints do not apply (no in-flight data between epochs)", parse_bool),

@@ -57,7 +57,8 @@ class CheckpointStats:
     status: str = "IN_PROGRESS"  # IN_PROGRESS | COMPLETED | FAILED
     sync_ms: float = 0.0
     async_ms: float = 0.0
-    duration_ms: float = 0.0
+    duration_ms: float = 0.0  # the tasks' synchronous plus asynchronous parts
+    end_to_end_ms: float = 0.0  # trigger to completion (Flink's end-to-end duration)
     state_size: int = 0
     incremental_size: int = 0
     tasks_acknowledged: int = 0
@@ -181,10 +182,12 @@ class CheckpointCoordinator:
         now = time.monotonic()
         return (now - self._last_trigger) * 1000 >= self.settings.interval_ms and (now - self._last_end) * 1000 >= self.settings.min_pause_ms
 
-    def trigger(self, epoch: int, stateful: list[tuple[int, int]], sources: list[SplitPosition], sinks: dict[str, Any], records_read: int, watermarks: dict[str, Any] | None = None) -> CheckpointStats:
-        cid = self.next_id
-        self.next_id += 1
-        stats = CheckpointStats(cid, epoch, now_ms())
+    def trigger(self, epoch: int, stateful: list[tuple[int, int]], sources: list[SplitPosition], sinks: dict[str, Any], records_read: int, watermarks: dict[str, Any] | None = None, *, checkpoint_id: int | None = None, trigger_ms: int | None = None) -> CheckpointStats:
+        """A checkpoint of the cut at ``epoch``; the continuous runtime passes the id its
+        barrier carried (:meth:`take_id`) and when it injected it."""
+        cid = self.next_id if checkpoint_id is None else checkpoint_id
+        self.next_id = max(self.next_id, cid + 1)
+        stats = CheckpointStats(cid, epoch, now_ms() if trigger_ms is None else trigger_ms)
         cut = CutState(cid, epoch, sorted(stateful), sources, sinks, records_read, stats, watermarks=dict(watermarks or {}))
         stats.tasks_total = sum(len(self._keyed_uids(k[0])) for k in cut.stateful)
         self._last_trigger = time.monotonic()
@@ -198,6 +201,15 @@ class CheckpointCoordinator:
         if cut is None or not cut.awaiting_sync:
             return None
         return CheckpointTarget(cut.checkpoint_id, self.store.job_dir_uri(), inline=self.settings.storage != "filesystem")
+
+    def take_id(self) -> int:
+        """The id of a checkpoint whose barrier is injected now (continuous runtime)."""
+        cid = self.next_id
+        self.next_id += 1
+        return cid
+
+    def ms_since_last_end(self) -> float:
+        return (time.monotonic() - self._last_end) * 1000
 
     def reserve_id(self) -> int:
         """The next id for a savepoint (ids are shared): checkpoints continue after it."""
@@ -360,6 +372,7 @@ class CheckpointCoordinator:
     def _completed(self, cut: CutState) -> CheckpointMetadata:
         meta = self._future.result()  # type: ignore[union-attr]
         cut.stats.status = "COMPLETED"
+        cut.stats.end_to_end_ms = float(now_ms() - cut.stats.trigger_time_ms)
         self.shared = shared_registry(cut)
         self.pending = None
         self._future = None

@@ -60,6 +60,7 @@ class _InFlight:
     positions: list  # the split positions of the cut
     acks: dict[tuple[int, int], TaskAck] = field(default_factory=dict)
     savepoint: tuple | None = None  # (request, its directory's access, perf-counter start, trigger ms)
+    trigger_ms: int = 0
 
 
 class ContinuousLoop:
@@ -241,7 +242,7 @@ class ContinuousLoop:
         self.next_discovery = 0.0
         self.discovery_s = int(self.config.get("execution.epoch.interval")) / 1000.0
         self.last_commit = time.monotonic()
-        last_segment = time.monotonic()
+        last_segment = self.last_injected = time.monotonic()
         interval_ms = self.settings.interval_ms if cp is not None else _SEGMENT_MS_WITHOUT_CHECKPOINTS
         while not self.finished:
             try:
@@ -260,14 +261,17 @@ class ContinuousLoop:
                 self._savepoint_barrier()
                 continue
             self._assign_reads()
-            if not self.inflight:
-                if self._all_read():
-                    self._inject(final=True)
-                    continue
-                due = cp.due() if cp is not None else (time.monotonic() - last_segment) * 1000 >= interval_ms
-                if due:
-                    last_segment = time.monotonic()
+            if not self.inflight and self._all_read():
+                self._inject(final=True)
+                continue
+            now = time.monotonic()
+            if cp is not None:
+                if self._checkpoint_due(cp, now):
+                    self.last_injected = now
                     self._inject(final=False)
+            elif not self.inflight and (now - last_segment) * 1000 >= interval_ms:
+                last_segment = now
+                self._inject(final=False)
 
     def _drain(self, wait: float) -> None:
         try:
@@ -351,7 +355,7 @@ class ContinuousLoop:
         target = None
         shared: dict = {}
         if cp is not None:
-            target = CheckpointTarget(cp.next_id, cp.store.job_dir_uri(), inline=self.settings.storage != "filesystem")
+            target = CheckpointTarget(cp.take_id(), cp.store.job_dir_uri(), inline=self.settings.storage != "filesystem")
             for stage in self.graph.stages:
                 for n in stage.nodes:
                     node = self.graph.nodes[n]
@@ -361,12 +365,22 @@ class ContinuousLoop:
                             if files:
                                 shared[(node.uid, p)] = files
         barrier = Barrier(self.segment, target, shared, final)
-        self.inflight[self.segment] = _InFlight(barrier, self.splits.positions())
+        self.inflight[self.segment] = _InFlight(barrier, self.splits.positions(), trigger_ms=now_ms())
         self._broadcast(("barrier", barrier))
         if final:
             self.final_sent = True
             for stage_id, p in self.source_parts:
                 self._send(p, ("end", stage_id, p))
+
+    def _checkpoint_due(self, cp: Any, now: float) -> bool:
+        """Flink's rules: the interval since the last trigger, fewer than
+        ``max-concurrent-checkpoints`` in flight, and ``min-pause`` after the last one ended
+        (a pause means one at a time)."""
+        s = self.settings
+        flying = sum(1 for f in self.inflight.values() if f.barrier.target is not None) + (cp.pending is not None)
+        if flying >= max(1, s.max_concurrent) or (s.min_pause_ms > 0 and flying):
+            return False
+        return (now - self.last_injected) * 1000 >= s.interval_ms and cp.ms_since_last_end() >= s.min_pause_ms
 
     def _savepoint_barrier(self) -> None:
         """The requested savepoints: one barrier whose keyed subtasks write their canonical
@@ -410,10 +424,12 @@ class ContinuousLoop:
         if flight is None:
             return
         flight.acks[(ack.stage_id, ack.partition)] = ack
-        if len(flight.acks) < len(self.subtasks):
-            return
-        del self.inflight[ack.epoch]
-        self._commit(flight)
+        # segments commit in order: a later barrier's parts may be written first
+        while self.inflight:
+            n = min(self.inflight)
+            if len(self.inflight[n].acks) < len(self.subtasks):
+                return
+            self._commit(self.inflight.pop(n))
 
     def _commit(self, flight: _InFlight) -> None:
         """Every subtask acknowledged barrier ``n``: segment ``n`` is committed."""
@@ -428,11 +444,13 @@ class ContinuousLoop:
         self.epoch = n
         target = flight.barrier.target
         if target is not None and cp is not None:
-            stats = cp.trigger(n, st.stateful_tasks(), flight.positions, st.sink_states(), st.records_read, st.event_time())
-            if stats.checkpoint_id != target.checkpoint_id:
-                msg = f"checkpoint id mismatch: barrier {n} wrote checkpoint {target.checkpoint_id}, the coordinator expected {stats.checkpoint_id}"
-                raise JobExecutionError(msg)
-            cp.attach_snapshots(target.checkpoint_id, [a for a in acks if a.snapshot is not None or a.snapshot_error])
+            if cp.pending is not None:  # the previous checkpoint's _metadata first (milliseconds)
+                self._poll_checkpoint(cp, wait=True)
+            stats = cp.trigger(
+                n, st.stateful_tasks(), flight.positions, st.sink_states(), st.records_read, st.event_time(),
+                checkpoint_id=target.checkpoint_id, trigger_ms=flight.trigger_ms,
+            )
+            cp.attach_snapshots(stats.checkpoint_id, [a for a in acks if a.snapshot is not None or a.snapshot_error])
             if flight.barrier.final:
                 self._poll_checkpoint(cp, wait=True)
         if flight.savepoint is not None:
