@@ -161,3 +161,110 @@ def test_file_sink_through_a_restart_from_a_checkpoint(make_env, tmp_path, backe
     assert len(completed(result.get_checkpoint_stats())) >= 2
     got = Counter(line for text in visible(out).values() for line in text.splitlines())
     assert got == EXPECTED_LINES, counted(got, EXPECTED_LINES)
+
+
+# -- 2. barrier alignment: a fast and a hard rate-limited input ----------------------------------
+
+FAST, SLOW = 8_000, 80  # records; both inputs last ~2 s at their rates
+FAST_RATE, SLOW_RATE = 4_000, 40
+PAIR_KEYS = 7
+FAIL_SLOW = 30  # the slow input's record at which the job fails once (~1.5 s in, after several checkpoints)
+
+
+def fast_record(i: int) -> tuple:
+    return (i * 31) % PAIR_KEYS, "a", i
+
+
+def slow_record(i: int) -> tuple:
+    return (i * 17) % PAIR_KEYS, "b", i
+
+
+def first_item(x: tuple) -> int:
+    return x[0]
+
+
+def _fail_once(value: tuple, flag: str | None) -> None:
+    if flag and value[1] == "b" and value[2] == FAIL_SLOW and not os.path.exists(flag):
+        open(flag, "w").close()
+        msg = f"injected failure at slow record {value[2]}"
+        raise RuntimeError(msg)
+
+
+class _Tally:
+    """Per key and input: a count and a sum in value state; emits ``(key, input, count)``."""
+
+    def open(self, ctx):
+        self.states = {side: (ctx.get_state(ValueStateDescriptor(f"count_{side}")), ctx.get_state(ValueStateDescriptor(f"sum_{side}")))
+                       for side in ("a", "b")}
+
+    def _add(self, value, key):
+        _fail_once(value, self.flag)
+        count, total = self.states[value[1]]
+        n = (count.value() or 0) + 1
+        count.update(n)
+        total.update((total.value() or 0) + value[2])
+        return key, value[1], n
+
+
+class PairCounts(_Tally, KeyedCoProcessFunction):
+    def __init__(self, flag: str | None = None):
+        self.flag = flag
+
+    def process_element1(self, value, ctx):
+        yield self._add(value, ctx.get_current_key())
+
+    def process_element2(self, value, ctx):
+        yield self._add(value, ctx.get_current_key())
+
+
+class UnionCounts(_Tally, KeyedProcessFunction):
+    def __init__(self, flag: str | None = None):
+        self.flag = flag
+
+    def process_element(self, value, ctx):
+        yield self._add(value, ctx.get_current_key())
+
+
+def tally_reference() -> tuple[dict, list]:
+    """The final state and the sorted outputs, computed sequentially in plain Python."""
+    state: dict = {}
+    outputs = []
+    for value in [fast_record(i) for i in range(FAST)] + [slow_record(i) for i in range(SLOW)]:
+        k, side, v = value
+        count = state.setdefault(f"count_{side}", {})
+        total = state.setdefault(f"sum_{side}", {})
+        count[k] = count.get(k, 0) + 1
+        total[k] = total.get(k, 0) + v
+        outputs.append((k, side, count[k]))
+    return state, sorted(outputs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["connect", "union"])
+@pytest.mark.parametrize("fail", [False, True], ids=["no-failure", "failure"])
+def test_alignment_of_a_fast_and_a_slow_input_gives_exact_state_and_output(make_env, tmp_path, shape, fail):
+    """Checkpoints every 100 ms complete while one input is 100 times slower than the other;
+    the final state and output equal a sequential reference, also when the job fails after
+    several checkpoints and restores from the last one (alignment makes the cut consistent)."""
+    from flowpoint import CollectSink
+
+    env = continuous_env(make_env, tmp_path, 2, "hashmap", interval_ms=100)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    flag = str(tmp_path / "failed") if fail else None
+    fast = env.from_source(DataGeneratorSource(fast_record, count=FAST, rate_limit_per_second=FAST_RATE), source_name="fast").uid("fast")
+    slow = env.from_source(DataGeneratorSource(slow_record, count=SLOW, rate_limit_per_second=SLOW_RATE), source_name="slow").uid("slow")
+    if shape == "connect":
+        counted_ = fast.connect(slow).key_by(first_item, first_item).process(PairCounts(flag)).uid("tally")
+    else:
+        counted_ = fast.union(slow).key_by(first_item).process(UnionCounts(flag)).uid("tally")
+    sink = CollectSink()
+    counted_.sink_to(sink).uid("collect")
+    result = env.execute(f"{shape} of a fast and a slow input")
+    if fail:
+        assert os.path.exists(flag), "the injected failure never happened"
+    stats = result.get_checkpoint_stats()
+    assert len(completed(stats)) >= 5, [(s.checkpoint_id, s.status, s.failure_reason) for s in stats]
+    assert not [s for s in stats if s.status == "FAILED" and not fail], [s.failure_reason for s in stats]
+    want_state, want_outputs = tally_reference()
+    assert result.get_keyed_state("tally") == want_state
+    assert sorted(sink.results) == want_outputs
