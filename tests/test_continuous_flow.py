@@ -418,3 +418,51 @@ def test_a_stalled_sink_stops_the_sources_and_the_job_recovers_exactly(make_env,
     assert result.get_keyed_state("counting", "count") == expected_state(events)["count"]
     assert sink_lines(out) == lines_of(events)
     print(f"parallelism {parallelism}: {read_now} of {events} records read while the sink stalled")  # noqa: T201 - shown with -s
+
+
+# -- 5. print() while the job runs ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_print_output_arrives_while_the_job_runs(tmp_path):
+    """``print()`` on the continuous runtime writes each line within a second of the source's
+    read of its record, not when a checkpoint or the job ends: a job printing 5 records a second
+    for 6 s, in a subprocess whose stdout is read line by line with the time each line came."""
+    count, rate = 30, 5
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), HERE, os.environ.get("PYTHONPATH", "")]),
+               FLOWPOINT_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "continuous_print_job.py"), str(count), str(rate)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=str(tmp_path))
+    lines: queue.Queue = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            lines.put((time.time(), line.rstrip("\n")))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    got = []
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                item = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"the job printed {len(got)} of {count} lines within 180 s")
+            if item is None:
+                break
+            arrived, line = item
+            m = re.fullmatch(r"tick (\d+) (\d+\.\d+)", line)
+            if m:
+                got.append((int(m[1]), float(m[2]), arrived))
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert sorted(i for i, _, _ in got) == list(range(count))
+    delays = sorted(arrived - read for _, read, arrived in got)
+    assert delays[-1] < 1.0, f"lines came up to {delays[-1]:.2f} s after their records were read (median {delays[len(delays) // 2]:.3f} s)"
+    first, last = min(a for _, _, a in got), max(a for _, _, a in got)
+    assert last - first >= 3.0, f"the lines came within {last - first:.2f} s: together, not as the job ran"
+    print(f"print delays: median {delays[len(delays) // 2] * 1000:.0f} ms, max {delays[-1] * 1000:.0f} ms; lines over {last - first:.1f} s")  # noqa: T201
