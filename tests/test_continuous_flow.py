@@ -320,7 +320,6 @@ def lines_of(events: int) -> Counter:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="max-concurrent-checkpoints > 1 is not implemented on the continuous runtime yet (issue 18)")
 def test_several_checkpoints_in_flight_while_the_sink_is_slow(make_env, tmp_path):
     """With max-concurrent-checkpoints 3 and a slow sink, the coordinator injects the next
     barriers before the earlier checkpoints complete: up to 3 are IN_PROGRESS at once, all of

@@ -69,6 +69,21 @@ class SourceReader(ABC):
         the records after it, for this split only."""
 
 
+class OpenRead(ABC):
+    """A split read as its records come (the continuous runtime, for sources whose
+    :meth:`Source.supports_open_reads`): the task keeps it open, polls it, and reports the
+    position it reached at every checkpoint barrier, as Flink's split readers do."""
+
+    @abstractmethod
+    def poll(self, max_records: int, timeout_s: float) -> tuple[list, Any, bool]:
+        """``(items, position, finished)``: what arrived within ``timeout_s`` (batches,
+        :class:`TimestampedBatch`, :class:`SourceMetric`), the position after them, and whether
+        the split ended (a bounded split reached its end)."""
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release the reader's resources."""
+
+
 class SourceContext:
     """Flink's ``SourceContext`` for :class:`EmittingSourceReader`: ``collect``,
     ``collect_with_timestamp`` and ``emit_watermark`` (seed 000's source with timestamps and
@@ -141,6 +156,12 @@ class Source(ABC):
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
         """The initial splits. They are assigned to tasks round robin."""
+
+    def supports_open_reads(self) -> bool:
+        """Whether the continuous runtime may read this source's splits with
+        ``create_reader().open(split, position)`` (:class:`OpenRead`) instead of planned
+        ranges: the task then reads records as they arrive, without a plan per read."""
+        return False
 
     def discover_splits(self, known: list[SourceSplit]) -> list[SourceSplit]:
         """Splits that appeared since the last call (e.g. new files in a directory)."""

@@ -163,6 +163,7 @@ class CheckpointCoordinator:
         self._last_trigger = time.monotonic()
         self._last_end = float("-inf")
         self._consecutive_failures = 0
+        self._flying: dict[int, CheckpointStats] = {}  # continuous runtime: barriers in flight
         self.completed: list[int] = []  # ids to announce to user functions with the next epoch
         self.aborted: list[int] = []
         # incremental checkpoints, from the last completed checkpoint: per (uid, partition), RocksDB's
@@ -187,12 +188,15 @@ class CheckpointCoordinator:
         barrier carried (:meth:`take_id`) and when it injected it."""
         cid = self.next_id if checkpoint_id is None else checkpoint_id
         self.next_id = max(self.next_id, cid + 1)
-        stats = CheckpointStats(cid, epoch, now_ms() if trigger_ms is None else trigger_ms)
+        stats = self._flying.pop(cid, None)
+        if stats is None:
+            stats = CheckpointStats(cid, epoch, now_ms() if trigger_ms is None else trigger_ms)
+            self.history.append(stats)
+        stats.epoch = epoch
         cut = CutState(cid, epoch, sorted(stateful), sources, sinks, records_read, stats, watermarks=dict(watermarks or {}))
         stats.tasks_total = sum(len(self._keyed_uids(k[0])) for k in cut.stateful)
         self._last_trigger = time.monotonic()
         self.pending = cut
-        self.history.append(stats)
         return stats
 
     def sync_request(self) -> CheckpointTarget | None:
@@ -203,9 +207,12 @@ class CheckpointCoordinator:
         return CheckpointTarget(cut.checkpoint_id, self.store.job_dir_uri(), inline=self.settings.storage != "filesystem")
 
     def take_id(self) -> int:
-        """The id of a checkpoint whose barrier is injected now (continuous runtime)."""
+        """The id of a checkpoint whose barrier is injected now (continuous runtime); its stats
+        show it IN_PROGRESS while the barrier flows."""
         cid = self.next_id
         self.next_id += 1
+        stats = self._flying[cid] = CheckpointStats(cid, 0, now_ms())
+        self.history.append(stats)
         return cid
 
     def ms_since_last_end(self) -> float:
@@ -394,7 +401,12 @@ class CheckpointCoordinator:
 
     def abort_pending(self, reason: str) -> None:
         """A failover or the job's end: the in-flight checkpoint is aborted, unless its upload
-        already completed it (then it counts as completed)."""
+        already completed it (then it counts as completed). Barriers still flowing (continuous
+        runtime) fail with ``reason``; their files go with the job's incomplete checkpoints."""
+        flying, self._flying = self._flying, {}
+        for cid, stats in flying.items():
+            stats.status, stats.failure_reason = "FAILED", reason
+            self.aborted.append(cid)
         cut, future = self.pending, self._future
         if cut is None:
             return

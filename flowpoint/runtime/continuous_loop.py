@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from flowpoint.errors import ConfigurationError, JobExecutionError
 from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.epoch_loop import notify_checkpoint_complete
+from flowpoint.runtime.restore import split_position
 from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, new_secret
 from flowpoint.tasks.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
 from flowpoint.tasks.subtask import Barrier
@@ -57,7 +58,7 @@ _SEGMENT_MS_WITHOUT_CHECKPOINTS = 1000  # sinks commit this often when checkpoin
 @dataclass
 class _InFlight:
     barrier: Barrier
-    positions: list  # the split positions of the cut
+    planned: dict  # SplitKey -> (position, finished) of the planned reads before the barrier
     acks: dict[tuple[int, int], TaskAck] = field(default_factory=dict)
     savepoint: tuple | None = None  # (request, its directory's access, perf-counter start, trigger ms)
     trigger_ms: int = 0
@@ -233,6 +234,8 @@ class ContinuousLoop:
     def _loop(self) -> None:
         cp = self.checkpoints
         self.outstanding = dict.fromkeys(self.source_parts, 0)
+        self.opened: set = set()  # splits read open (their subtasks keep them)
+        self.source_node_of = {n.stage_id: n.id for n in self.graph.sources()}
         self.assignments = 0
         self.inflight: dict[int, _InFlight] = {}
         self.segment = self.epoch
@@ -290,6 +293,8 @@ class ContinuousLoop:
         kind = msg[0]
         if kind == "read-done":
             self.outstanding[(msg[1], msg[2])] -= 1
+        elif kind == "split-finished":  # an open split reached its end
+            self.splits.advance({(self.source_node_of[msg[1]], msg[3]): (msg[4], True)})
         elif kind == "ack":
             self._ack(msg[1])
         elif kind == "live":
@@ -331,6 +336,9 @@ class ContinuousLoop:
             self.next_discovery = now + self.discovery_s
             self.splits.discover()
         for node in self.graph.sources():
+            if node.t.source.supports_open_reads():
+                self._open_splits(node, elapsed)
+                continue
             for p in range(node.parallelism):
                 key = (node.stage_id, p)
                 if self.outstanding.get(key, 0) >= _AHEAD:
@@ -343,6 +351,19 @@ class ContinuousLoop:
                 self.assignments += 1
                 self.outstanding[key] = self.outstanding.get(key, 0) + 1
                 self._send(p, ("read", key[0], p, reads, self.assignments))
+
+    def _open_splits(self, node: Any, elapsed: float) -> None:
+        """Splits of a source that reads as records come (Kafka): each opened once in its
+        subtask, at its position (a plan without records settles where an out-of-range
+        position starts); the subtask reports where it got at every barrier."""
+        for st in self.splits.states():
+            if st.node.id != node.id or st.finished or st.key in self.opened:
+                continue
+            source = node.t.source
+            start = source.plan(st.split, st.position, 0, elapsed).end
+            self.opened.add(st.key)
+            p = st.index % node.parallelism
+            self._send(p, ("open", node.stage_id, p, [(st.index, st.split, start)]))
 
     def _all_read(self) -> bool:
         return self.splits.all_finished() and all(v == 0 for v in self.outstanding.values())
@@ -365,7 +386,7 @@ class ContinuousLoop:
                             if files:
                                 shared[(node.uid, p)] = files
         barrier = Barrier(self.segment, target, shared, final)
-        self.inflight[self.segment] = _InFlight(barrier, self.splits.positions(), trigger_ms=now_ms())
+        self.inflight[self.segment] = _InFlight(barrier, self._planned(), trigger_ms=now_ms())
         self._broadcast(("barrier", barrier))
         if final:
             self.final_sent = True
@@ -404,7 +425,7 @@ class ContinuousLoop:
             last = stop and i == len(requests) - 1
             self.segment += 1
             barrier = Barrier(self.segment, None, {}, last, savepoint=access.uri())
-            flight = _InFlight(barrier, self.splits.positions())
+            flight = _InFlight(barrier, self._planned())
             flight.savepoint = (r, access, time.perf_counter(), now_ms())
             self.inflight[self.segment] = flight
             self._broadcast(("barrier", barrier))
@@ -418,6 +439,24 @@ class ContinuousLoop:
                 self._drain(self.poll_s)
                 if self.executor.done.is_set() and not self.finished:
                     raise self._spark_failure()
+
+    def _planned(self) -> dict:
+        return {st.key: (st.position, st.finished) for st in self.splits.states()}
+
+    def _cut_positions(self, flight: _InFlight, acks: list[TaskAck]) -> list:
+        """The split positions of barrier ``n``'s cut: planned reads assigned before it; for
+        splits read open, where their subtasks were at the barrier (the planner learns them)."""
+        reached: dict = {}
+        for a in acks:
+            for index, (position, finished) in a.positions.items():
+                reached[(self.source_node_of[a.stage_id], index)] = (position, finished)
+        cut = {**flight.planned, **reached}
+        # the planner never goes back: an open split may have reported its end after this barrier
+        self.splits.advance({k: v for k, v in reached.items() if not self.splits.finished(k)})
+        return [
+            split_position(st.node, st.index, st.split, *cut.get(st.key, (st.position, st.finished)))
+            for st in self.splits.states()
+        ]
 
     def _ack(self, ack: TaskAck) -> None:
         flight = self.inflight.get(ack.epoch)
@@ -436,6 +475,7 @@ class ContinuousLoop:
         cp, st = self.checkpoints, self.state
         n = flight.barrier.n
         acks = list(flight.acks.values())
+        positions = self._cut_positions(flight, acks)
         accepted = st.accept(acks, f"segment {n}")
         st.commit_chains({k: a for k, a in accepted.items() if a.state is not None})
         before = st.records_read
@@ -447,7 +487,7 @@ class ContinuousLoop:
             if cp.pending is not None:  # the previous checkpoint's _metadata first (milliseconds)
                 self._poll_checkpoint(cp, wait=True)
             stats = cp.trigger(
-                n, st.stateful_tasks(), flight.positions, st.sink_states(), st.records_read, st.event_time(),
+                n, st.stateful_tasks(), positions, st.sink_states(), st.records_read, st.event_time(),
                 checkpoint_id=target.checkpoint_id, trigger_ms=flight.trigger_ms,
             )
             cp.attach_snapshots(stats.checkpoint_id, [a for a in acks if a.snapshot is not None or a.snapshot_error])
@@ -457,7 +497,7 @@ class ContinuousLoop:
             request, access, t0, trigger_ms = flight.savepoint
             try:
                 parts = [p for a in acks for p in a.savepoint_parts]
-                request.future.set_result(self.savepoints.complete(access, lambda: parts, n, flight.positions, t0, trigger_ms))
+                request.future.set_result(self.savepoints.complete(access, lambda: parts, n, positions, t0, trigger_ms))
             except BaseException as e:  # noqa: BLE001 - reported to the caller; the job goes on
                 request.future.set_exception(e)
         now = time.monotonic()

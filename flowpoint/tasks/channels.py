@@ -36,6 +36,9 @@ from flowpoint.errors import FlowpointError
 log = logging.getLogger("flowpoint")
 
 HANDSHAKE_TIMEOUT_S = 10.0
+# the kernel's buffers of a channel's socket, each way: what a blocked receiver lets its sender
+# queue beyond the receiver's frames (the kernel would otherwise grow them to megabytes)
+SOCKET_BUFFER = 64 << 10
 MAX_FRAME = 256 << 20  # a frame larger than this is a broken or hostile peer
 _HELLO_LIMIT = 4096
 _MAGIC = b"flowpoint-channel-1"
@@ -132,7 +135,10 @@ class Channel:
 def connect(address: tuple[str, int], secret: bytes, hello: tuple, timeout: float = HANDSHAKE_TIMEOUT_S) -> Channel:
     """An authenticated channel to the listener at ``address``, announced with ``hello``."""
     try:
-        sock = socket.create_connection(address, timeout=timeout)
+        sock = socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_STREAM)
+        _small_buffers(sock)
+        sock.settimeout(timeout)
+        sock.connect(address)
     except OSError as e:
         msg = f"could not connect to {address[0]}:{address[1]}: {e}"
         raise ChannelError(msg) from e
@@ -153,6 +159,11 @@ def connect(address: tuple[str, int], secret: bytes, hello: tuple, timeout: floa
         raise
     _os_timeout(conn, 0)
     return Channel(conn, peer)
+
+
+def _small_buffers(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
 
 
 def _os_timeout(sock_or_conn: Any, seconds: float) -> None:
@@ -182,6 +193,7 @@ class ChannelServer:
         self.refused = 0
         self._closed = threading.Event()
         self._sock = socket.create_server((host, 0))
+        _small_buffers(self._sock)  # accepted sockets inherit them
         self.address: tuple[str, int] = (host, self._sock.getsockname()[1])
         self._threads: list[threading.Thread] = []
         self._conns: list[Channel] = []

@@ -170,4 +170,5 @@ class TaskAck:
     operator_state: dict[str, dict] = field(default_factory=dict)  # CheckpointedFunction state at the epoch's end
     host: str = ""  # executor id the task ran on (locality statistics)
     declared: dict[str, dict[str, dict]] = field(default_factory=dict)  # uid -> state name -> {kind, schema}: what the operators registered
+    positions: dict[int, tuple[Any, bool]] = field(default_factory=dict)  # continuous runtime: open splits' (position, finished) at the barrier
     savepoint_parts: list = field(default_factory=list)  # continuous runtime: [(uid, SubtaskState, state counts)] written at a savepoint barrier

@@ -142,6 +142,8 @@ class Slot:
                 kind = cmd[0]
                 if kind == "read":
                     self.subtasks[(cmd[1], cmd[2])].commands.put(("read", cmd[3], cmd[4]))
+                elif kind == "open":
+                    self.subtasks[(cmd[1], cmd[2])].commands.put(("open", cmd[3]))
                 elif kind == "barrier":
                     for st in self.subtasks.values():
                         if st.plan.source_reader is not None:

@@ -48,6 +48,7 @@ from flowpoint.tasks.protocol import ContinuousSpec, EpochSpec, TaskAck, TaskSli
 from flowpoint.tasks.stage_task import ChainRuntime, feed, keyed_uids
 from flowpoint.tasks.state_values import unpicklable_operator_state_error
 
+_OPEN_POLL_S = 0.002  # how long a source task with open splits waits for records before it looks at its commands
 Send = Callable[[int, int, list], None]  # (edge id, destination partition, items)
 
 
@@ -96,6 +97,8 @@ class Subtask:
         self.segment = spec.first_segment
         self.records_in = 0
         self.split_seq: dict[int, int] = {}
+        self.open_reads: dict[int, tuple[Any, Any]] = {}  # split index -> (OpenRead, split)
+        self.positions: dict[int, tuple[Any, bool]] = {}  # open splits: (position, finished) so far
         self.aligning: Barrier | None = None
         self.arrived: set = set()
         self.ended: set = set()
@@ -122,6 +125,7 @@ class Subtask:
             self.report(("failed", self.plan.stage_id, self.partition, _portable(e)))
         finally:
             self.done = True
+            self._close_open_reads()
             if self.gate is not None:
                 self.gate.close()
             if self.ts is not None:
@@ -162,14 +166,20 @@ class Subtask:
         reader = self.plan.source_reader
         while True:
             try:
-                cmd = self.commands.get(timeout=self._wait())
+                cmd = self.commands.get_nowait() if self.open_reads else self.commands.get(timeout=self._wait())
             except queue.Empty:
                 cmd = None
+            if cmd is None and self.open_reads:
+                self._poll_open(head, min(self._wait(), _OPEN_POLL_S))
             self._tick()
             if cmd is None:
                 continue
             kind = cmd[0]
-            if kind == "read":
+            if kind == "open":
+                for split_index, split, position in cmd[1]:
+                    self.open_reads[split_index] = (reader.open(split, position), split)
+                    self.positions[split_index] = (position, False)
+            elif kind == "read":
                 for split_index, split, read_spec, finished in cmd[1]:
                     self._read(head, reader, split_index, split, read_spec, finished)
                 self._after_input()
@@ -180,23 +190,55 @@ class Subtask:
                 return
 
     def _read(self, head: Any, reader: Any, split_index: int, split: Any, read_spec: Any, finished: bool) -> None:
-        seq = self.split_seq.get(split_index, 0)
         if read_spec is not None:
-            for data in reader.read(split, read_spec):
-                seq += 1
-                origin = (self.plan.head, split_index, seq)
-                if isinstance(data, TimestampedBatch):
-                    self.records_in += len(data.records)
-                    head.process(origin, data.records, data.timestamps)
-                elif isinstance(data, Watermark):
-                    head.process_watermark(origin, data.timestamp)
-                elif isinstance(data, SourceMetric):
-                    head.count(data.name, data.n)
-                else:
-                    self.records_in += num_records(data)
-                    head.process(origin, data)
-                self._after_input()
+            self._emit(head, split_index, reader.read(split, read_spec))
+        self._split_end(head, split_index, finished)
+
+    def _emit(self, head: Any, split_index: int, items: Any) -> None:
+        seq = self.split_seq.get(split_index, 0)
+        for data in items:
+            seq += 1
+            origin = (self.plan.head, split_index, seq)
+            if isinstance(data, TimestampedBatch):
+                self.records_in += len(data.records)
+                head.process(origin, data.records, data.timestamps)
+            elif isinstance(data, Watermark):
+                head.process_watermark(origin, data.timestamp)
+            elif isinstance(data, SourceMetric):
+                head.count(data.name, data.n)
+            else:
+                self.records_in += num_records(data)
+                head.process(origin, data)
+            self._after_input()
         self.split_seq[split_index] = seq
+
+    def _poll_open(self, head: Any, timeout: float) -> None:
+        """The open splits' new records (each polled for a share of ``timeout``)."""
+        share = timeout / max(1, len(self.open_reads))
+        for split_index, (read, _split) in list(self.open_reads.items()):
+            items, position, finished = read.poll(self.spec.max_frame_items * 64, share)
+            self.positions[split_index] = (position, finished)
+            if items:
+                self._emit(head, split_index, items)
+                self._split_end(head, split_index, finished)
+            elif finished:
+                self._split_end(head, split_index, True)
+            if finished:
+                read.close()
+                del self.open_reads[split_index]
+                self._after_input()
+                self.report(("split-finished", self.plan.stage_id, self.partition, split_index, position))
+
+    def _close_open_reads(self) -> None:
+        reads, self.open_reads = self.open_reads, {}
+        for read, _split in reads.values():
+            try:
+                read.close()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
+    def _split_end(self, head: Any, split_index: int, finished: bool) -> None:
+        seq = self.split_seq.get(split_index, 0)
         end = (self.plan.head, split_index, seq)
         for op in self.rt.timestamp_ops:
             op.end_split(end)
@@ -263,7 +305,8 @@ class Subtask:
         if kind == "notify":
             self.rt.notify_checkpoints(cmd[1], cmd[2])
             return False
-        if kind == "end":  # a source subtask: no more assignments
+        if kind == "end":  # a source subtask: no more assignments, nothing more read
+            self._close_open_reads()
             self._flush()
             self._broadcast(("end",))
             return False
@@ -285,6 +328,7 @@ class Subtask:
         if self.watermark_interval > 0 and now >= self.next_periodic:
             self.next_periodic = now + self.watermark_interval
             self._periodic_watermarks()
+            self._flush()  # a watermark or idleness that moved without records goes out too
         self._after_input()
         if self.unsent_since is not None and now - self.unsent_since >= self.buffer_timeout:
             self._flush()
@@ -344,6 +388,7 @@ class Subtask:
         self.segment = barrier.n
         ack = TaskAck(plan.stage_id, self.partition, barrier.n, self.token, 0)
         ack.records_in, self.records_in = self.records_in, 0
+        ack.positions = dict(self.positions)
         rt.end_epoch(ack)  # TTL cleanup, generator states, watermarks, metrics; flushes the marks
         ack.declared = {uid: declared_states(b) for uid, b in self.ts.backends.items()}
         if rt.operator_states:

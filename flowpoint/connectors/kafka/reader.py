@@ -16,7 +16,13 @@ from typing import Any
 
 from flowpoint.connectors.kafka.deserialization import DeserializationSchema
 from flowpoint.connectors.kafka.errors import KafkaDeserializationError, KafkaReadTimeoutError
-from flowpoint.connectors.source import SourceMetric, SourceReader, SourceSplit, TimestampedBatch
+from flowpoint.connectors.source import (
+    OpenRead,
+    SourceMetric,
+    SourceReader,
+    SourceSplit,
+    TimestampedBatch,
+)
 
 BATCH = 10_000
 SKIPPED_METRIC = "numRecordsSkippedDeserialization"
@@ -126,3 +132,83 @@ class KafkaSourceReader(SourceReader):
             yield TimestampedBatch(records, stamps)
         if skipped:
             yield SourceMetric(SKIPPED_METRIC, skipped)
+
+    def open(self, split: SourceSplit, position: int) -> OpenRead:
+        """The continuous runtime: ``split`` read from ``position`` as records arrive."""
+        return _OpenPartition(self, split, int(position))
+
+
+class _OpenPartition(OpenRead):
+    """One partition, assigned once to a consumer of its own and polled (no plan, no re-assign
+    per read); the position is the offset after the last record polled, or the consumer's
+    position past transaction markers. A bounded split ends at its ``stop`` offset."""
+
+    def __init__(self, reader: KafkaSourceReader, split: SourceSplit, position: int) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.reader = reader
+        self.topic = split.payload["topic"]
+        self.partition = int(split.payload["partition"])
+        self.stop = split.payload.get("stop")
+        self.position = position
+        conf = dict(reader.client_config)
+        conf.setdefault("group.id", "flowpoint-kafka-source")
+        conf.setdefault("log_level", 2)
+        conf.setdefault("fetch.wait.max.ms", 5)
+        conf.update(_READER_OVERRIDES)
+        conf["enable.partition.eof"] = False
+        self.consumer = Consumer(conf)
+        self.consumer.assign([TopicPartition(self.topic, self.partition, position)])
+
+    def poll(self, max_records: int, timeout_s: float) -> tuple[list, Any, bool]:
+        if self.stop is not None and self.position >= self.stop:
+            return [], self.position, True
+        msgs = self.consumer.consume(max(1, max_records), timeout_s)
+        records: list = []
+        stamps: list = []
+        skipped = 0
+        deserialize = self.reader.deserializer.deserialize
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                msg = f"Kafka partition {self.topic}-{self.partition} at offset {self.position}: {err}"
+                raise KafkaReadTimeoutError(msg)
+            off = m.offset()
+            if off < self.position:
+                continue
+            if self.stop is not None and off >= self.stop:
+                self.position = self.stop
+                break
+            self.position = off + 1
+            try:
+                value = deserialize(m.value())
+            except Exception as e:  # noqa: BLE001 - any failure of the user's schema
+                if self.reader.skip_errors:
+                    skipped += 1
+                    continue
+                msg = (
+                    f"Kafka record at topic {self.topic!r}, partition {self.partition}, offset {off} cannot be read by "
+                    f"{type(self.reader.deserializer).__name__}: {type(e).__name__}: {e}. Value: {m.value()!r:.120}. "
+                    f"Fix the producer or the schema, or skip such records with the source property "
+                    f"deserialization.skip-errors=true (they are counted in the metric {SKIPPED_METRIC})"
+                )
+                raise KafkaDeserializationError(msg, self.topic, self.partition, off) from None
+            records.append(value)
+            stamps.append(m.timestamp()[1])
+        if not msgs:  # past transaction markers and aborted records: the consumer's own position
+            from confluent_kafka import TopicPartition
+
+            pos = self.consumer.position([TopicPartition(self.topic, self.partition)])[0].offset
+            if pos >= 0 and pos > self.position:
+                self.position = pos if self.stop is None else min(pos, self.stop)
+        items: list = [TimestampedBatch(records, stamps)] if records else []
+        if skipped:
+            items.append(SourceMetric(SKIPPED_METRIC, skipped))
+        return items, self.position, self.stop is not None and self.position >= self.stop
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+

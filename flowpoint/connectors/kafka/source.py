@@ -139,6 +139,9 @@ class KafkaSource(Source):
     def create_reader(self) -> SourceReader:
         return KafkaSourceReader(self.client_config, self.deserializer, self.skip_errors, self.timeout_s)
 
+    def supports_open_reads(self) -> bool:
+        return True
+
     # -- splits --------------------------------------------------------------------------------
 
     def _partitions(self) -> list[KafkaTopicPartition]:
