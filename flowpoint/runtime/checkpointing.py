@@ -278,39 +278,11 @@ class CheckpointCoordinator:
                 except Exception:  # noqa: BLE001
                     log.exception("could not remove the files of aborted checkpoint %d", cut.checkpoint_id)
 
-    def _operator(self, operators: dict[str, OperatorState], uid: str) -> OperatorState:
-        op = operators.get(uid)
-        if op is None:
-            node = self.graph.node_by_uid(uid)
-            stage = self.graph.stages[node.stage_id]
-            op = operators[uid] = OperatorState(uid, node.name, stage.parallelism, stage.max_parallelism, self.settings.backend, [])
-        return op
-
     def _write_checkpoint(self, cut: CutState) -> CheckpointMetadata:
         """Assemble ``_metadata`` from the tasks' acknowledged parts (the parts are written)."""
         t0 = time.perf_counter()
         chk = self.store.begin(cut.checkpoint_id)
-        operators: dict[str, OperatorState] = {}
-        task_async = 0.0
-        for (stage_id, p), parts in sorted(cut.parts.items()):
-            stage = self.graph.stages[stage_id]
-            kgr = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
-            for part in sorted(parts, key=lambda x: x.uid):
-                files, size, uploaded = [], 0, 0
-                for h in part.files:
-                    if h.data is not None:  # driver-memory storage: the task could not write it
-                        self.store.write_file(h.path, h.data)
-                    files.append(StateFile(h.path, h.size, h.kind, h.local_name, h.rows, h.sha256))
-                    size += h.size
-                    uploaded += h.size if h.uploaded else 0
-                op = self._operator(operators, part.uid)
-                op.subtasks.append(SubtaskState(p, kgr.start, kgr.end, files, part.num_keys, size, uploaded))
-                merge_states(op, part.states)
-                apply_declared(op, self.declared.get(part.uid))
-                cut.stats.tasks_acknowledged += 1
-                cut.stats.state_size += size
-                cut.stats.incremental_size += uploaded
-                task_async = max(task_async, part.async_ms)
+        operators, task_async = assemble_operators(self.graph, cut, self.settings.backend, self.declared, self.store)
         cut.stats.async_ms = task_async + (time.perf_counter() - t0) * 1000
         cut.stats.duration_ms = cut.stats.sync_ms + cut.stats.async_ms
         meta = CheckpointMetadata(
@@ -454,4 +426,36 @@ class CheckpointCoordinator:
         that never completed go (a task's upload may have outlived the abort)."""
         if self.settings.storage == "filesystem" and self.store.job_access.exists():
             self.store.remove_incomplete()
+
+
+def assemble_operators(graph: JobGraph, cut: CutState, backend: str, declared: dict, store: Any) -> tuple[dict[str, OperatorState], float]:
+    """The operators' entries of a checkpoint's ``_metadata`` from its tasks' parts (driver-memory
+    storage: the parts' bytes are written here), the cut's stats counted; and the slowest
+    task's asynchronous part (ms)."""
+    operators: dict[str, OperatorState] = {}
+    task_async = 0.0
+    for (stage_id, p), parts in sorted(cut.parts.items()):
+        stage = graph.stages[stage_id]
+        kgr = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
+        for part in sorted(parts, key=lambda x: x.uid):
+            files, size, uploaded = [], 0, 0
+            for h in part.files:
+                if h.data is not None:  # driver-memory storage: the task could not write it
+                    store.write_file(h.path, h.data)
+                files.append(StateFile(h.path, h.size, h.kind, h.local_name, h.rows, h.sha256))
+                size += h.size
+                uploaded += h.size if h.uploaded else 0
+            op = operators.get(part.uid)
+            if op is None:
+                node = graph.node_by_uid(part.uid)
+                owner = graph.stages[node.stage_id]
+                op = operators[part.uid] = OperatorState(part.uid, node.name, owner.parallelism, owner.max_parallelism, backend, [])
+            op.subtasks.append(SubtaskState(p, kgr.start, kgr.end, files, part.num_keys, size, uploaded))
+            merge_states(op, part.states)
+            apply_declared(op, declared.get(part.uid))
+            cut.stats.tasks_acknowledged += 1
+            cut.stats.state_size += size
+            cut.stats.incremental_size += uploaded
+            task_async = max(task_async, part.async_ms)
+    return operators, task_async
 
