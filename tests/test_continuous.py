@@ -137,7 +137,7 @@ def test_several_checkpoints_in_flight_complete_in_order_with_exact_results(make
     env = continuous_env(make_env, tmp_path, 2, "hashmap", interval_ms=20)
     env.get_checkpoint_config().set_max_concurrent_checkpoints(3)
     env.get_configuration().set("state.checkpoints.num-retained", 3)
-    sink = build(env, EVENTS, function=SlowCounting())
+    sink = build(env, EVENTS, rate=2000, function=SlowCounting())  # a second of reading: periodic checkpoints before the final one
     result = env.execute("three checkpoints in flight")
     assert state_of(result) == expected_state(EVENTS)
     assert sorted(sink.results) == expected_outputs(EVENTS)

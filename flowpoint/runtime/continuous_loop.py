@@ -1,13 +1,15 @@
 """The continuous loop: the driver of a continuous run (DESIGN 4b).
 
 One Spark job in barrier execution mode runs the whole run (flowpoint/spark/continuous_executor.py);
-its slots connect to the driver's control channel. The loop never touches records. It
+its slots connect to the driver's control channels (runtime/slot_control.py). The loop never
+touches records. It
 
-* assigns reads to source subtasks (the split planner's read specs, at most ``_AHEAD``
-  unfinished assignments per source subtask: a slow pipeline slows the planning, and with it
-  the sources);
+* has the source tasks read (runtime/source_assignment.py: planned reads at most two ahead per
+  task, so a slow pipeline slows the sources; Kafka splits read open);
 * injects barrier ``n`` at the sources, in the same ordered control stream as the reads, so the
-  split positions of the cut are the ends of the reads assigned before it;
+  split positions of the cut are the ends of the reads assigned before it (or, for open splits,
+  where their tasks were when the barrier reached them); up to
+  ``max-concurrent-checkpoints`` checkpoint barriers fly at once, and savepoints are barriers too;
 * commits segment ``n`` when every subtask acknowledged barrier ``n`` (the same commit as an
   epoch's: sinks' payloads, watermarks, operator state), then completes the checkpoint the
   barrier carried through the checkpoint coordinator (``_metadata`` as on the epoch runtime);
@@ -22,16 +24,15 @@ the run from the last completed checkpoint.
 from __future__ import annotations
 
 import logging
-import queue
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.errors import ConfigurationError, JobExecutionError
+from flowpoint.errors import JobExecutionError
 from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.epoch_loop import notify_checkpoint_complete
-from flowpoint.runtime.restore import split_position
-from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, new_secret
+from flowpoint.runtime.slot_control import SlotControl, check_slots, driver_host
+from flowpoint.runtime.source_assignment import SourceAssignment
 from flowpoint.tasks.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
 from flowpoint.tasks.subtask import Barrier
 
@@ -50,8 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flowpoint")
 
-_AHEAD = 2  # unfinished read assignments per source subtask
-_CONNECT_TIMEOUT_S = 180.0
 _SEGMENT_MS_WITHOUT_CHECKPOINTS = 1000  # sinks commit this often when checkpointing is off
 
 
@@ -89,10 +88,10 @@ class ContinuousLoop:
         self.stopped = False
         self.slots = max(s.parallelism for s in graph.stages)
         self.subtasks = [(s.id, p) for s in graph.stages for p in range(s.parallelism)]
-        self.source_parts = [(s.id, p) for s in graph.stages if s.is_source for p in range(s.parallelism)]
         self.buffer_timeout_ms = int(config.get("execution.buffer-timeout"))
         self.poll_s = max(0.001, min(self.buffer_timeout_ms, 5) / 1000.0)
         self.metrics: dict[int, dict] = {}
+        self.finished = False
 
     # -- what the restart manager asks of a loop -----------------------------------------------
 
@@ -124,15 +123,13 @@ class ContinuousLoop:
     # -- one run -------------------------------------------------------------------------------
 
     def attempt(self) -> None:
-        self._check_slots()
-        self.messages: queue.Queue = queue.Queue()
-        self.controls: dict[int, Channel] = {}
-        secret = new_secret()
-        server = ChannelServer(self._driver_host(), secret, self._control, name="flowpoint-driver-control")
+        check_slots(self.spark, self.slots, self.job_name)
+        self.control = SlotControl(self.slots, driver_host(self.spark))
         st = self.state
         try:
             spec = ContinuousSpec(
-                self.files.run_key, self.files.location(), server.address, secret, self.slots, self.epoch, self.restarts.restarts,
+                self.files.run_key, self.files.location(), self.control.address, self.control.secret, self.slots,
+                self.epoch, self.restarts.restarts,
                 buffer_timeout_ms=self.buffer_timeout_ms,
                 buffers_per_channel=int(self.config.get("taskmanager.network.memory.buffers-per-channel")),
                 max_frame_items=int(self.config.get("execution.buffer-max-batches")),
@@ -140,39 +137,13 @@ class ContinuousLoop:
                 watermarks=dict(st.watermarks), splits=self.splits.counts(), generators=dict(st.generators), restored=st.restored_uids,
             )
             self.executor.start(self.restarts.restarts, spec, self.plans, self._slices())
-            self._await_slots()
+            self.control.await_slots(self._check, self._handle)
             self._loop()
         finally:
-            server.close()
+            self.control.close()
             if not self.executor.wait(0):
                 self.executor.cancel()
                 self.executor.wait(30)
-
-    def _check_slots(self) -> None:
-        from flowpoint.spark.continuous_executor import slots_available
-
-        have = slots_available(self.spark)
-        if have < self.slots:
-            msg = (
-                f"the continuous runtime runs every parallel instance at once: job {self.job_name!r} needs "
-                f"{self.slots} task slots (its largest parallelism) but Spark offers {have} "
-                f"(master {self.spark.sparkContext.master}); lower the parallelism, add cores or executors, "
-                "or run it with execution.runtime: epoch. Dynamic allocation and speculation do not work with "
-                "Spark's barrier stages either."
-            )
-            raise ConfigurationError(msg)
-        conf = self.spark.sparkContext.getConf()
-        for key in ("spark.dynamicAllocation.enabled", "spark.speculation"):
-            if str(conf.get(key, "false")).lower() == "true":
-                msg = f"the continuous runtime runs in a Spark barrier stage, which Spark refuses with {key}=true; turn it off or use execution.runtime: epoch"
-                raise ConfigurationError(msg)
-
-    def _driver_host(self) -> str:
-        sc = self.spark.sparkContext
-        master = sc.master or ""
-        if master.startswith("local"):
-            return "127.0.0.1"
-        return sc.getConf().get("spark.driver.host", "127.0.0.1")
 
     def _slices(self) -> dict[tuple[int, int], TaskSlice]:
         operator_state = self.state.operator_state
@@ -184,38 +155,11 @@ class ContinuousLoop:
                 out[(stage.id, p)] = TaskSlice(stage.id, p, self.state.chain((stage.id, p)), False, ops)
         return out
 
-    def _control(self, hello: tuple, channel: Channel) -> None:
-        """A slot's control channel: its messages go to the loop."""
-        if hello[0] != "control" or len(hello) != 2 or not isinstance(hello[1], int) or not 0 <= hello[1] < self.slots or hello[1] in self.controls:
-            channel.close()
-            return
-        index = hello[1]
-        self.controls[index] = channel
-        self.messages.put((index, ("connected",)))
-        try:
-            while True:
-                self.messages.put((index, channel.recv()))
-        except ChannelError as e:
-            self.messages.put((index, ("lost", str(e))))
-
-    def _await_slots(self) -> None:
-        deadline = time.monotonic() + _CONNECT_TIMEOUT_S
-        connected: set[int] = set()
-        while len(connected) < self.slots:
-            self._check_cancel()
-            if self.executor.done.is_set():
-                raise self._spark_failure()
-            try:
-                index, msg = self.messages.get(timeout=0.1)
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    msg = f"only {len(connected)} of {self.slots} slots of the continuous run connected within {_CONNECT_TIMEOUT_S:.0f} s; Spark could not schedule them all at once"
-                    raise JobExecutionError(msg) from None
-                continue
-            if msg[0] == "connected":
-                connected.add(index)
-            else:
-                self._handle(index, msg)
+    def _check(self) -> None:
+        """The run cannot go on: cancelled, or its Spark job ended."""
+        self._check_cancel()
+        if self.executor.done.is_set() and not self.finished:
+            raise self._spark_failure()
 
     def _check_cancel(self) -> None:
         if self.cancel.is_set():
@@ -233,17 +177,10 @@ class ContinuousLoop:
 
     def _loop(self) -> None:
         cp = self.checkpoints
-        self.outstanding = dict.fromkeys(self.source_parts, 0)
-        self.opened: set = set()  # splits read open (their subtasks keep them)
-        self.source_node_of = {n.stage_id: n.id for n in self.graph.sources()}
-        self.assignments = 0
+        self.sources = SourceAssignment(self.graph, self.config, self.splits, self.control.send)
         self.inflight: dict[int, _InFlight] = {}
         self.segment = self.epoch
         self.final_sent = False
-        self.finished = False
-        self.read_started = time.monotonic()
-        self.next_discovery = 0.0
-        self.discovery_s = int(self.config.get("execution.epoch.interval")) / 1000.0
         self.last_commit = time.monotonic()
         last_segment = self.last_injected = time.monotonic()
         interval_ms = self.settings.interval_ms if cp is not None else _SEGMENT_MS_WITHOUT_CHECKPOINTS
@@ -251,11 +188,10 @@ class ContinuousLoop:
             try:
                 self._check_cancel()
             except _Cancelled:
-                self._broadcast(("cancel",))
+                self.control.broadcast(("cancel",))
                 raise
-            self._drain(self.poll_s)
-            if self.executor.done.is_set() and not self.finished:
-                raise self._spark_failure()
+            self.control.drain(self.poll_s, self._handle)
+            self._check()
             if cp is not None:
                 self._poll_checkpoint(cp)
             if self.final_sent:
@@ -263,8 +199,8 @@ class ContinuousLoop:
             if not self.inflight and self.savepoints.pending():
                 self._savepoint_barrier()
                 continue
-            self._assign_reads()
-            if not self.inflight and self._all_read():
+            self.sources.assign()
+            if not self.inflight and self.sources.all_read():
                 self._inject(final=True)
                 continue
             now = time.monotonic()
@@ -276,25 +212,12 @@ class ContinuousLoop:
                 last_segment = now
                 self._inject(final=False)
 
-    def _drain(self, wait: float) -> None:
-        try:
-            index, msg = self.messages.get(timeout=wait)
-        except queue.Empty:
-            return
-        self._handle(index, msg)
-        while True:
-            try:
-                index, msg = self.messages.get_nowait()
-            except queue.Empty:
-                return
-            self._handle(index, msg)
-
     def _handle(self, index: int, msg: tuple) -> None:
         kind = msg[0]
         if kind == "read-done":
-            self.outstanding[(msg[1], msg[2])] -= 1
+            self.sources.read_done(msg[1], msg[2])
         elif kind == "split-finished":  # an open split reached its end
-            self.splits.advance({(self.source_node_of[msg[1]], msg[3]): (msg[4], True)})
+            self.sources.split_finished(msg[1], msg[3], msg[4])
         elif kind == "ack":
             self._ack(msg[1])
         elif kind == "live":
@@ -310,63 +233,6 @@ class ContinuousLoop:
                 return
             msg_ = f"slot {index} of the continuous run lost its control channel: {msg[1]}"
             raise JobExecutionError(msg_)
-
-    def _send(self, index: int, cmd: tuple) -> None:
-        channel = self.controls.get(index)
-        if channel is None:
-            msg = f"slot {index} of the continuous run is not connected"
-            raise JobExecutionError(msg)
-        channel.send(cmd)
-
-    def _broadcast(self, cmd: tuple) -> None:
-        for index in range(self.slots):
-            try:
-                self._send(index, cmd)
-            except (ChannelError, JobExecutionError):
-                if cmd[0] not in ("cancel",):
-                    raise
-
-    # -- sources -------------------------------------------------------------------------------
-
-    def _assign_reads(self) -> None:
-        budget = int(self.config.get("execution.epoch.max-records"))
-        elapsed = time.monotonic() - self.read_started
-        now = time.monotonic()
-        if now >= self.next_discovery:  # a directory listing or metadata call: not every few ms
-            self.next_discovery = now + self.discovery_s
-            self.splits.discover()
-        for node in self.graph.sources():
-            if node.t.source.supports_open_reads():
-                self._open_splits(node, elapsed)
-                continue
-            for p in range(node.parallelism):
-                key = (node.stage_id, p)
-                if self.outstanding.get(key, 0) >= _AHEAD:
-                    continue
-                plan = self.splits.plan_partition(node, p, budget, elapsed)
-                reads = [r for r in (plan.reads.get(node.stage_id) or [[]] * node.parallelism)[p] if r[2] is not None or r[3]]
-                if not reads:
-                    continue
-                self.splits.advance(plan.positions)  # the cut of the next barrier is after these reads
-                self.assignments += 1
-                self.outstanding[key] = self.outstanding.get(key, 0) + 1
-                self._send(p, ("read", key[0], p, reads, self.assignments))
-
-    def _open_splits(self, node: Any, elapsed: float) -> None:
-        """Splits of a source that reads as records come (Kafka): each opened once in its
-        subtask, at its position (a plan without records settles where an out-of-range
-        position starts); the subtask reports where it got at every barrier."""
-        for st in self.splits.states():
-            if st.node.id != node.id or st.finished or st.key in self.opened:
-                continue
-            source = node.t.source
-            start = source.plan(st.split, st.position, 0, elapsed).end
-            self.opened.add(st.key)
-            p = st.index % node.parallelism
-            self._send(p, ("open", node.stage_id, p, [(st.index, st.split, start)]))
-
-    def _all_read(self) -> bool:
-        return self.splits.all_finished() and all(v == 0 for v in self.outstanding.values())
 
     # -- barriers and checkpoints ----------------------------------------------------------------
 
@@ -386,12 +252,11 @@ class ContinuousLoop:
                             if files:
                                 shared[(node.uid, p)] = files
         barrier = Barrier(self.segment, target, shared, final)
-        self.inflight[self.segment] = _InFlight(barrier, self._planned(), trigger_ms=now_ms())
-        self._broadcast(("barrier", barrier))
+        self.inflight[self.segment] = _InFlight(barrier, self.sources.planned(), trigger_ms=now_ms())
+        self.control.broadcast(("barrier", barrier))
         if final:
             self.final_sent = True
-            for stage_id, p in self.source_parts:
-                self._send(p, ("end", stage_id, p))
+            self.sources.end()
 
     def _checkpoint_due(self, cp: Any, now: float) -> bool:
         """Flink's rules: the interval since the last trigger, fewer than
@@ -410,12 +275,7 @@ class ContinuousLoop:
         requests = self.savepoints.take_requests()
         stop = any(r.stop for r in requests)
         if any(r.stop and r.drain for r in requests):
-            for stage_id, rows in self.splits.final_watermarks().items():
-                for p, reads in enumerate(rows):
-                    if reads:
-                        self.assignments += 1
-                        self.outstanding[(stage_id, p)] = self.outstanding.get((stage_id, p), 0) + 1
-                        self._send(p, ("read", stage_id, p, reads, self.assignments))
+            self.sources.final_watermarks()
         for i, r in enumerate(requests):
             try:
                 access = self.savepoints.create(r.target)
@@ -425,38 +285,17 @@ class ContinuousLoop:
             last = stop and i == len(requests) - 1
             self.segment += 1
             barrier = Barrier(self.segment, None, {}, last, savepoint=access.uri())
-            flight = _InFlight(barrier, self._planned())
+            flight = _InFlight(barrier, self.sources.planned())
             flight.savepoint = (r, access, time.perf_counter(), now_ms())
             self.inflight[self.segment] = flight
-            self._broadcast(("barrier", barrier))
+            self.control.broadcast(("barrier", barrier))
             if last:
                 self.final_sent = True
                 self.stopped = True
-                for stage_id, p in self.source_parts:
-                    self._send(p, ("end", stage_id, p))
+                self.sources.end()
             while self.segment in self.inflight:  # one savepoint at a time: each waits for its acks
-                self._check_cancel()
-                self._drain(self.poll_s)
-                if self.executor.done.is_set() and not self.finished:
-                    raise self._spark_failure()
-
-    def _planned(self) -> dict:
-        return {st.key: (st.position, st.finished) for st in self.splits.states()}
-
-    def _cut_positions(self, flight: _InFlight, acks: list[TaskAck]) -> list:
-        """The split positions of barrier ``n``'s cut: planned reads assigned before it; for
-        splits read open, where their subtasks were at the barrier (the planner learns them)."""
-        reached: dict = {}
-        for a in acks:
-            for index, (position, finished) in a.positions.items():
-                reached[(self.source_node_of[a.stage_id], index)] = (position, finished)
-        cut = {**flight.planned, **reached}
-        # the planner never goes back: an open split may have reported its end after this barrier
-        self.splits.advance({k: v for k, v in reached.items() if not self.splits.finished(k)})
-        return [
-            split_position(st.node, st.index, st.split, *cut.get(st.key, (st.position, st.finished)))
-            for st in self.splits.states()
-        ]
+                self._check()
+                self.control.drain(self.poll_s, self._handle)
 
     def _ack(self, ack: TaskAck) -> None:
         flight = self.inflight.get(ack.epoch)
@@ -475,7 +314,7 @@ class ContinuousLoop:
         cp, st = self.checkpoints, self.state
         n = flight.barrier.n
         acks = list(flight.acks.values())
-        positions = self._cut_positions(flight, acks)
+        positions = self.sources.cut(flight.planned, acks)
         accepted = st.accept(acks, f"segment {n}")
         st.commit_chains({k: a for k, a in accepted.items() if a.state is not None})
         before = st.records_read
@@ -514,15 +353,15 @@ class ContinuousLoop:
         notify_checkpoint_complete(self.graph, meta)
         done, aborted = cp.take_notifications()
         if done or aborted:
-            self._broadcast(("notify", done, aborted))
+            self.control.broadcast(("notify", done, aborted))
 
     def _finish(self) -> None:
         cp = self.checkpoints
         if cp is not None:
             done, aborted = cp.take_notifications()
             if done or aborted:
-                self._broadcast(("notify", done, aborted))
-        self._broadcast(("finish",))
+                self.control.broadcast(("notify", done, aborted))
+        self.control.broadcast(("finish",))
         self.finished = True
         self.executor.wait(60)
         if self.executor.error is not None:

@@ -1,0 +1,132 @@
+"""The driver's end of a continuous run's control channels (DESIGN 4b).
+
+Every slot of the run connects to one listener the driver opens for the run (on
+``spark.driver.host``, 127.0.0.1 for ``local*`` masters), authenticated with the run's secret
+(flowpoint/tasks/channels.py). The slots' messages (read assignments done, barrier
+acknowledgements, live sink output, metrics, failures) arrive in one queue the continuous loop
+drains; commands go back on the same channels.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flowpoint.errors import ConfigurationError, JobExecutionError
+from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, new_secret
+
+CONNECT_TIMEOUT_S = 180.0
+
+Handle = Callable[[int, tuple], None]
+
+
+class SlotControl:
+    def __init__(self, slots: int, host: str) -> None:
+        self.slots = slots
+        self.messages: queue.Queue = queue.Queue()
+        self.controls: dict[int, Channel] = {}
+        self.secret = new_secret()
+        self.server = ChannelServer(host, self.secret, self._control, name="flowpoint-driver-control")
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.server.address
+
+    def _control(self, hello: tuple, channel: Channel) -> None:
+        """A slot's control channel: its messages go to the loop's queue."""
+        index = hello[1] if len(hello) == 2 else None
+        if hello[0] != "control" or not isinstance(index, int) or not 0 <= index < self.slots or index in self.controls:
+            channel.close()
+            return
+        self.controls[index] = channel
+        self.messages.put((index, ("connected",)))
+        try:
+            while True:
+                self.messages.put((index, channel.recv()))
+        except ChannelError as e:
+            self.messages.put((index, ("lost", str(e))))
+
+    def await_slots(self, check: Callable[[], None], handle: Handle) -> None:
+        """Until every slot connected; ``check`` raises when the run cannot go on (cancelled,
+        the Spark job ended), ``handle`` gets any other message."""
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        connected: set[int] = set()
+        while len(connected) < self.slots:
+            check()
+            try:
+                index, msg = self.messages.get(timeout=0.1)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    msg = (
+                        f"only {len(connected)} of {self.slots} slots of the continuous run connected within "
+                        f"{CONNECT_TIMEOUT_S:.0f} s; Spark could not schedule them all at once"
+                    )
+                    raise JobExecutionError(msg) from None
+                continue
+            if msg[0] == "connected":
+                connected.add(index)
+            else:
+                handle(index, msg)
+
+    def drain(self, wait: float, handle: Handle) -> None:
+        """Every message waiting (the first up to ``wait`` seconds away) to ``handle``."""
+        try:
+            index, msg = self.messages.get(timeout=wait)
+        except queue.Empty:
+            return
+        handle(index, msg)
+        while True:
+            try:
+                index, msg = self.messages.get_nowait()
+            except queue.Empty:
+                return
+            handle(index, msg)
+
+    def send(self, index: int, cmd: tuple) -> None:
+        channel = self.controls.get(index)
+        if channel is None:
+            msg = f"slot {index} of the continuous run is not connected"
+            raise JobExecutionError(msg)
+        channel.send(cmd)
+
+    def broadcast(self, cmd: tuple) -> None:
+        for index in range(self.slots):
+            try:
+                self.send(index, cmd)
+            except (ChannelError, JobExecutionError):
+                if cmd[0] != "cancel":
+                    raise
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def check_slots(spark: Any, slots: int, job_name: str) -> None:
+    """A barrier stage runs all its tasks at once: refuse, naming both numbers, a job that needs
+    more slots than Spark offers, and the settings Spark refuses barrier stages with."""
+    from flowpoint.spark.continuous_executor import slots_available
+
+    have = slots_available(spark)
+    if have < slots:
+        msg = (
+            f"the continuous runtime runs every parallel instance at once: job {job_name!r} needs "
+            f"{slots} task slots (its largest parallelism) but Spark offers {have} "
+            f"(master {spark.sparkContext.master}); lower the parallelism, add cores or executors, "
+            "or run it with execution.runtime: epoch. Dynamic allocation and speculation do not work with "
+            "Spark's barrier stages either."
+        )
+        raise ConfigurationError(msg)
+    conf = spark.sparkContext.getConf()
+    for key in ("spark.dynamicAllocation.enabled", "spark.speculation"):
+        if str(conf.get(key, "false")).lower() == "true":
+            msg = f"the continuous runtime runs in a Spark barrier stage, which Spark refuses with {key}=true; turn it off or use execution.runtime: epoch"
+            raise ConfigurationError(msg)
+
+
+def driver_host(spark: Any) -> str:
+    sc = spark.sparkContext
+    if (sc.master or "").startswith("local"):
+        return "127.0.0.1"
+    return sc.getConf().get("spark.driver.host", "127.0.0.1")
