@@ -33,8 +33,8 @@ from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.epoch_loop import notify_checkpoint_complete
 from flowpoint.runtime.slot_control import SlotControl, check_slots, driver_host
 from flowpoint.runtime.source_assignment import SourceAssignment
+from flowpoint.tasks.barrier_snapshot import Barrier
 from flowpoint.tasks.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
-from flowpoint.tasks.subtask import Barrier
 
 if TYPE_CHECKING:
     import threading

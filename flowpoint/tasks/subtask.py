@@ -30,51 +30,27 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import cloudpickle
 
-from flowpoint.api.time import MAX_WATERMARK
-from flowpoint.api.watermarks import Watermark
-from flowpoint.connectors.source import SourceMetric, TimestampedBatch
 from flowpoint.errors import FlowpointError
 from flowpoint.state.backend import partition_backend
-from flowpoint.state.compatibility import declared_states
-from flowpoint.tasks.batches import num_records
+from flowpoint.tasks.barrier_snapshot import Barrier, BarrierSnapshot, now_ms
 from flowpoint.tasks.input_gate import CONTROL, InputGate
 from flowpoint.tasks.plan import StagePlan
-from flowpoint.tasks.protocol import ContinuousSpec, EpochSpec, TaskAck, TaskSlice
+from flowpoint.tasks.protocol import ContinuousSpec, EpochSpec, TaskSlice
+from flowpoint.tasks.source_reading import SourceReading
 from flowpoint.tasks.stage_task import ChainRuntime, feed, keyed_uids
-from flowpoint.tasks.state_values import unpicklable_operator_state_error
 
-_OPEN_POLL_S = 0.002  # how long a source task with open splits waits for records before it looks at its commands
 Send = Callable[[int, int, list], None]  # (edge id, destination partition, items)
-
-
-class Barrier:
-    """Checkpoint barrier ``n``: ends segment ``n``. ``target`` is None for a barrier that only
-    ends a segment (sinks commit; no state is written); ``final`` is the last one; a barrier
-    with a ``savepoint`` directory (its URI) has every keyed subtask write its canonical part there."""
-
-    __slots__ = ("final", "n", "savepoint", "shared", "target")
-
-    def __init__(self, n: int, target: Any, shared: dict, final: bool, savepoint: str | None = None) -> None:
-        self.n = n
-        self.target = target
-        self.shared = shared  # (uid, partition) -> the shared files of the last completed checkpoint
-        self.final = final
-        self.savepoint = savepoint
-
-    def __reduce__(self) -> Any:
-        return Barrier, (self.n, self.target, self.shared, self.final, self.savepoint)
 
 
 class SubtaskFailed(FlowpointError):
     """A subtask of a continuous job failed."""
 
 
-class Subtask:
+class Subtask(SourceReading, BarrierSnapshot):
     def __init__(self, plan: StagePlan, s: TaskSlice, spec: ContinuousSpec, send: Send, report: Callable[[tuple], None], gate: InputGate | None) -> None:
         self.plan = plan
         self.partition = s.partition
@@ -139,7 +115,7 @@ class Subtask:
         self.ts, _ = self.backend.acquire(self.plan.stage_id, s.partition, s.chain, self.uids)
         plan = cloudpickle.loads(cloudpickle.dumps(self.plan))  # functions private to this subtask
         epoch_spec = EpochSpec(
-            spec.run_key, self.segment, spec.location, processing_time=_now_ms(), watermarks=dict(spec.watermarks),
+            spec.run_key, self.segment, spec.location, processing_time=now_ms(), watermarks=dict(spec.watermarks),
             splits=dict(spec.splits), generators=dict(spec.generators), restored=spec.restored,
         )
         self.rt = ChainRuntime(plan, s.partition, self.ts, epoch_spec, s.operator_state)
@@ -160,90 +136,6 @@ class Subtask:
         if self.watermark_interval > 0:
             waits.append(self.next_periodic - now)
         return max(0.0, min(waits))
-
-    def _source_loop(self) -> None:
-        head = self.rt.ops[self.plan.head]
-        reader = self.plan.source_reader
-        while True:
-            try:
-                cmd = self.commands.get_nowait() if self.open_reads else self.commands.get(timeout=self._wait())
-            except queue.Empty:
-                cmd = None
-            if cmd is None and self.open_reads:
-                self._poll_open(head, min(self._wait(), _OPEN_POLL_S))
-            self._tick()
-            if cmd is None:
-                continue
-            kind = cmd[0]
-            if kind == "open":
-                for split_index, split, position in cmd[1]:
-                    self.open_reads[split_index] = (reader.open(split, position), split)
-                    self.positions[split_index] = (position, False)
-            elif kind == "read":
-                for split_index, split, read_spec, finished in cmd[1]:
-                    self._read(head, reader, split_index, split, read_spec, finished)
-                self._after_input()
-                self.report(("read-done", self.plan.stage_id, self.partition, cmd[2]))
-            elif kind == "barrier":
-                self._barrier(cmd[1])
-            elif self._command(cmd):
-                return
-
-    def _read(self, head: Any, reader: Any, split_index: int, split: Any, read_spec: Any, finished: bool) -> None:
-        if read_spec is not None:
-            self._emit(head, split_index, reader.read(split, read_spec))
-        self._split_end(head, split_index, finished)
-
-    def _emit(self, head: Any, split_index: int, items: Any) -> None:
-        seq = self.split_seq.get(split_index, 0)
-        for data in items:
-            seq += 1
-            origin = (self.plan.head, split_index, seq)
-            if isinstance(data, TimestampedBatch):
-                self.records_in += len(data.records)
-                head.process(origin, data.records, data.timestamps)
-            elif isinstance(data, Watermark):
-                head.process_watermark(origin, data.timestamp)
-            elif isinstance(data, SourceMetric):
-                head.count(data.name, data.n)
-            else:
-                self.records_in += num_records(data)
-                head.process(origin, data)
-            self._after_input()
-        self.split_seq[split_index] = seq
-
-    def _poll_open(self, head: Any, timeout: float) -> None:
-        """The open splits' new records (each polled for a share of ``timeout``)."""
-        share = timeout / max(1, len(self.open_reads))
-        for split_index, (read, _split) in list(self.open_reads.items()):
-            items, position, finished = read.poll(self.spec.max_frame_items * 64, share)
-            self.positions[split_index] = (position, finished)
-            if items:
-                self._emit(head, split_index, items)
-                self._split_end(head, split_index, finished)
-            elif finished:
-                self._split_end(head, split_index, True)
-            if finished:
-                read.close()
-                del self.open_reads[split_index]
-                self._after_input()
-                self.report(("split-finished", self.plan.stage_id, self.partition, split_index, position))
-
-    def _close_open_reads(self) -> None:
-        reads, self.open_reads = self.open_reads, {}
-        for read, _split in reads.values():
-            try:
-                read.close()
-            except Exception:  # noqa: BLE001 - best effort
-                pass
-
-    def _split_end(self, head: Any, split_index: int, finished: bool) -> None:
-        seq = self.split_seq.get(split_index, 0)
-        end = (self.plan.head, split_index, seq)
-        for op in self.rt.timestamp_ops:
-            op.end_split(end)
-        if finished:  # a bounded split's end: its watermark goes to +infinity
-            head.process_watermark(end, MAX_WATERMARK)
 
     def _input_loop(self) -> None:
         gate = self.gate
@@ -322,7 +214,7 @@ class Subtask:
 
     def _tick(self) -> None:
         now = time.monotonic()
-        ms = _now_ms()
+        ms = now_ms()
         for op in self.rt.ops.values():
             op.advance_processing_time(ms)
         if self.watermark_interval > 0 and now >= self.next_periodic:
@@ -382,87 +274,12 @@ class Subtask:
 
     # -- barriers ------------------------------------------------------------------------------
 
-    def _barrier(self, barrier: Barrier) -> None:
-        """Snapshot at barrier ``n``, forward it, acknowledge once the parts are written."""
-        rt, plan = self.rt, self.plan
-        self.segment = barrier.n
-        ack = TaskAck(plan.stage_id, self.partition, barrier.n, self.token, 0)
-        ack.records_in, self.records_in = self.records_in, 0
-        ack.positions = dict(self.positions)
-        rt.end_epoch(ack)  # TTL cleanup, generator states, watermarks, metrics; flushes the marks
-        ack.declared = {uid: declared_states(b) for uid, b in self.ts.backends.items()}
-        if rt.operator_states:
-            operator_state = rt.snapshot_operator_state(barrier.n, _now_ms())
-            bad = unpicklable_operator_state_error(plan, operator_state)
-            if bad is not None:
-                raise bad
-            ack.operator_state = operator_state
-        for nid, op in rt.ops.items():
-            if nid in self.live_sinks:
-                self._send_live()
-                continue
-            payload = op.finish(barrier.n)
-            if payload is not None:
-                ack.sink_payloads[nid] = payload
-        write = None
-        if self.uids:
-            self.backend.commit_in_place(self.ts, barrier.n)
-            if barrier.final:  # the job's final state, where get_keyed_state and savepoints read it
-                ack.state = self.backend.end_epoch(self.ts, replace(self.slice, compact=True), barrier.n, self.token)
-            if barrier.savepoint is not None:
-                ack.savepoint_parts = self._savepoint_parts(barrier.savepoint)
-            if barrier.target is not None:
-                shared: dict[str, str] = {}
-                for uid in self.uids:
-                    shared.update(barrier.shared.get((uid, self.partition), {}))
-                write = self.backend.snapshot(self.ts, self.uids, self.partition, barrier.target, shared)
-        self._flush()
-        self._broadcast(("barrier", barrier))
-        if write is None:
-            self.report(("ack", ack))
-            return
-
-        def upload() -> None:
-            try:
-                ack.snapshot = write()
-            except Exception as e:  # noqa: BLE001 - the subtask declines the checkpoint; the job goes on
-                ack.snapshot_error = f"{type(e).__name__}: {e}"
-            self.report(("ack", ack))
-
-        threading.Thread(target=upload, name=f"flowpoint-checkpoint-{barrier.n}", daemon=True).start()
-
-    def _savepoint_parts(self, uri: str) -> list:
-        """This partition's canonical savepoint parts of its committed state (the parts a Spark
-        state job writes on the epoch runtime, flowpoint/spark/state_jobs.py)."""
-        from flowpoint.checkpoint.savepoint import write_part
-        from flowpoint.checkpoint.storage import CheckpointStorageAccess
-        from flowpoint.state.backend import state_schemas
-        from flowpoint.state.keygroups import key_group_range_for_operator
-
-        head = self.plan.ops[self.plan.head]
-        kgr = key_group_range_for_operator(head.max_parallelism, self.plan.parallelism, self.partition)
-        tables, kinds = self.backend.committed_tables(self.ts, self.uids)
-        access = CheckpointStorageAccess(uri, self.spec.location.options)
-        out = []
-        for uid in self.uids:
-            schemas = state_schemas(self.ts.backends[uid]) if uid in self.ts.backends else None
-            sub, states = write_part(
-                access, uid, self.partition, kgr.start, kgr.end, tables.get(uid, {}), kinds.get(uid, {}), head.max_parallelism,
-                declared=uid in kinds, schemas=schemas,
-            )
-            out.append((uid, sub, states))
-        return out
-
     # -- metrics -------------------------------------------------------------------------------
 
     def watermark(self) -> int | None:
         if self.inputs is not None:
             return self.inputs.watermark
         return None
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _portable(e: BaseException) -> BaseException:

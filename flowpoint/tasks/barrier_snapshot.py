@@ -1,0 +1,116 @@
+"""What a continuous subtask does at checkpoint barrier ``n`` (DESIGN 4b): commit its keyed state in
+place, take the checkpoint's synchronous part, collect what the driver commits (watermarks,
+generator and operator state, sinks' payloads, open splits' positions), forward the barrier,
+and acknowledge once the asynchronous part (the files) is written. A mixin of
+:class:`~flowpoint.tasks.subtask.Subtask`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+from flowpoint.state.compatibility import declared_states
+from flowpoint.tasks.protocol import TaskAck
+from flowpoint.tasks.state_values import unpicklable_operator_state_error
+
+
+class Barrier:
+    """Checkpoint barrier ``n``: ends segment ``n``. ``target`` is None for a barrier that only
+    ends a segment (sinks commit; no state is written); ``final`` is the last one; a barrier
+    with a ``savepoint`` directory (its URI) has every keyed subtask write its canonical part there."""
+
+    __slots__ = ("final", "n", "savepoint", "shared", "target")
+
+    def __init__(self, n: int, target: Any, shared: dict, final: bool, savepoint: str | None = None) -> None:
+        self.n = n
+        self.target = target
+        self.shared = shared  # (uid, partition) -> the shared files of the last completed checkpoint
+        self.final = final
+        self.savepoint = savepoint
+
+    def __reduce__(self) -> Any:
+        return Barrier, (self.n, self.target, self.shared, self.final, self.savepoint)
+
+
+class BarrierSnapshot:
+    rt: Any
+    plan: Any
+
+    def _barrier(self, barrier: Barrier) -> None:
+        """Snapshot at barrier ``n``, forward it, acknowledge once the parts are written."""
+        rt, plan = self.rt, self.plan
+        self.segment = barrier.n
+        ack = TaskAck(plan.stage_id, self.partition, barrier.n, self.token, 0)
+        ack.records_in, self.records_in = self.records_in, 0
+        ack.positions = dict(self.positions)
+        rt.end_epoch(ack)  # TTL cleanup, generator states, watermarks, metrics; flushes the marks
+        ack.declared = {uid: declared_states(b) for uid, b in self.ts.backends.items()}
+        if rt.operator_states:
+            operator_state = rt.snapshot_operator_state(barrier.n, now_ms())
+            bad = unpicklable_operator_state_error(plan, operator_state)
+            if bad is not None:
+                raise bad
+            ack.operator_state = operator_state
+        for nid, op in rt.ops.items():
+            if nid in self.live_sinks:
+                self._send_live()
+                continue
+            payload = op.finish(barrier.n)
+            if payload is not None:
+                ack.sink_payloads[nid] = payload
+        write = None
+        if self.uids:
+            self.backend.commit_in_place(self.ts, barrier.n)
+            if barrier.final:  # the job's final state, where get_keyed_state and savepoints read it
+                ack.state = self.backend.end_epoch(self.ts, replace(self.slice, compact=True), barrier.n, self.token)
+            if barrier.savepoint is not None:
+                ack.savepoint_parts = self._savepoint_parts(barrier.savepoint)
+            if barrier.target is not None:
+                shared: dict[str, str] = {}
+                for uid in self.uids:
+                    shared.update(barrier.shared.get((uid, self.partition), {}))
+                write = self.backend.snapshot(self.ts, self.uids, self.partition, barrier.target, shared)
+        self._flush()
+        self._broadcast(("barrier", barrier))
+        if write is None:
+            self.report(("ack", ack))
+            return
+
+        def upload() -> None:
+            try:
+                ack.snapshot = write()
+            except Exception as e:  # noqa: BLE001 - the subtask declines the checkpoint; the job goes on
+                ack.snapshot_error = f"{type(e).__name__}: {e}"
+            self.report(("ack", ack))
+
+        threading.Thread(target=upload, name=f"flowpoint-checkpoint-{barrier.n}", daemon=True).start()
+
+    def _savepoint_parts(self, uri: str) -> list:
+        """This partition's canonical savepoint parts of its committed state (the parts a Spark
+        state job writes on the epoch runtime, flowpoint/spark/state_jobs.py)."""
+        from flowpoint.checkpoint.savepoint import write_part
+        from flowpoint.checkpoint.storage import CheckpointStorageAccess
+        from flowpoint.state.backend import state_schemas
+        from flowpoint.state.keygroups import key_group_range_for_operator
+
+        head = self.plan.ops[self.plan.head]
+        kgr = key_group_range_for_operator(head.max_parallelism, self.plan.parallelism, self.partition)
+        tables, kinds = self.backend.committed_tables(self.ts, self.uids)
+        access = CheckpointStorageAccess(uri, self.spec.location.options)
+        out = []
+        for uid in self.uids:
+            schemas = state_schemas(self.ts.backends[uid]) if uid in self.ts.backends else None
+            sub, states = write_part(
+                access, uid, self.partition, kgr.start, kgr.end, tables.get(uid, {}), kinds.get(uid, {}), head.max_parallelism,
+                declared=uid in kinds, schemas=schemas,
+            )
+            out.append((uid, sub, states))
+        return out
+
+
+def now_ms() -> int:
+    """The wall clock in epoch milliseconds: a continuous subtask's processing time."""
+    return time.time_ns() // 1_000_000

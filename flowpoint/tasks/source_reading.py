@@ -1,0 +1,107 @@
+"""How a continuous source subtask reads (DESIGN 4b): the assignments the driver sends (planned
+read specs, in order, with the barriers between them) and the splits it keeps open (Kafka),
+polled between two looks at its commands. A mixin of :class:`~flowpoint.tasks.subtask.Subtask`:
+it uses the subtask's chain (``rt``), its ``commands`` queue, ``report`` and its output and
+barrier methods.
+"""
+
+from __future__ import annotations
+
+import queue
+from typing import Any
+
+from flowpoint.api.time import MAX_WATERMARK
+from flowpoint.api.watermarks import Watermark
+from flowpoint.connectors.source import SourceMetric, TimestampedBatch
+from flowpoint.tasks.batches import num_records
+
+OPEN_POLL_S = 0.002  # how long a source task with open splits waits for records before it looks at its commands
+
+
+class SourceReading:
+    rt: Any
+    plan: Any
+
+    def _source_loop(self) -> None:
+        head = self.rt.ops[self.plan.head]
+        reader = self.plan.source_reader
+        while True:
+            try:
+                cmd = self.commands.get_nowait() if self.open_reads else self.commands.get(timeout=self._wait())
+            except queue.Empty:
+                cmd = None
+            if cmd is None and self.open_reads:
+                self._poll_open(head, min(self._wait(), OPEN_POLL_S))
+            self._tick()
+            if cmd is None:
+                continue
+            kind = cmd[0]
+            if kind == "open":
+                for split_index, split, position in cmd[1]:
+                    self.open_reads[split_index] = (reader.open(split, position), split)
+                    self.positions[split_index] = (position, False)
+            elif kind == "read":
+                for split_index, split, read_spec, finished in cmd[1]:
+                    self._read(head, reader, split_index, split, read_spec, finished)
+                self._after_input()
+                self.report(("read-done", self.plan.stage_id, self.partition, cmd[2]))
+            elif kind == "barrier":
+                self._barrier(cmd[1])
+            elif self._command(cmd):
+                return
+
+    def _read(self, head: Any, reader: Any, split_index: int, split: Any, read_spec: Any, finished: bool) -> None:
+        if read_spec is not None:
+            self._emit(head, split_index, reader.read(split, read_spec))
+        self._split_end(head, split_index, finished)
+
+    def _emit(self, head: Any, split_index: int, items: Any) -> None:
+        seq = self.split_seq.get(split_index, 0)
+        for data in items:
+            seq += 1
+            origin = (self.plan.head, split_index, seq)
+            if isinstance(data, TimestampedBatch):
+                self.records_in += len(data.records)
+                head.process(origin, data.records, data.timestamps)
+            elif isinstance(data, Watermark):
+                head.process_watermark(origin, data.timestamp)
+            elif isinstance(data, SourceMetric):
+                head.count(data.name, data.n)
+            else:
+                self.records_in += num_records(data)
+                head.process(origin, data)
+            self._after_input()
+        self.split_seq[split_index] = seq
+
+    def _poll_open(self, head: Any, timeout: float) -> None:
+        """The open splits' new records (each polled for a share of ``timeout``)."""
+        share = timeout / max(1, len(self.open_reads))
+        for split_index, (read, _split) in list(self.open_reads.items()):
+            items, position, finished = read.poll(self.spec.max_frame_items * 64, share)
+            self.positions[split_index] = (position, finished)
+            if items:
+                self._emit(head, split_index, items)
+                self._split_end(head, split_index, finished)
+            elif finished:
+                self._split_end(head, split_index, True)
+            if finished:
+                read.close()
+                del self.open_reads[split_index]
+                self._after_input()
+                self.report(("split-finished", self.plan.stage_id, self.partition, split_index, position))
+
+    def _close_open_reads(self) -> None:
+        reads, self.open_reads = self.open_reads, {}
+        for read, _split in reads.values():
+            try:
+                read.close()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
+    def _split_end(self, head: Any, split_index: int, finished: bool) -> None:
+        seq = self.split_seq.get(split_index, 0)
+        end = (self.plan.head, split_index, seq)
+        for op in self.rt.timestamp_ops:
+            op.end_split(end)
+        if finished:  # a bounded split's end: its watermark goes to +infinity
+            head.process_watermark(end, MAX_WATERMARK)
