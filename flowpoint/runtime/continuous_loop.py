@@ -51,6 +51,7 @@ log = logging.getLogger("flowpoint")
 
 _AHEAD = 2  # unfinished read assignments per source subtask
 _CONNECT_TIMEOUT_S = 180.0
+_SLOTS_WAIT_S = 60.0  # on a cluster, how long a run waits for enough executors before it is refused
 _SEGMENT_MS_WITHOUT_CHECKPOINTS = 1000  # sinks commit this often when checkpointing is off
 
 
@@ -150,6 +151,14 @@ class ContinuousLoop:
         from flowpoint.spark.continuous_executor import slots_available
 
         have = slots_available(self.spark)
+        master = self.spark.sparkContext.master or ""
+        if have < self.slots and master != "local" and not master.startswith("local["):
+            # a cluster: executors lost with the failed run may be registering again
+            deadline = time.monotonic() + _SLOTS_WAIT_S
+            while have < self.slots and time.monotonic() < deadline:
+                self._check_cancel()
+                time.sleep(0.5)
+                have = slots_available(self.spark)
         if have < self.slots:
             msg = (
                 f"the continuous runtime runs every parallel instance at once: job {self.job_name!r} needs "
