@@ -1,6 +1,7 @@
 """Failures on the continuous runtime (issue 18, DESIGN 4b): a slot's Python worker killed with
 SIGKILL, an executor JVM killed on ``local-cluster``, the driver killed and the job resumed
-with ``flowpoint run --resume``, a worker of the standalone cluster lost mid-run. Each run ends
+with ``flowpoint run --resume``, a worker of the standalone cluster lost mid-run (and, lost for
+good, a restart refused naming the slots it needs and has). Each run ends
 with the failure-free result: the exact keyed state, and every output exactly once (the
 collecting sink goes back to the checkpoint on a restore; the file sink commits with
 checkpoints), or the seed's windowed counts equal to pandas'.
@@ -206,13 +207,14 @@ def test_a_worker_lost_mid_run_on_two_workers_costs_no_record(standalone_cluster
 
 
 @pytest.mark.slow
-def test_seed_windows_on_two_workers_with_a_worker_lost_equal_pandas(standalone_cluster, tmp_path):
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_seed_windows_on_two_workers_with_a_worker_lost_equal_pandas(standalone_cluster, tmp_path, backend):
     """Seed 000's windowed job (one source task; timestamps, windows and sinks on both workers)
     with worker 1 lost mid-run and back: every window fires once with pandas' count."""
     from continuous_jobs import LATENESS_MS, clicks
 
     events = 60_000
-    proc = _kill_a_worker_mid_run(standalone_cluster, tmp_path, _on_cluster(standalone_cluster, tmp_path, "windows", events, 6_000), restart=True)
+    proc = _kill_a_worker_mid_run(standalone_cluster, tmp_path, _on_cluster(standalone_cluster, tmp_path, "windows", events, 6_000, backend), restart=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Restarting from checkpoint" in proc.stderr, proc.stderr[-3000:]
     rows = [ln.split("\t") for ln in _lines(tmp_path / "out")]
