@@ -123,7 +123,7 @@ class ContinuousLoop:
     # -- one run -------------------------------------------------------------------------------
 
     def attempt(self) -> None:
-        check_slots(self.spark, self.slots, self.job_name)
+        check_slots(self.spark, self.slots, self.job_name, self._check_cancel)
         self.control = SlotControl(self.slots, driver_host(self.spark))
         st = self.state
         try:

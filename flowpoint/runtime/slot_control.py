@@ -18,6 +18,7 @@ from flowpoint.errors import ConfigurationError, JobExecutionError
 from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, new_secret
 
 CONNECT_TIMEOUT_S = 180.0
+SLOTS_WAIT_S = 60.0  # on a cluster, how long a run waits for enough executors before it is refused
 
 Handle = Callable[[int, tuple], None]
 
@@ -103,12 +104,21 @@ class SlotControl:
         self.server.close()
 
 
-def check_slots(spark: Any, slots: int, job_name: str) -> None:
+def check_slots(spark: Any, slots: int, job_name: str, check: Callable[[], None] = lambda: None) -> None:
     """A barrier stage runs all its tasks at once: refuse, naming both numbers, a job that needs
-    more slots than Spark offers, and the settings Spark refuses barrier stages with."""
+    more slots than Spark offers, and the settings Spark refuses barrier stages with. On a
+    cluster, executors lost with a failed run may be registering again: wait for them up to
+    ``SLOTS_WAIT_S`` first (``check`` raises if the job is cancelled meanwhile)."""
     from flowpoint.spark.continuous_executor import slots_available
 
     have = slots_available(spark)
+    master = spark.sparkContext.master or ""
+    if have < slots and master != "local" and not master.startswith("local["):
+        deadline = time.monotonic() + SLOTS_WAIT_S
+        while have < slots and time.monotonic() < deadline:
+            check()
+            time.sleep(0.5)
+            have = slots_available(spark)
     if have < slots:
         msg = (
             f"the continuous runtime runs every parallel instance at once: job {job_name!r} needs "

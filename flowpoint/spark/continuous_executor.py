@@ -88,6 +88,13 @@ class SparkContinuousExecutor:
 
 
 def slots_available(spark: Any) -> int:
-    """How many tasks Spark can run at once (its default parallelism: cores of the master or
-    of the executors)."""
-    return int(spark.sparkContext.defaultParallelism)
+    """How many tasks Spark can run at once now: the number its scheduler checks a barrier
+    stage against (``SparkContext.maxNumConcurrentTasks``: the cores of ``local[N]``, or of the
+    executors registered now). Not ``defaultParallelism``, which is at least 2 on a cluster
+    whatever its cores, so a cluster left with one slot would pass for two."""
+    sc = spark.sparkContext
+    try:
+        jsc = sc._jsc.sc()  # noqa: SLF001 - no Python API for it
+        return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    except Exception:  # noqa: BLE001 - another Spark version: its default parallelism
+        return int(sc.defaultParallelism)
