@@ -252,8 +252,22 @@ def _control(args: argparse.Namespace) -> int:
     raise FlowpointError(msg)
 
 
+def resume_before_script(argv: list[str]) -> list[str]:
+    """``run --resume job.py --its-option x``: argparse would take ``job.py`` for the optional
+    JOB-ID and then refuse the script's own options; a ``--resume`` followed by a Python file
+    (an existing file, or a name ending in .py) resumes without a JOB-ID."""
+    out = list(argv)
+    for i, token in enumerate(out[:-1]):
+        nxt = out[i + 1]
+        if token == "--resume" and (nxt.endswith(".py") or os.path.isfile(nxt)):
+            out[i] = "--resume="
+            break
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(resume_before_script(argv) if argv[:1] == ["run"] else argv)
     try:
         if args.command == "run":
             if args.conf:

@@ -376,3 +376,15 @@ def test_choosing_the_run_from_the_registry_and_the_checkpoints(make_env, tmp_pa
     assert choose_run(str(root), {}, graph, registry, by_id="cc").job_id == "c" * 32
     with pytest.raises(CheckpointError, match="no run with this id"):
         choose_run(str(root), {}, graph, registry, by_id="0123")
+
+
+def test_resume_before_a_script_with_options_of_its_own(tmp_path):
+    """``flowpoint run --resume job.py --its-option x``: the script and its options, no JOB-ID."""
+    from flowpoint.cli import _parser, resume_before_script
+
+    job = tmp_path / "job.py"
+    job.write_text("")
+    args = _parser().parse_args(resume_before_script(["run", "--resume", str(job), "--spark-master", "local[2]", "out"]))
+    assert (args.resume, args.script, args.args) == ("", str(job), ["--spark-master", "local[2]", "out"])
+    args = _parser().parse_args(resume_before_script(["run", "--resume", "4f2a", str(job)]))
+    assert (args.resume, args.script) == ("4f2a", str(job))
