@@ -97,3 +97,33 @@ def test_a_listener_without_the_secret_gets_nothing(server):
     with pytest.raises(ChannelError):
         connect(("127.0.0.1", port), new_secret(), ("data", 1, 0, 0))
     impostor.close()
+
+
+def test_a_running_continuous_job_refuses_peers_without_its_secret_and_goes_on(make_env, tmp_path):
+    """Every endpoint a continuous run listens on (the driver's control channel, each slot's
+    record channels) refuses a wrong secret, garbage and a huge frame length; the job finishes
+    with exact state and output."""
+    from checkpoint_jobs import build, expected_outputs, expected_state
+
+    events = 2_000
+    env = make_env(parallelism=2, max_records=100, **{"execution.runtime": "continuous", "execution.buffer-timeout": 5})
+    sink = build(env, events, rate=1_000)
+    client = env.execute_async("attacked")
+    deadline = time.monotonic() + 120
+    while len(client.progress().endpoints) < 3 and not client.is_done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    endpoints = client.progress().endpoints
+    assert len(endpoints) == 3, endpoints  # the driver's control channel and two slots'
+    for endpoint in endpoints:
+        host, port = endpoint.rsplit(":", 1)
+        with pytest.raises(ChannelError):
+            connect((host, int(port)), new_secret(), ("control", 0))
+        raw = socket.create_connection((host, int(port)))
+        raw.recv(4096)
+        raw.sendall(b"\x7f\xff\xff\xff" + b"x" * 64)
+        raw.close()
+    assert not client.is_done(), "the job ended before the attack was over; slow it down"
+    result = client.wait(120)
+    state = result.get_keyed_state("counting")
+    assert {"count": state.get("count", {}), "by_digit": state.get("by_digit", {})} == expected_state(events)
+    assert sorted(sink.results) == expected_outputs(events)

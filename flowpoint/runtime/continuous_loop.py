@@ -155,6 +155,14 @@ class ContinuousLoop:
                 out[(stage.id, p)] = TaskSlice(stage.id, p, self.state.chain((stage.id, p)), False, ops)
         return out
 
+    def endpoints(self) -> list[str]:
+        """The running run's listening endpoints: the driver's control channel, then the slots'."""
+        control = getattr(self, "control", None)
+        if control is None or control.closed:
+            return []
+        host, port = control.address
+        return [f"{host}:{port}", *(control.slot_addresses[i] for i in sorted(control.slot_addresses))]
+
     def _check(self) -> None:
         """The run cannot go on: cancelled, or its Spark job ended."""
         self._check_cancel()
@@ -223,6 +231,8 @@ class ContinuousLoop:
         elif kind == "live":
             node = self.graph.nodes[msg[1]]
             node.t.sink.on_epoch_committed(self.segment + 1, [(msg[2], msg[3])], node.parallelism)
+        elif kind == "address":  # where the slot's record channels listen
+            self.control.slot_addresses[index] = msg[1]
         elif kind == "metrics":
             self.metrics[index] = msg[2]
         elif kind == "failed":

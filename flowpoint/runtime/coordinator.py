@@ -109,9 +109,10 @@ class Coordinator:
         splits = tuple(
             SplitProgress(st.node.uid, st.index, st.split.split_id, st.position, st.finished) for st in self._splits.states()
         )
+        endpoints = tuple(getattr(self._loop, "endpoints", lambda: ())())
         return JobProgress(
             self.job_id, self.job_name, self.status, self.epoch, self.records_read, self.restarts, splits,
-            self.resumed_from, self.fingerprint,
+            self.resumed_from, self.fingerprint, endpoints,
         )
 
     def current_watermark(self) -> int | None:

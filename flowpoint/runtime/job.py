@@ -59,6 +59,9 @@ class JobProgress:
     splits: tuple[SplitProgress, ...]  # every source split, by source then index
     resumed_from: tuple[str, int] | None  # (job id, checkpoint id) the job restored, if any
     fingerprint: str  # the job's identity for --resume (its state layout)
+    # continuous runtime: the run's listening endpoints ("host:port"), the driver's control
+    # channel first, then each slot's record channels (docs/deployment.md: ports)
+    endpoints: tuple[str, ...] = ()
 
 
 @dataclass

@@ -28,6 +28,8 @@ class SlotControl:
         self.slots = slots
         self.messages: queue.Queue = queue.Queue()
         self.controls: dict[int, Channel] = {}
+        self.slot_addresses: dict[int, str] = {}
+        self.closed = False
         self.secret = new_secret()
         self.server = ChannelServer(host, self.secret, self._control, name="flowpoint-driver-control")
 
@@ -101,6 +103,7 @@ class SlotControl:
                     raise
 
     def close(self) -> None:
+        self.closed = True
         self.server.close()
 
 

@@ -62,6 +62,7 @@ class Slot:
     def connect(self, peers: list[str]) -> None:
         """Outgoing channels to every consumer partition of this slot's subtasks."""
         self.control = connect(self.spec.driver, self.spec.secret, ("control", self.index))
+        self.control.send(("address", self.address))
         for (sid, p), _ in self.subtasks.items():
             for op in self.plans[sid].ops.values():
                 for e in op.out_edges:
