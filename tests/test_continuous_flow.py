@@ -330,7 +330,9 @@ def test_several_checkpoints_in_flight_while_the_sink_is_slow(make_env, tmp_path
     env = continuous_env(make_env, tmp_path, 2, "hashmap", interval_ms=20, max_records=50)
     env.get_configuration().set("execution.checkpointing.max-concurrent-checkpoints", 3)
     (
-        env.from_source(DataGeneratorSource(record, count=events), source_name="numbers").uid("numbers")
+        # read over 0.75 s, twice as fast as the sinks write: barriers queue behind records, and the
+        # periodic checkpoints come before the sources end (after that only the final one follows)
+        env.from_source(DataGeneratorSource(record, count=events, rate_limit_per_second=2_000), source_name="numbers").uid("numbers")
         .key_by(key_of).process(Counting()).uid("counting")
         .add_sink(LinesSink(str(out), delay_s=0.002)).uid("slow")
     )
