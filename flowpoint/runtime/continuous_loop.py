@@ -136,7 +136,7 @@ class ContinuousLoop:
                 watermark_interval_ms=int(self.config.get("pipeline.auto-watermark-interval")),
                 watermarks=dict(st.watermarks), splits=self.splits.counts(), generators=dict(st.generators), restored=st.restored_uids,
             )
-            self.executor.start(self.restarts.restarts, spec, self.plans, self._slices())
+            self.executor.start(self.restarts.restarts, spec, self.plans, task_slices(self.graph, self.state))
             self.control.await_slots(self._check, self._handle)
             self._loop()
         finally:
@@ -144,16 +144,6 @@ class ContinuousLoop:
             if not self.executor.wait(0):
                 self.executor.cancel()
                 self.executor.wait(30)
-
-    def _slices(self) -> dict[tuple[int, int], TaskSlice]:
-        operator_state = self.state.operator_state
-        out = {}
-        for stage in self.graph.stages:
-            uids = [self.graph.nodes[n].uid for n in stage.nodes]
-            for p in range(stage.parallelism):
-                ops = {f"{u}:{p}": operator_state[f"{u}:{p}"] for u in uids if f"{u}:{p}" in operator_state}
-                out[(stage.id, p)] = TaskSlice(stage.id, p, self.state.chain((stage.id, p)), False, ops)
-        return out
 
     def endpoints(self) -> list[str]:
         """The running run's listening endpoints: the driver's control channel, then the slots'."""
@@ -213,7 +203,7 @@ class ContinuousLoop:
                 continue
             now = time.monotonic()
             if cp is not None:
-                if self._checkpoint_due(cp, now):
+                if checkpoint_due(self.settings, cp, self.inflight, self.last_injected, now):
                     self.last_injected = now
                     self._inject(final=False)
             elif not self.inflight and (now - last_segment) * 1000 >= interval_ms:
@@ -267,16 +257,6 @@ class ContinuousLoop:
         if final:
             self.final_sent = True
             self.sources.end()
-
-    def _checkpoint_due(self, cp: Any, now: float) -> bool:
-        """Flink's rules: the interval since the last trigger, fewer than
-        ``max-concurrent-checkpoints`` in flight, and ``min-pause`` after the last one ended
-        (a pause means one at a time)."""
-        s = self.settings
-        flying = sum(1 for f in self.inflight.values() if f.barrier.target is not None) + (cp.pending is not None)
-        if flying >= max(1, s.max_concurrent) or (s.min_pause_ms > 0 and flying):
-            return False
-        return (now - self.last_injected) * 1000 >= s.interval_ms and cp.ms_since_last_end() >= s.min_pause_ms
 
     def _savepoint_barrier(self) -> None:
         """The requested savepoints: one barrier whose keyed subtasks write their canonical
@@ -380,3 +360,26 @@ class ContinuousLoop:
 
 class _Cancelled(Exception):  # noqa: N818 - a signal
     pass
+
+
+def task_slices(graph: JobGraph, state: CommittedState) -> dict[tuple[int, int], TaskSlice]:
+    """Each parallel instance's committed state to start the run from."""
+    operator_state = state.operator_state
+    out = {}
+    for stage in graph.stages:
+        uids = [graph.nodes[n].uid for n in stage.nodes]
+        for p in range(stage.parallelism):
+            ops = {f"{u}:{p}": operator_state[f"{u}:{p}"] for u in uids if f"{u}:{p}" in operator_state}
+            out[(stage.id, p)] = TaskSlice(stage.id, p, state.chain((stage.id, p)), False, ops)
+    return out
+
+
+def checkpoint_due(settings: Any, cp: CheckpointCoordinator, inflight: dict[int, _InFlight], last_injected: float, now: float) -> bool:
+    """Flink's rules: the interval since the last trigger, fewer than
+    ``max-concurrent-checkpoints`` in flight, and ``min-pause`` after the last one ended (a
+    pause means one at a time)."""
+    flying = sum(1 for f in inflight.values() if f.barrier.target is not None) + (cp.pending is not None)
+    if flying >= max(1, settings.max_concurrent) or (settings.min_pause_ms > 0 and flying):
+        return False
+    return (now - last_injected) * 1000 >= settings.interval_ms and cp.ms_since_last_end() >= settings.min_pause_ms
+
