@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from flowpoint.errors import JobExecutionError
 from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.epoch_loop import notify_checkpoint_complete
+from flowpoint.runtime.restarts import CommittedLoop
 from flowpoint.runtime.slot_control import SlotControl, check_slots, driver_host
 from flowpoint.runtime.source_assignment import SourceAssignment
 from flowpoint.tasks.barrier_snapshot import Barrier
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from flowpoint.runtime.committed import CommittedState
     from flowpoint.runtime.progress import Progress
     from flowpoint.runtime.restarts import RestartManager
-    from flowpoint.runtime.restore import RestoredJob
     from flowpoint.runtime.savepoints import SavepointService
     from flowpoint.runtime.splits import SplitPlanner
     from flowpoint.runtime.working_files import WorkingFiles
@@ -63,7 +63,7 @@ class _InFlight:
     trigger_ms: int = 0
 
 
-class ContinuousLoop:
+class ContinuousLoop(CommittedLoop):
     def __init__(
         self, graph: JobGraph, config: Any, *, state: CommittedState, splits: SplitPlanner, savepoints: SavepointService,
         restarts: RestartManager, checkpoints: CheckpointCoordinator | None, files: WorkingFiles, progress: Progress,
@@ -93,29 +93,7 @@ class ContinuousLoop:
         self.metrics: dict[int, dict] = {}
         self.finished = False
 
-    # -- what the restart manager asks of a loop -----------------------------------------------
-
-    def start(self, restore: RestoredJob | None) -> None:
-        self.splits.init()
-        if restore is not None:
-            self.restore(restore)
-
-    def run(self) -> None:
-        self.restarts.run(self)
-
-    def reset(self) -> None:
-        self.state.reset()
-        self.epoch = 0
-        self.splits.init()
-
-    def restore(self, restore: RestoredJob | None) -> None:
-        if restore is None:
-            self.state.restore_sinks(None)
-            return
-        self.state.apply_restore(restore, self.restarts.allow_non_restored)
-        self.epoch = restore.epoch
-        self.splits.restore(restore.positions)
-        self.state.restore_sinks(restore.sinks)
+    # -- what the restart manager asks of a loop (start, run, reset, restore: CommittedLoop) ----
 
     def position(self) -> str:
         return f"the continuous run {self.restarts.restarts} (after segment {self.epoch})"

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.runtime.checkpointing import now_ms
+from flowpoint.runtime.restarts import CommittedLoop
 from flowpoint.tasks.protocol import EpochSpec, TaskSlice
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from flowpoint.runtime.working_files import WorkingFiles
 
 
-class EpochLoop:
+class EpochLoop(CommittedLoop):
     def __init__(
         self, graph: JobGraph, config: Any, *, state: CommittedState, splits: SplitPlanner, savepoints: SavepointService,
         restarts: RestartManager, checkpoints: CheckpointCoordinator | None, files: WorkingFiles, progress: Progress,
@@ -52,31 +53,15 @@ class EpochLoop:
         self.stopped = False  # a stop-with-savepoint ended the job
         self.time_driven = any(_time_driven(n) for n in graph.nodes.values())
 
-    def start(self, restore: RestoredJob | None) -> None:
-        """The first run: every source's splits, then what the job restores."""
-        self.splits.init()
-        if restore is not None:
-            self.restore(restore)
-
-    def run(self) -> None:
-        self.restarts.run(self)
-
-    # -- what the restart manager asks of a loop -----------------------------------------------
+    # -- what the restart manager asks of a loop (start, run: CommittedLoop) ---------------------
 
     def reset(self) -> None:
-        self.state.reset()
-        self.epoch = 0
+        super().reset()
         self._checkpointed_epoch = 0
-        self.splits.init()
 
     def restore(self, restore: RestoredJob | None) -> None:
-        if restore is None:
-            self.state.restore_sinks(None)
-            return
-        self.state.apply_restore(restore, self.restarts.allow_non_restored)
-        self.epoch = self._checkpointed_epoch = restore.epoch
-        self.splits.restore(restore.positions)
-        self.state.restore_sinks(restore.sinks)
+        super().restore(restore)
+        self._checkpointed_epoch = self.epoch
 
     def position(self) -> str:
         return f"epoch {self.epoch}"

@@ -10,10 +10,7 @@ from __future__ import annotations
 import queue
 from typing import Any
 
-from flowpoint.api.time import MAX_WATERMARK
-from flowpoint.api.watermarks import Watermark
-from flowpoint.connectors.source import SourceMetric, TimestampedBatch
-from flowpoint.tasks.batches import num_records
+from flowpoint.tasks.stage_task import deliver_source_item
 
 OPEN_POLL_S = 0.002  # how long a source task with open splits waits for records before it looks at its commands
 
@@ -53,23 +50,13 @@ class SourceReading:
     def _read(self, head: Any, reader: Any, split_index: int, split: Any, read_spec: Any, finished: bool) -> None:
         if read_spec is not None:
             self._emit(head, split_index, reader.read(split, read_spec))
-        self._split_end(head, split_index, finished)
+        self._split_end(split_index, finished)
 
     def _emit(self, head: Any, split_index: int, items: Any) -> None:
         seq = self.split_seq.get(split_index, 0)
         for data in items:
             seq += 1
-            origin = (self.plan.head, split_index, seq)
-            if isinstance(data, TimestampedBatch):
-                self.records_in += len(data.records)
-                head.process(origin, data.records, data.timestamps)
-            elif isinstance(data, Watermark):
-                head.process_watermark(origin, data.timestamp)
-            elif isinstance(data, SourceMetric):
-                head.count(data.name, data.n)
-            else:
-                self.records_in += num_records(data)
-                head.process(origin, data)
+            self.records_in += deliver_source_item(self.plan, head, (self.plan.head, split_index, seq), data)
             self._after_input()
         self.split_seq[split_index] = seq
 
@@ -81,9 +68,9 @@ class SourceReading:
             self.positions[split_index] = (position, finished)
             if items:
                 self._emit(head, split_index, items)
-                self._split_end(head, split_index, finished)
+                self._split_end(split_index, finished)
             elif finished:
-                self._split_end(head, split_index, True)
+                self._split_end(split_index, True)
             if finished:
                 read.close()
                 del self.open_reads[split_index]
@@ -98,10 +85,5 @@ class SourceReading:
             except Exception:  # noqa: BLE001 - best effort
                 pass
 
-    def _split_end(self, head: Any, split_index: int, finished: bool) -> None:
-        seq = self.split_seq.get(split_index, 0)
-        end = (self.plan.head, split_index, seq)
-        for op in self.rt.timestamp_ops:
-            op.end_split(end)
-        if finished:  # a bounded split's end: its watermark goes to +infinity
-            head.process_watermark(end, MAX_WATERMARK)
+    def _split_end(self, split_index: int, finished: bool) -> None:
+        self.rt.end_split_read((self.plan.head, split_index, self.split_seq.get(split_index, 0)), finished)

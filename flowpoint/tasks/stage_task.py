@@ -203,9 +203,34 @@ class ChainRuntime:
                     ack.metrics[key] = ack.metrics.get(key, 0) + n
                 op.metrics = {}
 
+    def end_split_read(self, end: tuple, finished: bool) -> None:
+        """A source split's read ended at ``end`` (its last origin): periodic emit and idleness;
+        a bounded split that finished sends +infinity."""
+        for op in self.timestamp_ops:
+            op.end_split(end)
+        if finished:
+            self.ops[self.plan.head].process_watermark(end, MAX_WATERMARK)
+
     def close(self) -> None:
         for op in self.ops.values():
             op.close()
+
+
+def deliver_source_item(plan: StagePlan, head: Operator, origin: tuple, data: Any) -> int:
+    """One item a source reader yielded (records, timestamped records, a watermark, a metric)
+    to the chain's head; returns how many records it held."""
+    if isinstance(data, TimestampedBatch):
+        head.process(origin, data.records, data.timestamps)
+        return len(data.records)
+    if isinstance(data, Watermark):
+        if not plan.batch or data.timestamp >= MAX_WATERMARK:  # BATCH: only the end of input
+            head.process_watermark(origin, data.timestamp)
+        return 0
+    if isinstance(data, SourceMetric):
+        head.count(data.name, data.n)
+        return 0
+    head.process(origin, data)
+    return num_records(data)
 
 
 def _channel_namer(source_uid: str | None, head_uid: str, partition: int) -> Any:
@@ -267,23 +292,8 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
                 seq = 0
                 if read_spec is not None:
                     for seq, data in enumerate(reader.read(split, read_spec), 1):  # noqa: B007
-                        origin = (plan.head, split_index, seq)
-                        if isinstance(data, TimestampedBatch):
-                            ack.records_in += len(data.records)
-                            head.process(origin, data.records, data.timestamps)
-                        elif isinstance(data, Watermark):
-                            if not plan.batch or data.timestamp >= MAX_WATERMARK:  # BATCH: only the end of input
-                                head.process_watermark(origin, data.timestamp)
-                        elif isinstance(data, SourceMetric):
-                            head.count(data.name, data.n)
-                        else:
-                            ack.records_in += num_records(data)
-                            head.process(origin, data)
-                end = (plan.head, split_index, seq)
-                for op in rt.timestamp_ops:
-                    op.end_split(end)
-                if finished:  # a bounded split's end: its watermark goes to +infinity
-                    head.process_watermark(end, MAX_WATERMARK)
+                        ack.records_in += deliver_source_item(plan, head, (plan.head, split_index, seq), data)
+                rt.end_split_read((plan.head, split_index, seq), finished)
         else:
             feed(plan, head, inputs, watermarks)
             ack.records_in = head.records_in
