@@ -8,6 +8,7 @@ import os
 
 import pytest
 from checkpoint_jobs import Counting, build, expected_outputs, expected_state
+from test_checkpoints import completed, state_of
 
 from flowpoint import RestartStrategies
 from flowpoint.errors import JobCancelledError
@@ -16,21 +17,12 @@ EVENTS = 2_000
 CONTINUOUS = {"execution.runtime": "continuous", "execution.buffer-timeout": 5}
 
 
-def continuous_env(make_env, tmp_path, parallelism=2, backend="hashmap", interval_ms=50, **config):
-    env = make_env(parallelism=parallelism, max_records=200, state_checkpoints_dir=str(tmp_path / "ck"), **CONTINUOUS, **config)
+def continuous_env(make_env, tmp_path, parallelism=2, backend="hashmap", interval_ms=50, max_records=200, **config):
+    env = make_env(parallelism=parallelism, max_records=max_records, state_checkpoints_dir=str(tmp_path / "ck"), **CONTINUOUS, **config)
     env.get_configuration().set("state.backend.type", backend)
     env.get_configuration().set("state.backend.incremental", True)
     env.enable_checkpointing(interval_ms)
     return env
-
-
-def state_of(result) -> dict:
-    state = result.get_keyed_state("counting")
-    return {"count": state.get("count", {}), "by_digit": state.get("by_digit", {})}
-
-
-def completed(stats) -> list[int]:
-    return [s.checkpoint_id for s in stats if s.status == "COMPLETED"]
 
 
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])

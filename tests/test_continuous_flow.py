@@ -18,6 +18,8 @@ from collections import Counter
 
 import pytest
 from checkpoint_jobs import Counting, expected_outputs, expected_state, key_of, record
+from test_checkpoints import completed
+from test_continuous import continuous_env
 
 from flowpoint import (
     DataGeneratorSource,
@@ -34,21 +36,8 @@ from flowpoint import (
 
 pytestmark = pytest.mark.timeout(300)
 
-CONTINUOUS = {"execution.runtime": "continuous", "execution.buffer-timeout": 5}
 EVENTS = 2_000
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def continuous_env(make_env, tmp_path, parallelism=2, backend="hashmap", interval_ms=50, max_records=200, **config):
-    env = make_env(parallelism=parallelism, max_records=max_records, state_checkpoints_dir=str(tmp_path / "ck"), **CONTINUOUS, **config)
-    env.get_configuration().set("state.backend.type", backend)
-    env.get_configuration().set("state.backend.incremental", True)
-    env.enable_checkpointing(interval_ms)
-    return env
-
-
-def completed(stats) -> list[int]:
-    return [s.checkpoint_id for s in stats if s.status == "COMPLETED"]
 
 
 def wait_for(condition, timeout: float, what: str, every: float = 0.02):
