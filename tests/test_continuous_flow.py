@@ -410,6 +410,45 @@ def test_a_stalled_sink_stops_the_sources_and_the_job_recovers_exactly(make_env,
     print(f"parallelism {parallelism}: {read_now} of {events} records read while the sink stalled")  # noqa: T201 - shown with -s
 
 
+@pytest.mark.slow
+def test_a_checkpoint_stuck_behind_a_stalled_sink_expires_and_later_ones_complete(make_env, tmp_path):
+    """``execution.checkpointing.timeout`` holds for barriers in flight: the checkpoint whose
+    barrier waits behind a stalled sink fails as expired (naming the subtasks it waited for)
+    within the timeout, not when the sink recovers; the job goes on (failures tolerated), the
+    checkpoints after the stall complete, and state and output are exact."""
+    events, stall_after = 20_000, 2_000
+    out = tmp_path / "out"
+    out.mkdir()
+    marker, release = str(tmp_path / "stalled"), str(tmp_path / "release")
+    env = continuous_env(make_env, tmp_path, 1, "hashmap", interval_ms=100, max_records=200)
+    env.get_configuration().set("execution.checkpointing.timeout", 1000)
+    env.get_configuration().set("execution.checkpointing.tolerable-failed-checkpoints", 1000)
+    env.get_configuration().set("taskmanager.network.memory.buffers-per-channel", 2)  # the sources stop early
+    env.get_configuration().set("execution.buffer-max-batches", 4)
+    (
+        env.from_source(DataGeneratorSource(record, count=events), source_name="numbers").uid("numbers")
+        .key_by(key_of).process(Counting()).uid("counting")
+        .add_sink(LinesSink(str(out), stall_after=stall_after, marker=marker, release=release)).uid("stalling")
+    )
+    client = env.execute_async("an expiring checkpoint")
+    try:
+        wait_for(lambda: os.path.exists(marker) or client.is_done(), 120, "the sink to stall")
+        assert not client.is_done(), "the job ended before the sink stalled"
+        expired = wait_for(lambda: [s for s in client.get_checkpoint_stats() if s.status == "FAILED"], 10, "a checkpoint to expire")
+        assert "expired after 1000 ms" in expired[0].failure_reason
+        assert "had not acknowledged its barrier" in expired[0].failure_reason
+        assert not client.is_done()
+    finally:
+        open(release, "w").close()
+    result = client.wait(120)
+    stats = result.get_checkpoint_stats()
+    last_failed = max(s.checkpoint_id for s in stats if s.status == "FAILED")
+    assert [cid for cid in completed(stats) if cid > last_failed], "no checkpoint completed after the sink recovered"
+    assert not [s for s in stats if s.status == "IN_PROGRESS"]
+    assert result.get_keyed_state("counting", "count") == expected_state(events)["count"]
+    assert sink_lines(out) == lines_of(events)
+
+
 # -- 5. print() while the job runs ---------------------------------------------------------------
 
 

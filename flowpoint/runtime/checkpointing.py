@@ -371,6 +371,23 @@ class CheckpointCoordinator:
             msg = f"{reason}; {self._consecutive_failures} consecutive checkpoint failures exceed tolerable-failed-checkpoints={self.settings.tolerable_failures}"
             raise CheckpointError(msg)
 
+    def expire(self, checkpoint_id: int, reason: str) -> None:
+        """A barrier still flowing (continuous runtime) outlived ``execution.checkpointing.timeout``:
+        its checkpoint fails now, as Flink expires a pending checkpoint, and counts towards
+        ``tolerable-failed-checkpoints`` (raises CheckpointError beyond it). The segment the
+        barrier closes still commits when it arrives; it completes no checkpoint."""
+        stats = self._flying.pop(checkpoint_id, None)
+        if stats is None:
+            return
+        stats.status, stats.failure_reason = "FAILED", reason
+        self.aborted.append(checkpoint_id)
+        self._last_end = time.monotonic()
+        log.warning("%s", reason)
+        self._consecutive_failures += 1
+        if self._consecutive_failures > self.settings.tolerable_failures:
+            msg = f"{reason}; {self._consecutive_failures} consecutive checkpoint failures exceed tolerable-failed-checkpoints={self.settings.tolerable_failures}"
+            raise CheckpointError(msg)
+
     def abort_pending(self, reason: str) -> None:
         """A failover or the job's end: the in-flight checkpoint is aborted, unless its upload
         already completed it (then it counts as completed). Barriers still flowing (continuous

@@ -61,6 +61,7 @@ class _InFlight:
     acks: dict[tuple[int, int], TaskAck] = field(default_factory=dict)
     savepoint: tuple | None = None  # (request, its directory's access, perf-counter start, trigger ms)
     trigger_ms: int = 0
+    expired: bool = False  # its checkpoint outlived execution.checkpointing.timeout
 
 
 class ContinuousLoop(CommittedLoop):
@@ -170,6 +171,7 @@ class ContinuousLoop(CommittedLoop):
             self._check()
             if cp is not None:
                 self._poll_checkpoint(cp)
+                self._expire_overdue(cp)
             if self.final_sent:
                 continue
             if not self.inflight and self.savepoints.pending():
@@ -236,6 +238,25 @@ class ContinuousLoop(CommittedLoop):
             self.final_sent = True
             self.sources.end()
 
+    def _expire_overdue(self, cp: Any) -> None:
+        """Checkpoints whose barriers have not come back within ``execution.checkpointing.timeout``
+        fail (a stalled sink, a task stuck in user code): new checkpoints may then be triggered,
+        and too many failures in a row fail the run. The final barrier's checkpoint does not
+        expire: two-phase-commit sinks commit their last data with it (FLIP-147), and no later
+        barrier could carry another."""
+        timeout = self.settings.timeout_ms
+        now = now_ms()
+        for flight in self.inflight.values():
+            target = flight.barrier.target
+            if target is None or flight.expired or flight.barrier.final or now - flight.trigger_ms <= timeout:
+                continue
+            flight.expired = True
+            waiting = len(self.subtasks) - len(flight.acks)
+            cp.expire(target.checkpoint_id, (
+                f"checkpoint {target.checkpoint_id} expired after {timeout} ms before completing "
+                f"({waiting} of {len(self.subtasks)} subtasks had not acknowledged its barrier)"
+            ))
+
     def _savepoint_barrier(self) -> None:
         """The requested savepoints: one barrier whose keyed subtasks write their canonical
         parts into each savepoint's directory; a stop with ``--drain`` first sends every split's
@@ -290,7 +311,7 @@ class ContinuousLoop(CommittedLoop):
         st.commit(accepted, n, skip_sinks=live)
         self.epoch = n
         target = flight.barrier.target
-        if target is not None and cp is not None:
+        if target is not None and cp is not None and not flight.expired:
             if cp.pending is not None:  # the previous checkpoint's _metadata first (milliseconds)
                 self._poll_checkpoint(cp, wait=True)
             stats = cp.trigger(
@@ -356,7 +377,7 @@ def checkpoint_due(settings: Any, cp: CheckpointCoordinator, inflight: dict[int,
     """Flink's rules: the interval since the last trigger, fewer than
     ``max-concurrent-checkpoints`` in flight, and ``min-pause`` after the last one ended (a
     pause means one at a time)."""
-    flying = sum(1 for f in inflight.values() if f.barrier.target is not None) + (cp.pending is not None)
+    flying = sum(1 for f in inflight.values() if f.barrier.target is not None and not f.expired) + (cp.pending is not None)
     if flying >= max(1, settings.max_concurrent) or (settings.min_pause_ms > 0 and flying):
         return False
     return (now - last_injected) * 1000 >= settings.interval_ms and cp.ms_since_last_end() >= settings.min_pause_ms
