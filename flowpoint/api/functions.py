@@ -67,6 +67,16 @@ class RuntimeContext(ABC):
     @abstractmethod
     def get_aggregating_state(self, state_descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
 
+    def get_metrics_group(self) -> Any:
+        """The operator's metric group (PyFlink's ``MetricGroup``): register counters, gauges,
+        meters and distributions in ``open()``; they are reported with the job's metrics."""
+        from flowpoint.metrics.group import MetricGroup
+
+        group = getattr(self, "_metrics_group", None)
+        if group is None:
+            group = self._metrics_group = MetricGroup(owner=self.get_task_name())
+        return group
+
 
 class Function(ABC):  # noqa: B024 - a marker base, as in PyFlink
     """Base of all user functions."""

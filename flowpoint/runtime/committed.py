@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import CheckpointError, JobExecutionError
+from flowpoint.metrics.store import MetricStore, OperatorInfo
 from flowpoint.state.working import CommittedChain
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ class CommittedState:
         # holds the same dict (never replaced)
         self.declared_states: dict[str, dict[str, dict]] = {}
         self.restored_uids: frozenset[str] = frozenset()  # uids whose operator state was restored
-        self.metrics: dict[str, int] = {}
+        self.metrics: dict[str, int] = {}  # committed counts (exact: one per accepted epoch or segment)
+        self.live = MetricStore(operator_infos(graph))  # the tasks' metric reports, as they arrive
         self.records_read = 0
 
     def reset(self) -> None:
@@ -105,6 +107,9 @@ class CommittedState:
                 self.declared_states.setdefault(uid, {}).update(states)
             for name, n in ack.metrics.items():
                 self.metrics[name] = self.metrics.get(name, 0) + n
+            if ack.report is not None:  # the epoch runtime's (the continuous loop adds its own on arrival)
+                self.live.add(ack.report)
+                ack.report = None
         source_stages = {n.stage_id for n in self.graph.sources()}
         self.records_read += sum(a.records_in for a in accepted.values() if a.stage_id in source_stages)
         for node in self.graph.sinks():
@@ -197,3 +202,7 @@ def restored_operator_state(saved: dict[str, dict], graph: JobGraph, allow_non_r
         for i, states in redistribute(old, p).items():
             out[f"{uid}:{i}"] = states
     return out
+
+
+def operator_infos(graph: JobGraph) -> list[OperatorInfo]:
+    return [OperatorInfo(n.uid, n.name, n.stage_id, n.kind, n.parallelism) for n in graph.nodes.values()]

@@ -91,7 +91,6 @@ class ContinuousLoop(CommittedLoop):
         self.subtasks = [(s.id, p) for s in graph.stages for p in range(s.parallelism)]
         self.buffer_timeout_ms = int(config.get("execution.buffer-timeout"))
         self.poll_s = max(0.001, min(self.buffer_timeout_ms, 5) / 1000.0)
-        self.metrics: dict[int, dict] = {}
         self.finished = False
 
     # -- what the restart manager asks of a loop (start, run, reset, restore: CommittedLoop) ----
@@ -203,8 +202,9 @@ class ContinuousLoop(CommittedLoop):
             node.t.sink.on_epoch_committed(self.segment + 1, [(msg[2], msg[3])], node.parallelism)
         elif kind == "address":  # where the slot's record channels listen
             self.control.slot_addresses[index] = msg[1]
-        elif kind == "metrics":
-            self.metrics[index] = msg[2]
+        elif kind == "metrics":  # each subtask's MetricReport of the last second
+            for report in msg[2]:
+                self.state.live.add(report)
         elif kind == "failed":
             error = msg[3]
             raise error if isinstance(error, BaseException) else JobExecutionError(str(error))
@@ -287,6 +287,9 @@ class ContinuousLoop(CommittedLoop):
                 self.control.drain(self.poll_s, self._handle)
 
     def _ack(self, ack: TaskAck) -> None:
+        if ack.report is not None:  # the counts up to the barrier, whether the segment commits or not
+            self.state.live.add(ack.report)
+            ack.report = None
         flight = self.inflight.get(ack.epoch)
         if flight is None:
             return

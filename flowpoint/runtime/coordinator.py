@@ -98,8 +98,27 @@ class Coordinator:
         return self._restarts.resumed_from
 
     @property
-    def metrics(self) -> dict[str, int]:
-        return self._state.metrics
+    def metrics(self) -> dict[str, Any]:
+        """``"<operator name>.<metric>"`` totals from the tasks' reports (records in and out, the
+        user's counters and meters), the committed counts (exact: late records dropped, ...), and
+        the job's own (restarts, checkpoints)."""
+        out: dict[str, Any] = self._state.live.flat()
+        out.update(self._state.metrics)
+        stats = self.checkpoint_stats()
+        done = [s for s in stats if s.status == "COMPLETED"]
+        out["numRestarts"] = self.restarts
+        out["numberOfCompletedCheckpoints"] = len(done)
+        out["numberOfFailedCheckpoints"] = sum(1 for s in stats if s.status == "FAILED")
+        out["numberOfInProgressCheckpoints"] = sum(1 for s in stats if s.status == "IN_PROGRESS")
+        if done:
+            out["lastCheckpointDuration"] = int(done[-1].end_to_end_ms or done[-1].duration_ms)
+            out["lastCheckpointSize"] = done[-1].state_size
+        return out
+
+    @property
+    def metric_store(self) -> Any:
+        """The tasks' metrics as they arrive (flowpoint/metrics/store.py; read-only use)."""
+        return self._state.live
 
     @property
     def epoch_history(self) -> list[tuple[int, int, float]]:

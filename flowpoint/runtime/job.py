@@ -87,8 +87,11 @@ class JobExecutionResult:
         """The last 1,000 epochs: ``(epoch, records read, seconds)``."""
         return list(self._coordinator.epoch_history)
 
-    def get_metrics(self) -> dict[str, int]:
-        """Counters of the job's operators, e.g. ``{"Window(...).numLateRecordsDropped": 3}``."""
+    def get_metrics(self) -> dict[str, Any]:
+        """The job's metrics by Flink's names: per operator ``"<name>.numRecordsIn"``,
+        ``"<name>.numRecordsOut"``, ``"<name>.numLateRecordsDropped"``, the user's counters and
+        meters (``"<name>.<group>.<metric>"``); and the job's ``numRestarts``,
+        ``numberOfCompletedCheckpoints``, ``lastCheckpointDuration``, ``lastCheckpointSize``."""
         return dict(self._coordinator.metrics)
 
     def get_current_watermark(self) -> int | None:
@@ -121,9 +124,14 @@ class JobClient:
     def cancel(self) -> None:
         self._coordinator.cancel()
 
-    def get_metrics(self) -> dict[str, int]:
-        """Counters of the job's operators so far (committed epochs only)."""
+    def get_metrics(self) -> dict[str, Any]:
+        """The job's metrics so far (see ``JobExecutionResult.get_metrics``)."""
         return dict(self._coordinator.metrics)
+
+    def metric_store(self) -> Any:
+        """Per operator and parallel instance: totals, rates, gauges, busy and backpressured
+        time (:class:`flowpoint.metrics.store.MetricStore`; what the REST API and Prometheus show)."""
+        return self._coordinator.metric_store
 
     def get_current_watermark(self) -> int | None:
         """The job's watermark now (the minimum over its active channels), None before any."""

@@ -47,6 +47,7 @@ class BarrierSnapshot:
         ack.records_in, self.records_in = self.records_in, 0
         ack.positions = dict(self.positions)
         rt.end_epoch(ack)  # TTL cleanup, generator states, watermarks, metrics; flushes the marks
+        ack.report = self.metric_report()  # the counts up to the barrier
         ack.declared = {uid: declared_states(b) for uid, b in self.ts.backends.items()}
         if rt.operator_states:
             operator_state = rt.snapshot_operator_state(barrier.n, now_ms())

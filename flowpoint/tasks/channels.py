@@ -27,6 +27,7 @@ import pickle
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -98,14 +99,18 @@ class Channel:
         self._send_lock = threading.Lock()
         self.closed = False
 
-    def send(self, obj: Any) -> None:
+    def send(self, obj: Any) -> int:
+        """Send one frame; returns the ns spent writing it to the socket (more than a few
+        microseconds only while the peer's buffers are full: backpressure)."""
         data = pickle.dumps(obj, protocol=5)
         with self._send_lock:
+            t0 = time.perf_counter_ns()
             try:
                 self.conn.send_bytes(data)
             except (OSError, ValueError) as e:
                 msg = f"sending to {self.peer} failed: {e}"
                 raise ChannelError(msg) from e
+            return time.perf_counter_ns() - t0
 
     def recv(self) -> Any:
         try:

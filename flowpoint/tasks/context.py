@@ -19,9 +19,13 @@ class TaskRuntimeContext(RuntimeContext):
         self.attempt = 0
         self.clock: Any = None  # the operator: its processing_time is the TTL states' time
         self.ttl_states: dict[str, Any] = {}  # state name -> TtlState (background cleanup per epoch)
+        self.metric_group: Any = None  # the operator's MetricGroup (set by the chain runtime)
 
     def get_task_name(self) -> str:
         return self.task_name
+
+    def get_metrics_group(self) -> Any:
+        return self.metric_group if self.metric_group is not None else super().get_metrics_group()
 
     def get_number_of_parallel_subtasks(self) -> int:
         return self.parallelism

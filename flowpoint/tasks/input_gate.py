@@ -34,18 +34,22 @@ class InputGate:
         self._next = 0
         self.backpressured_ns = 0  # time receivers waited for room
 
-    def put(self, channel: Any, frame: Any) -> None:
+    def put(self, channel: Any, frame: Any) -> int:
+        """Queue ``frame``, waiting while the channel's queue is full; returns the ns waited."""
         q = self.queues[channel]
+        waited = 0
         with self.cond:
             if len(q) >= self.capacity and not self.closed:
                 t0 = time.perf_counter_ns()
                 while len(q) >= self.capacity and not self.closed:
                     self.cond.wait(0.5)
-                self.backpressured_ns += time.perf_counter_ns() - t0
+                waited = time.perf_counter_ns() - t0
+                self.backpressured_ns += waited
             if self.closed:
                 raise GateClosed
             q.append(frame)
             self.cond.notify_all()
+        return waited
 
     def command(self, cmd: Any) -> None:
         with self.cond:

@@ -78,7 +78,10 @@ class Operator:
         self.records_in = 0
         self.watermark = MIN_WATERMARK
         self.processing_time = 0
-        self.metrics: dict[str, int] = {}
+        self.metrics: dict[str, int] = {}  # counts committed with the epoch (reset by end_epoch)
+        self.totals: dict[str, int] = {}  # the same counts since the operator opened (metric reports)
+        self.num_in = 0  # records in and out since the operator opened (metric reports)
+        self.num_out = 0
         # in a source stage: origin -> watermark channel (one per split), and each channel's
         # watermark this epoch (set by the chain); elsewhere None: one channel
         self.channel_of: Any = None
@@ -87,8 +90,10 @@ class Operator:
         self.convert = converter(getattr(spec, "output_type", None)) if getattr(spec, "kind", None) in CONVERTING_KINDS else None
 
     def emit(self, origin: tuple, data: Any, ts: list | None = None) -> None:
-        if num_records(data) == 0:
+        n = num_records(data)
+        if n == 0:
             return
+        self.num_out += n
         if self.convert is not None and type(data) is list:
             try:
                 data = list(map(self.convert, data))
@@ -98,6 +103,7 @@ class Operator:
                        f"or change the output_type")
                 raise SerializationError(msg) from e
         for out in self.outputs:
+            out.num_in += n
             out.process(origin, data, ts)
 
     def emit_routed(self, origin: tuple, values: list, ts: list | None = None) -> None:
@@ -112,9 +118,12 @@ class Operator:
 
     def emit_side(self, tag_id: str, origin: tuple, data: Any, ts: list | None = None) -> None:
         targets = self.side_outputs.get(tag_id)
-        if not targets or num_records(data) == 0:
+        n = num_records(data) if targets else 0
+        if n == 0:
             return
+        self.num_out += n
         for out in targets:
+            out.num_in += n
             out.process(origin, data, ts)
 
     def emit_watermark(self, origin: tuple, wm: int) -> None:
@@ -159,6 +168,7 @@ class Operator:
 
     def count(self, metric: str, n: int = 1) -> None:
         self.metrics[metric] = self.metrics.get(metric, 0) + n
+        self.totals[metric] = self.totals.get(metric, 0) + n
 
     def finish(self, epoch: int) -> Any:
         return None
@@ -543,6 +553,8 @@ class ExchangeWriter:
     channel's final value when the task finishes (:meth:`flush`): a punctuated watermark thus
     decides lateness record by record even across a shuffle, and idle watermarks cost nothing.
     """
+
+    num_in = 0  # records written to the edge (an operator's output counts them)
 
     def __init__(self, edge: Any, partition: int):
         self.edge = edge

@@ -159,6 +159,7 @@ class TaskAck:
     state: TaskStateAck | None = None
     sink_payloads: dict[int, Any] = field(default_factory=dict)
     records_in: int = 0
+    report: Any = None  # MetricReport: the task's metrics (flowpoint/metrics/report.py)
     error: FlowpointError | None = None
     seconds: float = 0.0
     fresh_state: bool = False  # the task rebuilt its partition's state (it was not in this process)

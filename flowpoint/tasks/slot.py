@@ -92,15 +92,15 @@ class Slot:
         except (ChannelError, GateClosed):
             channel.close()
 
-    def _send(self, edge_id: int, dest: int, frame: Any) -> None:
+    def _send(self, edge_id: int, dest: int, frame: Any) -> int:
+        """Send a frame to a consumer; returns the ns the sender was blocked (backpressure)."""
         target = self.out[(edge_id, dest)]
         if isinstance(target, InputGate):
             try:
-                target.put((edge_id, self.index), frame)
+                return target.put((edge_id, self.index), frame)
             except GateClosed:
-                pass  # the consumer ended (its failure fails the slot)
-        else:
-            target.send(frame)
+                return 0  # the consumer ended (its failure fails the slot)
+        return target.send(frame)
 
     def _report(self, message: tuple) -> None:
         if message[0] == "failed":
@@ -130,7 +130,7 @@ class Slot:
                     return
                 time.sleep(0.01)
                 if time.monotonic() >= next_metrics:
-                    next_metrics += METRICS_INTERVAL_S
+                    next_metrics = time.monotonic() + METRICS_INTERVAL_S
                     self._report(("metrics", self.index, self.metrics()))
         finally:
             self.close()
@@ -163,16 +163,15 @@ class Slot:
             if not all(st.done for st in self.subtasks.values()):
                 self.failed.set()  # the driver went away: the run is over
 
-    def metrics(self) -> dict:
-        out = {}
-        for (sid, p), st in self.subtasks.items():
-            gate = st.gate
-            out[f"{sid}.{p}"] = {
-                "watermark": st.watermark(),
-                "queued": gate.queued() if gate is not None else st.commands.qsize(),
-                "backpressured_ms": (gate.backpressured_ns // 1_000_000) if gate is not None else 0,
-            }
-        return out
+    def metrics(self) -> list:
+        """Each subtask's MetricReport since the last one (flowpoint/metrics/report.py)."""
+        reports = []
+        for st in self.subtasks.values():
+            if not st.done:
+                report = st.metric_report()
+                if report is not None:
+                    reports.append(report)
+        return reports
 
     def close(self) -> None:
         for gate in self.gates.values():

@@ -8,6 +8,7 @@ barrier methods.
 from __future__ import annotations
 
 import queue
+import time
 from typing import Any
 
 from flowpoint.tasks.stage_task import deliver_source_item
@@ -23,12 +24,16 @@ class SourceReading:
         head = self.rt.ops[self.plan.head]
         reader = self.plan.source_reader
         while True:
+            t0 = time.perf_counter_ns()
             try:
                 cmd = self.commands.get_nowait() if self.open_reads else self.commands.get(timeout=self._wait())
             except queue.Empty:
                 cmd = None
             if cmd is None and self.open_reads:
-                self._poll_open(head, min(self._wait(), OPEN_POLL_S))
+                if not self._poll_open(head, min(self._wait(), OPEN_POLL_S)):
+                    self.idle_ns += time.perf_counter_ns() - t0  # nothing new in the open splits
+            elif cmd is None:
+                self.idle_ns += time.perf_counter_ns() - t0
             self._tick()
             if cmd is None:
                 continue
@@ -60,13 +65,16 @@ class SourceReading:
             self._after_input()
         self.split_seq[split_index] = seq
 
-    def _poll_open(self, head: Any, timeout: float) -> None:
-        """The open splits' new records (each polled for a share of ``timeout``)."""
+    def _poll_open(self, head: Any, timeout: float) -> bool:
+        """The open splits' new records (each polled for a share of ``timeout``); whether there
+        were any."""
         share = timeout / max(1, len(self.open_reads))
+        got = False
         for split_index, (read, _split) in list(self.open_reads.items()):
             items, position, finished = read.poll(self.spec.max_frame_items * 64, share)
             self.positions[split_index] = (position, finished)
             if items:
+                got = True
                 self._emit(head, split_index, items)
                 self._split_end(split_index, finished)
             elif finished:
@@ -76,6 +84,7 @@ class SourceReading:
                 del self.open_reads[split_index]
                 self._after_input()
                 self.report(("split-finished", self.plan.stage_id, self.partition, split_index, position))
+        return got
 
     def _close_open_reads(self) -> None:
         reads, self.open_reads = self.open_reads, {}

@@ -19,6 +19,8 @@ from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK
 from flowpoint.api.watermarks import Watermark
 from flowpoint.connectors.source import SourceMetric, TimestampedBatch
 from flowpoint.errors import FlowpointError
+from flowpoint.metrics.group import MetricGroup
+from flowpoint.metrics.report import ChainMeter
 from flowpoint.state.backend import partition_backend
 from flowpoint.state.compatibility import declared_states
 from flowpoint.state.working import TaskState
@@ -43,6 +45,7 @@ class ChainRuntime:
         self.ops: dict[int, Operator] = {}
         self.writers: list[tuple[int, ExchangeWriter]] = []
         self.contexts: list[TaskRuntimeContext] = []
+        self.user_metrics: dict[str, dict[str, Any]] = {}  # operator uid -> the user's metrics
         for nid in plan.order:
             spec = plan.ops[nid]
             backend = ts.backend(spec.uid, spec.name) if spec.keyed else None
@@ -94,6 +97,7 @@ class ChainRuntime:
             ctx = self._context(spec, partition, ts.backends.get(spec.uid) if spec.keyed else None)
             ctx.clock = self.ops[nid]
             self.ops[nid].open(ctx)
+        self.meter = ChainMeter(self.ops, self.user_metrics)
 
     def _initialize_state(self, op_spec: Any, partition: int, ts: TaskState, spec: EpochSpec | None, operator_state: dict) -> None:
         """CheckpointedFunction.initialize_state with the instance's committed operator state."""
@@ -135,6 +139,7 @@ class ChainRuntime:
 
     def _context(self, spec: Any, partition: int, backend: Any) -> TaskRuntimeContext:
         ctx = TaskRuntimeContext(spec.name, partition, spec.parallelism, spec.max_parallelism, self.plan.job_parameters, backend)
+        ctx.metric_group = MetricGroup(self.user_metrics.setdefault(spec.uid, {}), owner=spec.name)
         self.contexts.append(ctx)
         return ctx
 
@@ -220,6 +225,7 @@ def deliver_source_item(plan: StagePlan, head: Operator, origin: tuple, data: An
     """One item a source reader yielded (records, timestamped records, a watermark, a metric)
     to the chain's head; returns how many records it held."""
     if isinstance(data, TimestampedBatch):
+        head.num_in += len(data.records)
         head.process(origin, data.records, data.timestamps)
         return len(data.records)
     if isinstance(data, Watermark):
@@ -229,8 +235,10 @@ def deliver_source_item(plan: StagePlan, head: Operator, origin: tuple, data: An
     if isinstance(data, SourceMetric):
         head.count(data.name, data.n)
         return 0
+    n = num_records(data)
+    head.num_in += n
     head.process(origin, data)
-    return num_records(data)
+    return n
 
 
 def _channel_namer(source_uid: str | None, head_uid: str, partition: int) -> Any:
@@ -299,6 +307,7 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
             ack.records_in = head.records_in
             head.records_in = 0
         rt.end_epoch(ack)
+        ack.report = rt.meter.report(plan.stage_id, partition, busy_ms=(time.perf_counter() - started) * 1000)
         ack.declared = {uid: declared_states(b) for uid, b in ts.backends.items()}
         if rt.operator_states:
             operator_state = rt.snapshot_operator_state(spec.epoch, spec.processing_time)
@@ -399,12 +408,14 @@ def feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWatermar
                 options = plan.ops[plan.head].options
                 types = options.get("input_types")  # connected streams, else broadcast's main input
                 data = data.pairs(types[options["input_sides"][edge_index]] if types else options.get("main_type"))
+            head.num_in += num_records(data)
             head.process_input(edge_index, origin, data, ts)
             continue
         if edge_index in strip:
             data = data.batch if isinstance(data, KeyedBatch) else [v for _, v in data]
         elif isinstance(data, KeyedBatch) and not getattr(head, "columnar_input", False):
             data = data.pairs(plan.ops[plan.head].input_type)
+        head.num_in += num_records(data)
         head.process(origin, data, ts)
 
 

@@ -82,6 +82,10 @@ class Subtask(SourceReading, BarrierSnapshot):
         self.live_sinks = {nid for nid, op in plan.ops.items() if op.kind == "sink" and getattr(op.sink, "continuous_live", False)}
         self.done = False
         self.error: BaseException | None = None
+        # time waiting for input and blocked on output since the last metric report
+        self.idle_ns = 0
+        self.blocked_ns = 0
+        self.reported_at = time.perf_counter_ns()
         self.thread = threading.Thread(target=self._main, name=f"flowpoint-subtask-{plan.stage_id}.{s.partition}", daemon=True)
 
     # -- life ----------------------------------------------------------------------------------
@@ -142,7 +146,9 @@ class Subtask(SourceReading, BarrierSnapshot):
         head = self.rt.ops[self.plan.head]
         live = set(gate.order)
         while True:
+            t0 = time.perf_counter_ns()
             item = gate.get(self._wait())
+            self.idle_ns += time.perf_counter_ns() - t0
             self._tick()
             if item is None:
                 continue
@@ -264,7 +270,7 @@ class Subtask(SourceReading, BarrierSnapshot):
                 by_dest.setdefault(dest, []).append(item)
             w.out = []
             for dest, items in by_dest.items():
-                self.send(edge_id, dest, ("data", items))
+                self.blocked_ns += self.send(edge_id, dest, ("data", items))
         self.unsent_since = None
 
     def _broadcast(self, frame: tuple) -> None:
@@ -275,6 +281,19 @@ class Subtask(SourceReading, BarrierSnapshot):
     # -- barriers ------------------------------------------------------------------------------
 
     # -- metrics -------------------------------------------------------------------------------
+
+    def metric_report(self) -> Any:
+        """The chain's metrics since the last report (None before the chain opened); the slot
+        asks every second, a barrier's acknowledgement carries the rest."""
+        rt = self.rt
+        if rt is None:
+            return None
+        now = time.perf_counter_ns()
+        wall, self.reported_at = now - self.reported_at, now
+        idle, self.idle_ns = self.idle_ns, 0
+        blocked, self.blocked_ns = self.blocked_ns, 0
+        busy = max(0, wall - idle - blocked)
+        return rt.meter.report(self.plan.stage_id, self.partition, busy / 1e6, blocked / 1e6, idle / 1e6)
 
     def watermark(self) -> int | None:
         if self.inputs is not None:
