@@ -90,6 +90,7 @@ if __name__ == "__main__":
     rate = float(sys.argv[3]) if len(sys.argv) > 3 else 100.0
     fail_at = int(sys.argv[4]) if len(sys.argv) > 4 else 150
     env = StreamExecutionEnvironment.get_execution_environment({
+        "execution.runtime": "epoch",  # the epoch timeline is one of the pages' sections
         "execution.progress.interval": -1,
         "state.checkpoints.dir": f"file://{workdir}/checkpoints",
         "state.savepoints.dir": f"file://{workdir}/savepoints",
