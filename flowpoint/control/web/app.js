@@ -726,7 +726,7 @@
       this.charts = [];
       const tabs = [['overview', 'Overview', ''], ['checkpoints', 'Checkpoints', '/checkpoints'], ['exceptions', 'Exceptions', '/exceptions']];
       setHtml(root, h`
-        <section class="job-head" id="job-head"></section>
+        <section class="job-head" id="job-head"><div id="job-title"></div><div id="job-facts"></div></section>
         <div id="job-ops"></div>
         <nav class="tabs" id="job-tabs">${tabs.map(([k, label, rest]) => h`<a href="${jobHash(this.jid, rest)}" class="tab ${k === this.tab ? 'active' : ''}" data-tab="${k}">${label}</a>`)}</nav>
         <div id="tab-body">${this.skeleton()}</div>`);
@@ -789,7 +789,7 @@
         tabData.catch(() => null);
         if (e instanceof ApiError && e.status === 404) {
           setCrumbs([{ text: 'Overview', href: '#/overview' }, { text: jid }]);
-          setHtml($('#job-head', this.root), h`<h1>Job ${jid}</h1>${errorBox(e)}`);
+          setHtml($('#job-title', this.root), h`<h1>Job ${jid}</h1>${errorBox(e)}`);
           return;
         }
         throw e;
@@ -831,20 +831,21 @@
       const spark = safeUrl(fp['spark-ui']);
       const busy = (app.ops.get(this.jid) || []).some((o) => o.status === 'IN_PROGRESS');
       const lc = this.lastCheckpoint || obj(app.summaries.get(this.jid)).lastCheckpoint;
-      const runtime = fp.runtime === 'epoch' ? `epoch runtime${isNum(fp.epoch) ? ` (epoch ${fp.epoch})` : ''}`
-        : fp.runtime ? `${fp.runtime} runtime` : '';
+      const runtime = fp.runtime ? `${fp.runtime} runtime` : '';
       const actions = h`
         <div class="actions">
           <button class="btn" data-action="savepoint" ${running && !busy ? '' : 'disabled'}>Trigger savepoint</button>
           <button class="btn" data-action="stop" ${running && !busy ? '' : 'disabled'}>Stop with savepoint</button>
           <button class="btn btn-danger" data-action="cancel" ${running ? '' : 'disabled'}>Cancel job</button>
         </div>`;
-      setHtml($('#job-head', this.root), h`
+      // the title and the buttons change rarely: redrawn apart from the facts, a click is not lost
+      setHtml($('#job-title', this.root), h`
         <div class="job-title">
           <div class="job-title-text"><div class="job-name-line"><h1 id="job-name">${d.name || '(unnamed job)'}</h1>${badge(d.state)}</div>
             <div class="sub"><span class="mono">${d.jid || this.jid}</span>${runtime ? ` · ${runtime}` : ''}${spark ? h` · <a href="${spark}" target="_blank" rel="noopener noreferrer">Spark UI</a>` : ''}</div></div>
           ${actions}
-        </div>
+        </div>`);
+      setHtml($('#job-facts', this.root), h`
         <div class="facts">
           ${fact('Start', fmt.time(d['start-time']))}
           ${fact(TERMINAL.has(String(d.state)) ? 'End' : 'Duration', TERMINAL.has(String(d.state)) ? fmt.time(d['end-time']) : fmt.duration(d.duration))}
@@ -852,6 +853,7 @@
           ${fact('Records in', fmt.count(rec.recordsIn))}
           ${fact('Records out', fmt.count(rec.recordsOut))}
           ${fact('Restarts', isNum(fp.restarts) ? String(fp.restarts) : DASH)}
+          ${isNum(fp.epoch) ? fact('Epoch', fmt.count(fp.epoch)) : ''}
           ${fact('Watermark', fmt.watermark(fp['current-watermark']))}
           ${lc && lc.id !== undefined ? fact('Last checkpoint', `#${lc.id} · ${fmt.ago(lc.time)}`) : ''}
         </div>`);
@@ -1196,7 +1198,8 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
       };
       const onKey = (ev) => {
         if (ev.key === 'Escape') { ev.preventDefault(); done(false); }
-        if (ev.key === 'Enter') { ev.preventDefault(); done(true); }
+        // Enter in the text field confirms; on a button it presses that button
+        if (ev.key === 'Enter' && ev.target && ev.target.id === 'modal-input') { ev.preventDefault(); done(true); }
       };
       document.addEventListener('keydown', onKey, true);
       modal.onclick = (ev) => {
