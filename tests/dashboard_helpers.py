@@ -42,6 +42,19 @@ def browser_unavailable() -> str | None:
     return None
 
 
+def require_browser() -> None:
+    """Skip a browser test where chromium or playwright is missing, saying what to install; under
+    CI (``CI`` set) fail instead: a CI run must not pass without its browser tests."""
+    import pytest
+
+    reason = browser_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI runs the browser tests: the README's test command installs what they need)")
+    pytest.skip(reason)
+
+
 def launch_browser(playwright: Any) -> Any:
     executable = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
     return playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)

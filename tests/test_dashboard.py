@@ -25,8 +25,8 @@ import pytest
 from dashboard_helpers import (
     JOB_SCRIPT,
     UiServer,
-    browser_unavailable,
     launch_browser,
+    require_browser,
     start_job,
     stop_job,
     wait_for,
@@ -43,15 +43,6 @@ pytestmark = pytest.mark.slow
 
 NAME = 'dashboard <img src=x onerror="alert(1)"> test'
 UIDS = ["clicks", "timestamps", "channels", "counting", "windows", "format", "print"]
-
-
-def require_browser() -> None:
-    reason = browser_unavailable()
-    if reason is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI runs the browser tests: the README's test command installs what they need)")
-    pytest.skip(reason)
 
 
 class Dashboard:
