@@ -277,6 +277,7 @@
     summaries: new Map(), // jid -> {recordsIn, recordsOut, restarts, lastCheckpoint, at}
     ops: new Map(), // jid -> [{id, kind, status, location, error, at}] savepoint/stop/cancel operations
     expanded: new Set(), // keys of expanded rows (checkpoint history, exceptions)
+    vertex: new Map(), // jid -> the id of the vertex whose subtasks show
     throughput: new Map(), // jid -> samples collected here when the server has no throughput route
   };
 
@@ -653,7 +654,7 @@
     return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
   }
 
-  function graphSvg(details) {
+  function graphSvg(details, selected) {
     const { boxes, width, height } = layoutGraph(details);
     if (!boxes.size) return empty('The job has no graph to show.');
     const edges = [];
@@ -693,7 +694,7 @@
           <text class="op-line" x="${b.x + 14}" y="${b.y + GRAPH.head + 13 + i * GRAPH.line}"><tspan class="op-uid">${clip(o.uid, 22)}</tspan><tspan class="op-kind" dx="6">${clip(o.kind, 14)}</tspan><title>${o.name || o.uid} (uid ${o.uid})</title></text>`)
         : h`<text class="op-line op-none" x="${b.x + 14}" y="${b.y + GRAPH.head + 13}">${clip(b.node.description || '', 30)}</text>`;
       const footY = b.y + b.h - GRAPH.foot;
-      vboxes.push(h`<g class="vertex" data-vertex-id="${b.node.id}">
+      vboxes.push(h`<g class="vertex ${String(b.node.id) === selected ? 'selected' : ''}" data-vertex-id="${b.node.id}">
         <title>${name}</title>
         <clipPath id="${clipId}"><rect x="${b.x + 4}" y="${b.y}" width="${GRAPH.w - 10}" height="${b.h}"/></clipPath>
         <rect class="vertex-box" x="${b.x}" y="${b.y}" width="${GRAPH.w}" height="${b.h}" rx="6"/>
@@ -744,7 +745,8 @@
       if (this.tab === 'overview') {
         return h`
           <section class="panel"><h2>Job graph</h2><div class="graph-wrap" id="job-graph"></div>
-            <div class="legend"><span class="legend-swatch legend-idle"></span>idle<span class="legend-swatch legend-busy"></span>busy<span class="legend-swatch legend-bp"></span>backpressured</div></section>
+            <div class="legend"><span class="legend-swatch legend-idle"></span>idle<span class="legend-swatch legend-busy"></span>busy<span class="legend-swatch legend-bp"></span>backpressured<span class="legend-hint">click a box for its subtasks</span></div>
+            <div id="vertex-detail"></div></section>
           <section class="panel"><h2>Operators</h2><div id="job-operators"></div></section>
           <div class="two-col">
             <section class="panel"><h2>Throughput</h2><div class="chart" id="throughput-chart"></div><div id="throughput-note"></div></section>
@@ -778,7 +780,9 @@
       // the header shows the last checkpoint on every tab
       const checkpoints = optional(jobPath(jid, '/checkpoints'));
       const tabData = this.tab === 'overview'
-        ? Promise.all([optional(jobPath(jid, '/throughput')).catch(() => null), optional(jobPath(jid, '/epochs')).catch(() => null), checkpoints.catch(() => null)])
+        ? Promise.all([optional(jobPath(jid, '/throughput')).catch(() => null), optional(jobPath(jid, '/epochs')).catch(() => null),
+          app.vertex.get(jid) ? optional(jobPath(jid, `/vertices/${encodeURIComponent(app.vertex.get(jid))}`)).catch((e) => ({ error: e })) : null,
+          checkpoints.catch(() => null)])
         : this.tab === 'checkpoints'
           ? Promise.all([checkpoints, this.checkpointConfig()])
           : Promise.all([optional(jobPath(jid, '/exceptions')), checkpoints.catch(() => null)]);
@@ -813,7 +817,7 @@
         this.lastCheckpoint = { id: latest.id, time: first(latest.latest_ack_timestamp, latest.trigger_timestamp) };
         this.renderHead(details);
       }
-      if (this.tab === 'overview') this.renderOverview(details, data[0], data[1]);
+      if (this.tab === 'overview') this.renderOverview(details, data[0], data[1], data[2]);
       else if (this.tab === 'checkpoints') this.renderCheckpoints(details, data[0], data[1]);
       else this.renderExceptions(details, data[0]);
     }
@@ -874,8 +878,11 @@
 
     // -- the Overview tab ---------------------------------------------------------------------
 
-    renderOverview(details, throughput, epochs) {
-      setHtml($('#job-graph', this.root), graphSvg(details));
+    renderOverview(details, throughput, epochs, vertex) {
+      if (details !== undefined) this.last = { details, throughput, epochs, vertex };
+      const selected = app.vertex.get(this.jid);
+      setHtml($('#job-graph', this.root), graphSvg(details, selected));
+      this.renderVertex(details, selected, vertex);
       this.renderOperators(details);
       let samples = arr(obj(throughput).samples).filter((s) => s && isNum(s.time));
       let note = '';
@@ -889,6 +896,29 @@
       }
       setHtml($('#throughput-note', this.root), samples.length ? (note ? h`<div class="note">${note}</div>` : '') : empty(TERMINAL.has(String(details.state)) ? 'No throughput samples.' : 'No throughput samples yet.'));
       this.renderEpochs(details, epochs);
+    }
+
+    /** The selected vertex's subtasks (Flink's JobVertexDetailsInfo). */
+    renderVertex(details, selected, data) {
+      const el = $('#vertex-detail', this.root);
+      if (!selected) { setHtml(el, ''); return; }
+      const v = arr(details.vertices).find((x) => String(x.id) === selected) || {};
+      const head = h`<div class="vertex-detail-head"><h3>Subtasks of ${first(v.name, obj(data).name, selected)}</h3>
+        <button class="link-btn" data-vertex="${selected}">close</button></div>`;
+      if (!data) { setHtml(el, h`${head}${empty('Loading…')}`); return; }
+      if (data.error) { setHtml(el, h`${head}${errorBox(data.error)}`); return; }
+      const subtasks = arr(data.subtasks);
+      if (!subtasks.length) { setHtml(el, h`${head}${empty('No subtasks reported.')}`); return; }
+      setHtml(el, h`${head}<div class="table-scroll"><table class="table table-compact subtasks-table"><thead><tr>
+          <th class="num">Subtask</th><th>Status</th><th class="num">Attempt</th><th>Endpoint</th><th>Duration</th>
+          <th class="num">Records in</th><th class="num">Records out</th><th class="num">Busy</th><th class="num">Backpressured</th><th class="num">Idle</th>
+        </tr></thead><tbody>${subtasks.map((t) => {
+          const m = obj(t.metrics);
+          return h`<tr class="subtask-row"><td class="num mono">${first(t.subtask, DASH)}</td><td>${badge(t.status)}</td><td class="num">${first(t.attempt, DASH)}</td>
+            <td class="mono">${first(t.endpoint, t.host, DASH)}</td><td>${fmt.duration(t.duration)}</td>
+            <td class="num">${fmt.count(m['read-records'])}</td><td class="num">${fmt.count(m['write-records'])}</td>
+            <td class="num">${fmt.duration(m['accumulated-busy-time'])}</td><td class="num">${fmt.duration(m['accumulated-backpressured-time'])}</td><td class="num">${fmt.duration(m['accumulated-idle-time'])}</td></tr>`;
+        })}</tbody></table></div>`);
     }
 
     localThroughput(details) {
@@ -1307,6 +1337,16 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
       const op = (app.ops.get(app.view.jid) || [])[Number(dismiss.dataset.dismissOp)];
       if (op) op.dismissed = true;
       app.view.renderOps();
+      return;
+    }
+    const vertex = ev.target.closest('[data-vertex-id], [data-vertex]');
+    if (vertex && app.view instanceof JobView) {
+      const id = vertex.dataset.vertexId || vertex.dataset.vertex;
+      const jid = app.view.jid;
+      if (app.vertex.get(jid) === id) app.vertex.delete(jid); else app.vertex.set(jid, id);
+      const last = app.view.last;
+      if (last) app.view.renderOverview(last.details, last.throughput, last.epochs, null);
+      rerender();
       return;
     }
     const toggle = ev.target.closest('[data-toggle]');
