@@ -144,6 +144,10 @@ def test_job_page_draws_the_graph_operators_and_charts(dash):
     expect(page.locator("#throughput-chart canvas").first).to_be_visible(timeout=30_000)
     expect(page.locator("#job-epochs tr.epoch-row").first).to_be_visible(timeout=30_000)
     expect(page.locator("svg.epoch-timeline rect.epoch-bar").first).to_be_attached()
+    # a box opens its subtasks
+    counting = next(v for v in details["vertices"] if "counting" in v["name"])
+    page.locator(f'g.vertex[data-vertex-id="{counting["id"]}"]').click()
+    expect(page.locator("tr.subtask-row")).to_have_count(counting["parallelism"], timeout=30_000)
 
 
 def test_checkpoints_page_shows_history_chart_summary_and_configuration(dash):
