@@ -135,6 +135,8 @@ def test_checkpoints_and_exceptions_show_hostile_messages_as_text(page):
     page.goto(f"{page.base}/#/jobs/{JID}/checkpoints/config")
     expect(page.locator(".config-table")).to_contain_text(EVIL.replace("_", " "))
     page.goto(f"{page.base}/#/jobs/{JID}/exceptions")
+    expect(page.locator("#ex-root .exception-message")).to_have_text("RuntimeError: " + EVIL)
+    page.locator("#ex-root [data-toggle]").click()
     expect(page.locator("#ex-root pre.trace")).to_have_text("RuntimeError: " + EVIL)
     expect(page.locator("#ex-history .exception-name")).to_have_text("RuntimeError" + EVIL)
     no_elements_from_the_server(page)

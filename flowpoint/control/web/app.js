@@ -1138,8 +1138,15 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
         card('Last failure', entries.length ? fmt.ago(Math.max(...entries.map((e) => e.timestamp).filter(isNum))) : DASH, 'card-total card-text'),
       ]);
       const root = ex['root-exception'];
+      const rootKey = `exroot:${this.jid}`;
+      const rootLine = lastLine(root);
       setHtml($('#ex-root', this.root), root
-        ? h`<div class="exception exception-root"><div class="sub">${fmt.time(ex.timestamp, true)}</div>${where(root, null)}<pre class="trace">${root}</pre></div>`
+        ? h`<div class="exception exception-root">
+            <div class="exception-head"><span class="exception-name">${rootLine.split(':')[0]}</span><span class="sub">${fmt.time(ex.timestamp, true)}</span></div>
+            <div class="exception-message">${clip(rootLine, 600)}</div>
+            ${kv([['User function', where(root, null)]])}
+            <button class="link-btn" data-toggle="${rootKey}">${app.expanded.has(rootKey) ? 'Hide' : 'Show'} stack trace</button>
+            ${app.expanded.has(rootKey) ? h`<pre class="trace">${root}</pre>` : ''}</div>`
         : empty(data ? 'No exception: the job has not failed or restarted.' : 'The exceptions are not available.'));
       if (!entries.length) {
         setHtml($('#ex-history', this.root), empty('No exception in the history.'));
@@ -1149,7 +1156,7 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
         const key = `ex:${this.jid}:${e.timestamp}:${i}`;
         const open = app.expanded.has(key);
         const trace = String(e.stacktrace || '');
-        const message = firstLine(trace) || e.exceptionName || 'exception';
+        const message = obj(e.flowpoint).message || lastLine(trace) || e.exceptionName || 'exception';
         const concurrent = arr(e.concurrentExceptions);
         return h`<div class="exception" data-exception>
           <div class="exception-head">
@@ -1175,6 +1182,12 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
     return h`<div class="fact"><div class="fact-label">${label}</div><div class="fact-value">${value}</div></div>`;
   }
 
+  /** A traceback's last line: the exception that ended it. */
+  function lastLine(text) {
+    const lines = String(text || '').split('\n').map((l) => l.trim()).filter(Boolean);
+    return lines.length ? lines[lines.length - 1] : '';
+  }
+
   function firstLine(text) {
     const lines = String(text || '').split('\n').map((l) => l.trim()).filter(Boolean);
     // a Python traceback ends with the exception: show that, not "Traceback (most recent call last):"
@@ -1184,27 +1197,32 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
     return lines[0] || '';
   }
 
-  /** The user function's file:line: an explicit field, the message's "function X at file:line",
-   * or the innermost traceback frame outside flowpoint, pyspark and the standard library. */
+  /** Where the user's code failed: ``fn`` and ``at`` from flowpoint's message ("function X at
+   * file:line", the function as the job defined it) or an explicit field, and ``frame``, the
+   * innermost traceback frame outside flowpoint, pyspark and the standard library. A function
+   * pickled by value runs as "<dynamic-code>" (cloudpickle drops its file, keeps its lines): its
+   * frame gives the line, the message the file. */
   function userLocation(text, entry) {
     const fp = obj(entry && entry.flowpoint);
     const explicit = first(fp['user-function'], fp.function, fp['user-location']);
-    if (explicit) return String(explicit);
-    const t = String(text || '');
+    const t = `${String(text || '')}\n${String(fp.message || '')}`;
+    const library = /[/\\](flowpoint|pyspark|py4j|site-packages|dist-packages|lib[/\\]python3[^/\\]*)[/\\]/;
     const frames = [...t.matchAll(/File "([^"]+)", line (\d+), in ([^\n]+)/g)]
-      .filter((m) => !/[/\\](flowpoint|pyspark|site-packages|dist-packages|lib[/\\]python3[^/\\]*)[/\\]/.test(m[1]) || /[/\\](tests|examples)[/\\]/.test(m[1]));
+      .map((m) => ({ file: m[1], line: m[2], name: m[3].trim() }))
+      .filter((f) => !library.test(f.file) || /[/\\](tests|examples)[/\\]/.test(f.file));
     const fn = t.match(/function ([^\s(),]+) at ([^\s(),]+:\d+)/);
-    if (frames.length) {
-      const m = frames[frames.length - 1];
-      return `${m[1]}:${m[2]} in ${m[3].trim()}${fn ? ` (${fn[1]})` : ''}`;
-    }
-    if (fn) return `${fn[2]} (${fn[1]})`;
-    return null;
+    const out = { fn: fn ? fn[1] : null, at: explicit ? String(explicit) : fn ? fn[2] : null, frame: frames.length ? frames[frames.length - 1] : null };
+    return out.at || out.frame ? out : null;
   }
 
   function where(text, entry) {
     const loc = userLocation(text, entry);
-    return loc ? h`<code class="user-location">${loc}</code>` : DASH;
+    if (!loc) return DASH;
+    const f = loc.frame;
+    const real = f && !/^<.*>$/.test(f.file);
+    if (!loc.at) return h`<code class="user-location">${f.file}:${f.line}</code> <span class="sub">in ${f.name}</span>`;
+    const raised = f ? h` <span class="sub">raised ${real ? h`at <code>${f.file}:${f.line}</code>` : `at line ${f.line}`} in ${f.name}</span>` : '';
+    return h`<code class="user-location">${loc.at}</code>${loc.fn ? h` <span class="sub">(${loc.fn})</span>` : ''}${raised}`;
   }
 
   // ---------------------------------------------------------------------------------------------
