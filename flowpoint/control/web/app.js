@@ -458,8 +458,8 @@
             return h`<tr class="job-row" data-href="${jobHash(j.jid)}" data-jid="${j.jid}">
               <td><a class="job-link" href="${jobHash(j.jid)}">${j.name || '(unnamed)'}</a><div class="sub mono">${j.jid}</div></td>
               <td>${badge(j.state)}</td>
-              <td>${fmt.time(j['start-time'])}</td>
-              ${withEnd ? h`<td>${fmt.time(j['end-time'])}</td>` : ''}
+              <td class="nowrap">${fmt.time(j['start-time'])}</td>
+              ${withEnd ? h`<td class="nowrap">${fmt.time(j['end-time'])}</td>` : ''}
               <td>${fmt.duration(j.duration)}</td>
               <td class="num">${fmt.count(s.recordsIn)}</td>
               <td class="num">${fmt.count(s.recordsOut)}</td>
@@ -556,7 +556,24 @@
   // The job graph: one box per vertex (a chain of operators), arrows labelled with the
   // partitioning, laid out left to right by topological depth
 
-  const GRAPH = { w: 250, head: 50, line: 18, foot: 44, gapX: 120, gapY: 28, pad: 24 };
+  const GRAPH = { w: 196, nameLine: 16, line: 17, foot: 60, gapX: 100, gapY: 28, pad: 20, nameChars: 21 };
+
+  /** A vertex name on at most two lines of GRAPH.nameChars (Flink names a chain "A -> B -> C"). */
+  function nameLines(name) {
+    const size = GRAPH.nameChars;
+    const words = String(name).split(/\s+/).filter(Boolean)
+      .flatMap((w) => (w.length <= size ? [w] : w.match(new RegExp(`.{1,${size}}`, 'g'))));
+    const lines = [''];
+    words.forEach((w) => {
+      const cur = lines[lines.length - 1];
+      if (!cur || cur.length + 1 + w.length <= GRAPH.nameChars) lines[lines.length - 1] = cur ? `${cur} ${w}` : w;
+      else lines.push(w);
+    });
+    if (lines.length <= 2) return lines.map((l) => clip(l, GRAPH.nameChars));
+    return [clip(lines[0], GRAPH.nameChars), clip(`${lines.slice(1).join(' ')}`, GRAPH.nameChars)];
+  }
+
+  const headHeight = (name) => 28 + nameLines(name).length * GRAPH.nameLine;
 
   function layoutGraph(details) {
     const nodes = planNodes(details);
@@ -600,8 +617,11 @@
       col.forEach((n, i) => {
         const id = String(n.id);
         const chain = chainOrder(opsByVertex.get(id) || []);
-        const hgt = GRAPH.head + Math.max(1, chain.length) * GRAPH.line + GRAPH.foot;
-        boxes.set(id, { node: n, vertex: vertices.get(id) || {}, ops: chain, x: GRAPH.pad + d * (GRAPH.w + GRAPH.gapX), y, h: hgt, order: i });
+        const vertex = vertices.get(id) || {};
+        const name = first(vertex.name, n.description, n.operator, `vertex ${n.id}`);
+        const head = headHeight(name);
+        const hgt = head + 8 + Math.max(1, chain.length) * GRAPH.line + GRAPH.foot;
+        boxes.set(id, { node: n, vertex, name, head, ops: chain, x: GRAPH.pad + d * (GRAPH.w + GRAPH.gapX), y, h: hgt, order: i });
         y += hgt + GRAPH.gapY;
       });
       return y - GRAPH.gapY;
@@ -669,7 +689,7 @@
         const y2 = b.y + (b.h * (i + 1)) / (inputs.length + 1);
         const mx = (x1 + x2) / 2;
         const label = String(inp.ship_strategy || inp.exchange || '').toUpperCase() || '?';
-        const lw = Math.max(46, label.length * 8 + 16);
+        const lw = Math.max(44, label.length * 7.2 + 14);
         const ly = (y1 + y2) / 2;
         edges.push(h`<g class="edge" data-from="${inp.id}" data-to="${b.node.id}" data-partitioning="${label}">
           <path d="M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}" marker-end="url(#arrow)"/>
@@ -685,31 +705,35 @@
       const vm = obj(v.metrics);
       const busy = Math.max(...b.ops.map((o) => metricsOf(o).busyTimeMsPerSecond).filter(isNum), -1);
       const bp = Math.max(...b.ops.map((o) => metricsOf(o).backPressuredTimeMsPerSecond).filter(isNum), -1);
-      const name = first(v.name, b.node.description, b.node.operator, `vertex ${b.node.id}`);
+      const name = b.name;
       const par = first(b.node.parallelism, v.parallelism);
       const color = busyColor(busy >= 0 ? busy : undefined, bp >= 0 ? bp : undefined);
       const inRate = b.ops.length ? metricsOf(b.ops[0]).numRecordsInPerSecond : undefined;
       const outRate = b.ops.length ? metricsOf(b.ops[b.ops.length - 1]).numRecordsOutPerSecond : undefined;
+      const top = b.y + b.head + 8;
       const lines = b.ops.length ? b.ops.map((o, i) => h`
-          <text class="op-line" x="${b.x + 14}" y="${b.y + GRAPH.head + 13 + i * GRAPH.line}"><tspan class="op-uid">${clip(o.uid, 22)}</tspan><tspan class="op-kind" dx="6">${clip(o.kind, 14)}</tspan><title>${o.name || o.uid} (uid ${o.uid})</title></text>`)
-        : h`<text class="op-line op-none" x="${b.x + 14}" y="${b.y + GRAPH.head + 13}">${clip(b.node.description || '', 30)}</text>`;
+          <text class="op-line" x="${b.x + 12}" y="${top + 12 + i * GRAPH.line}"><tspan class="op-uid">${clip(o.uid, 18)}</tspan><tspan class="op-kind" dx="6">${clip(o.kind, 14)}</tspan><title>${o.name || o.uid} (uid ${o.uid})</title></text>`)
+        : h`<text class="op-line op-none" x="${b.x + 12}" y="${top + 12}">${clip(b.node.description || '', 26)}</text>`;
       const footY = b.y + b.h - GRAPH.foot;
+      const recIn = first(vm['read-records'], b.ops.length ? metricsOf(b.ops[0]).numRecordsIn : undefined);
+      const recOut = first(vm['write-records'], b.ops.length ? metricsOf(b.ops[b.ops.length - 1]).numRecordsOut : undefined);
       vboxes.push(h`<g class="vertex ${String(b.node.id) === selected ? 'selected' : ''}" data-vertex-id="${b.node.id}">
         <title>${name}</title>
         <clipPath id="${clipId}"><rect x="${b.x + 4}" y="${b.y}" width="${GRAPH.w - 10}" height="${b.h}"/></clipPath>
         <rect class="vertex-box" x="${b.x}" y="${b.y}" width="${GRAPH.w}" height="${b.h}" rx="6"/>
-        <rect class="vertex-head" x="${b.x}" y="${b.y}" width="${GRAPH.w}" height="${GRAPH.head - 6}" rx="6" fill="${color}"/>
-        <rect x="${b.x}" y="${b.y + GRAPH.head - 14}" width="${GRAPH.w}" height="8" fill="${color}"/>
-        <text class="vertex-name" x="${b.x + 12}" y="${b.y + 19}" clip-path="url(#${clipId})">${clip(name, 30)}</text>
-        <text class="vertex-sub" x="${b.x + 12}" y="${b.y + 36}">Parallelism ${isNum(par) ? par : DASH}${busy >= 0 ? ` · busy ${fmt.pct(busy)}` : ''}${bp > 0 ? ` · backpressured ${fmt.pct(bp)}` : ''}</text>
-        <g clip-path="url(#${clipId})">${lines}</g>
+        <rect class="vertex-head" x="${b.x}" y="${b.y}" width="${GRAPH.w}" height="${b.head}" rx="6" fill="${color}"/>
+        <rect x="${b.x}" y="${b.y + b.head - 8}" width="${GRAPH.w}" height="8" fill="${color}"/>
+        <g clip-path="url(#${clipId})">${nameLines(name).map((line, i) => h`<text class="vertex-name" x="${b.x + 11}" y="${b.y + 18 + i * GRAPH.nameLine}">${line}</text>`)}
+        <text class="vertex-sub" x="${b.x + 11}" y="${b.y + b.head - 9}">Parallelism ${isNum(par) ? par : DASH}</text>
+        ${lines}</g>
         <line class="vertex-rule" x1="${b.x + 10}" x2="${b.x + GRAPH.w - 10}" y1="${footY + 4}" y2="${footY + 4}"/>
-        <text class="vertex-metrics" x="${b.x + 12}" y="${footY + 21}">in ${fmt.short(first(vm['read-records'], b.ops.length ? metricsOf(b.ops[0]).numRecordsIn : undefined))} · out ${fmt.short(first(vm['write-records'], b.ops.length ? metricsOf(b.ops[b.ops.length - 1]).numRecordsOut : undefined))}</text>
-        <text class="vertex-metrics" x="${b.x + 12}" y="${footY + 37}">${fmt.rate(inRate)} in · ${fmt.rate(outRate)} out</text>
+        <text class="vertex-metrics" x="${b.x + 11}" y="${footY + 20}">in ${fmt.short(recIn)} · out ${fmt.short(recOut)}</text>
+        <text class="vertex-metrics" x="${b.x + 11}" y="${footY + 36}">${fmt.rate(inRate)} in · ${fmt.rate(outRate)} out</text>
+        <text class="vertex-metrics" x="${b.x + 11}" y="${footY + 52}">busy ${busy >= 0 ? fmt.pct(busy) : DASH} · backpressured ${bp >= 0 ? fmt.pct(bp) : DASH}</text>
       </g>`);
     });
-    // scaled down to the panel's width, to 70% at most; a larger graph scrolls
-    return h`<svg class="job-graph" xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" style="min-width:${Math.round(width * 0.7)}px" role="img" aria-label="job graph">
+    // scaled down to the panel's width, to 75% at most; a larger graph scrolls
+    return h`<svg class="job-graph" xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" style="min-width:${Math.round(width * 0.75)}px" role="img" aria-label="job graph">
       <defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="arrow-head"/></marker></defs>
       ${edges}${vboxes}</svg>`;
   }
@@ -949,9 +973,11 @@
       [...boxes.values()].sort((a, b) => a.x - b.x || a.y - b.y).forEach((b) => b.ops.forEach((o) => order.push(o)));
       ops.forEach((o) => { if (!order.includes(o)) order.push(o); });
       setHtml(el, h`<div class="table-scroll"><table class="table ops-table"><thead><tr>
-          <th>Operator</th><th class="num">Par.</th>
-          <th class="num">Records in</th><th class="num">Records out</th><th class="num">In/s</th><th class="num">Out/s</th>
-          <th>Busy</th><th>Backpressured</th><th>Watermark</th><th class="num">Late dropped</th><th class="num">State size</th>
+          <th>Operator</th><th class="num" title="parallelism">Par.</th>
+          <th class="num" title="records in">Records in</th><th class="num" title="records out">Records out</th>
+          <th class="num" title="records in per second">In/s</th><th class="num" title="records out per second">Out/s</th>
+          <th title="busy time (the busiest subtask)">Busy</th><th title="backpressured time (the most backpressured subtask)">Backpr.</th>
+          <th title="current input watermark">Watermark</th><th class="num" title="late records dropped">Late</th><th class="num" title="state size">State</th>
         </tr></thead><tbody>${order.map((o) => {
           const m = metricsOf(o);
           return h`<tr class="op-row" data-uid="${o.uid}">
