@@ -217,6 +217,13 @@
 <span class="meter-fill" style="width:${p.toFixed(1)}%;background:${kind === 'busy' ? busyColor(msPerSecond) : '#434343'}"></span></span><span class="meter-num">${fmt.pct(msPerSecond)}</span>`;
   }
 
+  /** A watermark in a table cell: the time of day, the date under it when it is not today. */
+  function watermarkCell(ms) {
+    const text = fmt.watermark(ms);
+    const m = text.match(/^(\d{4}-\d{2}-\d{2}) (.*)$/);
+    return m ? h`${m[2]}<div class="sub">${m[1]}</div>` : text;
+  }
+
   function kv(rows) {
     return h`<dl class="kv">${rows.map(([k, v]) => h`<dt>${k}</dt><dd>${v}</dd>`)}</dl>`;
   }
@@ -986,7 +993,7 @@
             <td class="num">${fmt.count(m.numRecordsIn)}</td><td class="num">${fmt.count(m.numRecordsOut)}</td>
             <td class="num">${fmt.rate(m.numRecordsInPerSecond)}</td><td class="num">${fmt.rate(m.numRecordsOutPerSecond)}</td>
             <td class="meter-cell">${meter(m.busyTimeMsPerSecond, 'busy')}</td><td class="meter-cell">${meter(m.backPressuredTimeMsPerSecond, 'backpressured')}</td>
-            <td class="nowrap">${fmt.watermark(m.currentInputWatermark)}</td>
+            <td class="nowrap">${watermarkCell(m.currentInputWatermark)}</td>
             <td class="num ${m.numLateRecordsDropped > 0 ? 'warn' : ''}">${fmt.count(m.numLateRecordsDropped)}</td>
             <td class="num">${fmt.bytes(m.stateSize)}</td></tr>`;
         })}</tbody></table></div>`);
