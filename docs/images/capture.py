@@ -62,7 +62,7 @@ def main() -> None:
 
         for name in jobs:
             ids[name] = wait_for(lambda n=name: running(n), 240, f"{name} to run")
-        time.sleep(8)
+        time.sleep(20)  # the other job's first epochs and checkpoints, then it is cancelled
         stop_job(home, ids[OTHER], jobs[OTHER])
         ui = UiServer(home, tmp / "ui.log")
         jid = ids[MAIN]
