@@ -1191,6 +1191,7 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
         const trace = String(e.stacktrace || '');
         const message = obj(e.flowpoint).message || lastLine(trace) || e.exceptionName || 'exception';
         const concurrent = arr(e.concurrentExceptions);
+        const efp = obj(e.flowpoint);
         return h`<div class="exception" data-exception>
           <div class="exception-head">
             <span class="exception-name">${e.exceptionName || 'Exception'}</span>
@@ -1198,9 +1199,10 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
           </div>
           <div class="exception-message">${clip(message, 400)}</div>
           ${kv([
-            ['Task', e.taskName || DASH],
-            ['Location', e.location || e.endpoint || DASH],
+            ['Operator', efp.operator || e.taskName ? h`${efp.operator || e.taskName}${efp.uid ? h` <span class="sub">uid <span class="mono">${efp.uid}</span></span>` : ''}` : DASH],
             ['User function', where(trace, e)],
+            ...(e.location && !codeLocation(e.location) ? [['Location', e.location]] : []),
+            ...(typeof efp.restarted === 'boolean' ? [['Then', efp.restarted ? 'the job restarted from its last checkpoint' : 'the job failed']] : []),
             ...(arr(e.failureLabels).length || Object.keys(obj(e.failureLabels)).length ? [['Labels', JSON.stringify(e.failureLabels)]] : []),
             ...(concurrent.length ? [['Concurrent exceptions', String(concurrent.length)]] : []),
           ])}
@@ -1237,7 +1239,9 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
    * frame gives the line, the message the file. */
   function userLocation(text, entry) {
     const fp = obj(entry && entry.flowpoint);
-    const explicit = first(fp['user-function'], fp.function, fp['user-location']);
+    // flowpoint's REST API puts the user function's file:line in Flink's "location"
+    const located = entry && codeLocation(entry.location) ? entry.location : null;
+    const explicit = first(fp['user-function'], fp.function, fp['user-location'], located);
     const t = `${String(text || '')}\n${String(fp.message || '')}`;
     const library = /[/\\](flowpoint|pyspark|py4j|site-packages|dist-packages|lib[/\\]python3[^/\\]*)[/\\]/;
     const frames = [...t.matchAll(/File "([^"]+)", line (\d+), in ([^\n]+)/g)]
@@ -1246,6 +1250,11 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
     const fn = t.match(/function ([^\s(),]+) at ([^\s(),]+:\d+)/);
     const out = { fn: fn ? fn[1] : null, at: explicit ? String(explicit) : fn ? fn[2] : null, frame: frames.length ? frames[frames.length - 1] : null };
     return out.at || out.frame ? out : null;
+  }
+
+  /** A "file:line" of code (not a host:port, which Flink puts in an exception's location). */
+  function codeLocation(v) {
+    return typeof v === 'string' && /[/\\]|\.py:\d+/.test(v) && /:\d+$/.test(v);
   }
 
   function where(text, entry) {
