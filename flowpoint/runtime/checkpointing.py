@@ -65,6 +65,13 @@ class CheckpointStats:
     tasks_total: int = 0
     failure_reason: str | None = None
     path: str | None = None
+    kind: str = "checkpoint"  # checkpoint | savepoint | stop (a stop-with-savepoint's savepoint)
+    operator_sizes: dict[str, int] = field(default_factory=dict)  # uid -> bytes of its state in it
+
+    def fail(self, reason: str) -> None:
+        """It failed now: ``end_to_end_ms`` is how long after its trigger."""
+        self.status, self.failure_reason = "FAILED", reason
+        self.end_to_end_ms = float(max(0, now_ms() - self.trigger_time_ms))
 
 
 @dataclass
@@ -379,7 +386,7 @@ class CheckpointCoordinator:
         stats = self._flying.pop(checkpoint_id, None)
         if stats is None:
             return
-        stats.status, stats.failure_reason = "FAILED", reason
+        stats.fail(reason)
         self.aborted.append(checkpoint_id)
         self._last_end = time.monotonic()
         log.warning("%s", reason)
@@ -394,7 +401,7 @@ class CheckpointCoordinator:
         runtime) fail with ``reason``; their files go with the job's incomplete checkpoints."""
         flying, self._flying = self._flying, {}
         for cid, stats in flying.items():
-            stats.status, stats.failure_reason = "FAILED", reason
+            stats.fail(reason)
             self.aborted.append(cid)
         cut, future = self.pending, self._future
         if cut is None:
@@ -411,8 +418,7 @@ class CheckpointCoordinator:
 
     def _fail(self, cut: CutState, reason: str) -> None:
         cut.cancelled = True  # an upload still running never completes it
-        cut.stats.status = "FAILED"
-        cut.stats.failure_reason = reason
+        cut.stats.fail(reason)
         self.pending = None
         self._future = None
         self.aborted.append(cut.checkpoint_id)
@@ -473,6 +479,7 @@ def assemble_operators(graph: JobGraph, cut: CutState, backend: str, declared: d
             cut.stats.tasks_acknowledged += 1
             cut.stats.state_size += size
             cut.stats.incremental_size += uploaded
+            cut.stats.operator_sizes[part.uid] = cut.stats.operator_sizes.get(part.uid, 0) + size
             task_async = max(task_async, part.async_ms)
     return operators, task_async
 

@@ -328,7 +328,7 @@ class ContinuousLoop(CommittedLoop):
             request, access, t0, trigger_ms = flight.savepoint
             try:
                 parts = [p for a in acks for p in a.savepoint_parts]
-                request.future.set_result(self.savepoints.complete(access, lambda: parts, n, positions, t0, trigger_ms))
+                request.future.set_result(self.savepoints.complete(access, lambda: parts, n, positions, t0, trigger_ms, stop=request.stop))
             except BaseException as e:  # noqa: BLE001 - reported to the caller; the job goes on
                 request.future.set_exception(e)
         now = time.monotonic()

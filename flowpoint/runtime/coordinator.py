@@ -19,6 +19,7 @@ from flowpoint.errors import FlowpointError
 from flowpoint.runtime.checkpointing import CheckpointCoordinator
 from flowpoint.runtime.committed import CommittedState
 from flowpoint.runtime.epoch_loop import EpochLoop
+from flowpoint.runtime.history import failure_record
 from flowpoint.runtime.job import (
     JobExecutionResult,
     JobProgress,
@@ -26,6 +27,7 @@ from flowpoint.runtime.job import (
     SplitProgress,
     new_job_id,
 )
+from flowpoint.runtime.plan_view import plan_view
 from flowpoint.runtime.progress import Progress
 from flowpoint.runtime.restarts import RestartManager
 from flowpoint.runtime.resume import job_fingerprint
@@ -51,12 +53,15 @@ class Coordinator:
         self.job_id = new_job_id()
         self.job_name = graph.job_name
         self.fingerprint = job_fingerprint(graph)  # with the name, its identity for --resume
+        self.plan = plan_view(graph)  # vertices and edges as the REST API shows them
         self.status = JobStatus.CREATED
         self.failure: BaseException | None = None
         self.done = threading.Event()
         self.thread: threading.Thread | None = None
         self._cancel = threading.Event()
         self.checkpoints: CheckpointCoordinator | None = None
+        self.settings: Any = None  # CheckpointSettings, resolved when the job starts running
+        self.ended_ms: int | None = None  # wall-clock time the job ended
         self._started = 0.0
         self._ended = 0.0
         self._executor: Any = None
@@ -140,6 +145,26 @@ class Coordinator:
 
     def checkpoint_stats(self) -> list:
         return list(self.checkpoints.history) if self.checkpoints is not None else []
+
+    def savepoint_stats(self) -> list:
+        return list(self._savepoints.history)
+
+    def exception_history(self) -> list:
+        """The job's failures, oldest first (runtime/history.py), the one that failed the job
+        included, also when it came before the restart loop (e.g. a restore that failed)."""
+        history = self._restarts.history
+        records = history.failures()
+        failure = self.failure
+        if failure is not None and not history.recorded(failure):
+            records.append(failure_record(failure, restarted=False, timestamp_ms=self.ended_ms))
+        return records
+
+    def restore_history(self) -> list:
+        return self._restarts.history.restores()
+
+    def spark_jobs(self) -> list[tuple[int, tuple[int, ...]]]:
+        """``(epoch, ids of the Spark jobs it ran)`` of the recent epochs (epoch runtime)."""
+        return list(getattr(self._executor, "spark_jobs", ()))
 
     def result(self) -> JobExecutionResult:
         return JobExecutionResult(
@@ -244,6 +269,7 @@ class Coordinator:
 
     def _end(self) -> None:
         self._ended = time.monotonic()
+        self.ended_ms = int(time.time() * 1000)
         if self.checkpoints is not None:
             try:
                 self.checkpoints.abort_pending(f"job {self.status.value.lower()}")

@@ -157,6 +157,51 @@ class JobClient:
         """The last 1,000 epochs so far: ``(epoch, records read, seconds)``."""
         return list(self._coordinator.epoch_history)
 
+    # -- what the REST API and the dashboard show (read-only) -----------------------------------
+
+    def get_plan(self) -> Any:
+        """The job's vertices (chains of operators), operators and edges
+        (:class:`flowpoint.runtime.plan_view.PlanView`)."""
+        return self._coordinator.plan
+
+    def get_end_time_ms(self) -> int | None:
+        """When the job ended (wall-clock ms), None while it runs."""
+        return self._coordinator.ended_ms if self._coordinator.done.is_set() else None
+
+    def get_runtime(self) -> str:
+        """``"epoch"`` or ``"continuous"`` (``execution.runtime``; a BATCH job runs in epochs)."""
+        return "continuous" if self._coordinator.continuous else "epoch"
+
+    def get_checkpoint_settings(self) -> Any:
+        """The job's resolved checkpoint settings (a copy), None until the job runs."""
+        import dataclasses
+
+        settings = self._coordinator.settings
+        return dataclasses.replace(settings) if settings is not None else None
+
+    def get_savepoint_stats(self) -> list:
+        """Savepoints taken so far, completed and failed, as checkpoint stats whose ``kind`` is
+        ``savepoint`` or ``stop`` (a stop-with-savepoint's)."""
+        return self._coordinator.savepoint_stats()
+
+    def get_exception_history(self) -> list:
+        """The job's failures, oldest first (:class:`flowpoint.runtime.history.FailureRecord`)."""
+        return self._coordinator.exception_history()
+
+    def get_restore_history(self) -> list:
+        """Checkpoints and savepoints the job restored, oldest first (``RestoreRecord``)."""
+        return self._coordinator.restore_history()
+
+    def get_spark_jobs(self) -> list[tuple[int, tuple[int, ...]]]:
+        """``(epoch, its Spark job ids)`` of the recent epochs; empty on the continuous runtime."""
+        return self._coordinator.spark_jobs()
+
+    def get_spark_ui_url(self) -> str | None:
+        """The address of Spark's web UI for this job's session, None when it is off."""
+        from flowpoint.spark.ui import spark_ui_url
+
+        return spark_ui_url(self._coordinator.spark)
+
     def trigger_savepoint(self, target_directory: str | None = None) -> str:
         """Take a savepoint at the next epoch boundary and return its directory
         (``<target>/savepoint-<job-id[:6]>-<12 hex>``) once its ``_metadata`` is written.

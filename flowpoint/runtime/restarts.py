@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from flowpoint.runtime.checkpointing import now_ms
+from flowpoint.runtime.history import JobHistory
 from flowpoint.runtime.restore import RestoredJob, plan_restore
 from flowpoint.runtime.resume import restore_point
 
@@ -104,6 +105,7 @@ class RestartManager:
         self.resumed_from: tuple[str, int] | None = None  # (job id, checkpoint id) this run restored
         self.predecessor: str | None = None  # the job whose checkpoint this run restored
         self._restore_point: tuple[Any, str, bool] | None = None  # (metadata, job dir, allow non-restored)
+        self.history = JobHistory()  # failures and restores, for the REST API
 
     @property
     def restarts(self) -> int:
@@ -129,6 +131,7 @@ class RestartManager:
         self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
         self.predecessor = meta.job_id if meta.job_id != self.job_id else None
         self.progress.say(f"restoring {meta.kind} {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
+        self.history.restored(meta.checkpoint_id, meta.kind == "savepoint", job_dir_uri)
         for uid in restore.dropped_uids:
             log.warning("dropping state of uid %r: the job has no such stateful operator (--allow-non-restored-state)", uid)
         return restore
@@ -146,13 +149,18 @@ class RestartManager:
                 loop.attempt()
                 return
             except BaseException as e:
-                if self.cancel.is_set() or not restartable(e):
+                if self.cancel.is_set():
+                    raise
+                if not restartable(e):
+                    self.history.failed(e, restarted=False)
                     raise
                 delay = self.backoff.on_failure(now_ms())
                 if delay is None:
+                    self.history.failed(e, restarted=False)
                     if self.restarts or self.settings.enabled:
                         log.error("job %s failed and its restart strategy %s gives up", self.job_id, self.backoff.describe())
                     raise
+                self.history.failed(e, restarted=True)
                 self._restart(loop, e, delay)
                 if self.cancel.is_set():
                     return
@@ -178,6 +186,12 @@ class RestartManager:
         self.files.next_run()
         loop.reset()
         loop.restore(self.restore_after_failure(latest))
+        if latest is not None and self.checkpoints is not None:
+            store = self.checkpoints.store
+            self.history.restored(latest.checkpoint_id, False, store.uri(store.chk_dir(latest.checkpoint_id)))
+        elif self._restore_point is not None:
+            meta = self._restore_point[0]
+            self.history.restored(meta.checkpoint_id, meta.kind == "savepoint", self._restore_point[1])
         self.running()
 
     def restore_after_failure(self, latest: CheckpointMetadata | None) -> RestoredJob | None:
