@@ -11,7 +11,6 @@ import re
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import Any
 
 from flowpoint.runtime.checkpointing import now_ms
 
@@ -89,21 +88,22 @@ class JobHistory:
         self._lock = threading.Lock()
         self._failures: list[FailureRecord] = []
         self._restores: list[RestoreRecord] = []
-        self._failed: set[int] = set()  # ids of the errors recorded (one record per error)
+        self._errors: list[BaseException] = []  # the errors recorded last (one record per error)
         self.total_failures = 0
         self.total_restores = 0
 
     def failed(self, error: BaseException, restarted: bool) -> None:
         record = failure_record(error, restarted)
         with self._lock:
-            self._failed.add(id(error))
+            self._errors.append(error)
+            del self._errors[:-KEEP]
             self.total_failures += 1
             self._failures.append(record)
             del self._failures[:-KEEP]
 
     def recorded(self, error: BaseException) -> bool:
         with self._lock:
-            return id(error) in self._failed
+            return any(e is error for e in self._errors)
 
     def restored(self, checkpoint_id: int, is_savepoint: bool, path: str | None) -> None:
         with self._lock:
@@ -119,7 +119,3 @@ class JobHistory:
     def restores(self) -> list[RestoreRecord]:
         with self._lock:
             return list(self._restores)
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {"failures": self.total_failures, "restores": self.total_restores}
