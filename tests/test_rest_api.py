@@ -237,6 +237,8 @@ def test_rest_answers_hold_flinks_field_names_through_a_failure_a_savepoint_and_
         holds(entry, "RootExceptionInfo")
         assert "injected at 30" in entry["stacktrace"] and entry["stacktrace"] == ex["root-exception"]
         assert entry["flowpoint"]["restarted"] and "injected at 30" in entry["flowpoint"]["message"]
+        assert entry["taskName"] == "Map" and entry["flowpoint"]["uid"] == "boom"
+        assert re.fullmatch(r".*tests/test_rest_api\.py:\d+", entry["location"]), entry["location"]
         assert call("GET", f"/jobs/{job_id}/exceptions?maxExceptions=0")[1]["exceptionHistory"] == {"entries": [], "truncated": True}
 
         epochs = call("GET", f"/jobs/{job_id}/epochs")[1]["epochs"]

@@ -16,6 +16,8 @@ from flowpoint.runtime.checkpointing import now_ms
 
 KEEP = 16  # Flink's web.exception-history-size default
 _AT = re.compile(r" at (?P<where>.+:\d+)$")
+# how flowpoint.errors.UserFunctionError's message names the operator and the function
+_NAMED = re.compile(r"operator '(?P<operator>[^']*)' \(uid '(?P<uid>[^']*)', function (?P<function>.+? at \S+:\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -61,16 +63,26 @@ def _location(error: BaseException) -> str | None:
     if location:
         return str(location)
     function = getattr(error, "function", None)
-    m = _AT.search(str(function)) if function else None
+    return _location_of(str(function)) if function else None
+
+
+def _location_of(function: str) -> str | None:
+    m = _AT.search(function)
     return m.group("where") if m else None
 
 
 def failure_record(error: BaseException, restarted: bool, timestamp_ms: int | None = None) -> FailureRecord:
+    """What is kept of a failure. The operator, uid and file:line come from the error's
+    attributes, else from its message as a user function's failure words it (an error rebuilt
+    from Spark's text carries only its message)."""
     named = _details(error)
     trace = getattr(named, "trace", None) or "".join(traceback.format_exception(type(error), error, error.__traceback__))
     cls = type(error)
-    operator = getattr(named, "operator", None)
-    uid = getattr(named, "uid", None)
+    operator, uid, location = getattr(named, "operator", None), getattr(named, "uid", None), _location(named)
+    m = _NAMED.search(str(named))
+    if m is not None:
+        operator, uid = operator or m["operator"], uid or m["uid"]
+        location = location or _location_of(m["function"])
     return FailureRecord(
         now_ms() if timestamp_ms is None else timestamp_ms,
         f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__,
@@ -78,7 +90,7 @@ def failure_record(error: BaseException, restarted: bool, timestamp_ms: int | No
         trace,
         str(operator) if operator else None,
         str(uid) if uid else None,
-        _location(named),
+        location,
         restarted,
     )
 

@@ -19,9 +19,16 @@ def epochs(client: Any) -> dict:
     if client.get_runtime() != "epoch":
         return {"epochs": []}
     ui = client.get_spark_ui_url()
-    spark_jobs = dict(client.get_spark_jobs())  # the latest run of an epoch number wins
+    runs = client.get_spark_jobs()  # every run of an epoch, failed ones too, in order
+    at = 0
     out = []
-    for epoch, records, seconds in client.get_epoch_stats():
-        jobs = [{"id": i, "url": spark_job_url(ui, i)} for i in spark_jobs.get(epoch, ())]
+    for epoch, records, seconds in client.get_epoch_stats():  # the committed ones, in order
+        # the first run of this epoch number after the last one matched: a run that failed
+        # (before a restart) is passed over, and a restart's epoch gets its own run
+        match = next((i for i in range(at, len(runs)) if runs[i][0] == epoch), None)
+        ids: tuple[int, ...] = ()
+        if match is not None:
+            ids, at = runs[match][1], match + 1
+        jobs = [{"id": i, "url": spark_job_url(ui, i)} for i in ids]
         out.append({"epoch": epoch, "records": records, "duration": round(seconds * 1000), "spark-jobs": jobs})
     return {"epochs": out}
