@@ -171,10 +171,8 @@ def start(port: int = DEFAULT_PORT, bind: str = LOOPBACK, allow_remote: bool = F
     try:
         return UiServer(bind, port, token, registry, allow_remote=allow_remote and not ipaddress.ip_address(bind).is_loopback)
     except OSError as e:
-        msg = (
-            f"cannot listen on {bind}:{port}: {e.strerror or e} (port {port} is Flink's default: is another flowpoint ui "
-            "or a Flink cluster running?); choose another port with --port"
-        )
+        why = " (port 8081 is Flink's default: is another flowpoint ui or a Flink cluster running?)" if port == DEFAULT_PORT else ""
+        msg = f"cannot listen on {bind}:{port}: {e.strerror or e}{why}; choose another port with --port"
         raise ConfigurationError(msg) from None
 
 

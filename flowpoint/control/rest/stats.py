@@ -26,11 +26,11 @@ def summary(values: Sequence[float]) -> dict:
         "min": round(data[0]),
         "max": round(data[-1]),
         "avg": round(sum(data) / len(data)),
-        "p50": percentile(data, 0.5),
-        "p90": percentile(data, 0.9),
-        "p95": percentile(data, 0.95),
-        "p99": percentile(data, 0.99),
-        "p999": percentile(data, 0.999),
+        "p50": round(percentile(data, 0.5), 3),
+        "p90": round(percentile(data, 0.9), 3),
+        "p95": round(percentile(data, 0.95), 3),
+        "p99": round(percentile(data, 0.99), 3),
+        "p999": round(percentile(data, 0.999), 3),
     }
 
 
