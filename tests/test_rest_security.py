@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import threading
 
@@ -208,3 +209,31 @@ def test_a_remote_ui_takes_any_host_but_only_its_own_origin(home, web):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_flowpoint_ui_warns_when_other_machines_can_reach_it(home):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, FLOWPOINT_HOME=str(home))
+    refused = subprocess.run([sys.executable, "-m", "flowpoint.cli", "ui", "--bind", "0.0.0.0", "--port", str(port)],
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode == 1 and "add --allow-remote" in refused.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "flowpoint.cli", "ui", "--bind", "0.0.0.0", "--allow-remote", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert re.fullmatch(rf"flowpoint ui: http://\S+:{port}/\?token=\S+\n", line), line
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        warning = proc.stderr.read()
+        assert "WARNING: listening on 0.0.0.0" in warning and "unencrypted" in warning
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

@@ -14,12 +14,13 @@ and a warning is printed (the dashboard is plain HTTP: the token travels unencry
 from __future__ import annotations
 
 import ipaddress
+import os
 import sys
 from http import HTTPStatus
 from typing import Any
 
 from flowpoint.control import auth
-from flowpoint.control.archive import JOB_ID, read_archive
+from flowpoint.control.archive import JOB_ID, archive_path, read_archive
 from flowpoint.control.registry import JobEntry, JobRegistry, now_ms
 from flowpoint.control.relay import EndpointGone, get_json, relay
 from flowpoint.control.rest import jobs
@@ -28,6 +29,7 @@ from flowpoint.errors import ConfigurationError
 
 DEFAULT_PORT = 8081  # Flink's REST and web UI port
 LOOPBACK = "127.0.0.1"
+OVERVIEW_TIMEOUT_S = 3.0  # a job's endpoint that does not answer /jobs/overview by then is left out
 
 
 def _running(e: JobEntry) -> bool:
@@ -69,6 +71,21 @@ class UiServer(RestServer):
     def __init__(self, bind: str, port: int, token: str, registry: JobRegistry, allow_remote: bool = False):
         super().__init__(bind, port, token, allow_remote=allow_remote)
         self.registry = registry
+        self._archives: dict[str, tuple[tuple[int, int], dict | None]] = {}  # job id -> (mtime, size), archive
+
+    def archive(self, job_id: str) -> dict | None:
+        """A job's archive, read again only when its file changed (the overview reads them all)."""
+        try:
+            st = os.stat(archive_path(self.registry, job_id))
+        except (OSError, ValueError):
+            return None
+        key = (st.st_mtime_ns, st.st_size)
+        cached = self._archives.get(job_id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        data = read_archive(self.registry, job_id)
+        self._archives[job_id] = (key, data)
+        return data
 
     def answer(self, request: Request) -> tuple[int, Any]:
         parts = request.parts
@@ -93,7 +110,7 @@ class UiServer(RestServer):
         live: dict[str, dict] = {}
         for endpoint in {e.endpoint for e in entries if _running(e)}:
             try:
-                answer = get_json(endpoint, self.token, "/jobs/overview")
+                answer = get_json(endpoint, self.token, "/jobs/overview", OVERVIEW_TIMEOUT_S)
             except EndpointGone:
                 continue
             for item in answer.get("jobs", []) if isinstance(answer, dict) else []:
@@ -104,7 +121,7 @@ class UiServer(RestServer):
             if e.job_id in live and _running(e):
                 out.append(live[e.job_id])
                 continue
-            archive = read_archive(self.registry, e.job_id) if e.ended or e.is_stale() else None
+            archive = self.archive(e.job_id) if e.ended or e.is_stale() else None
             out.append(archive["overview"] if archive else registry_overview(e))
         return sorted(out, key=lambda o: o.get("start-time", 0), reverse=True)
 
@@ -133,7 +150,7 @@ class UiServer(RestServer):
         if request.method != "GET":
             msg = f"job {entry.job_id} ({entry.job_name!r}) has ended ({entry.shown_status()}): nothing to {request.method}"
             raise ApiError(HTTPStatus.CONFLICT, msg)
-        archive = read_archive(self.registry, entry.job_id)
+        archive = self.archive(entry.job_id)
         if archive is not None:
             answer = archive.get("routes", {}).get(request.path.rstrip("/"))
             if answer is not None:
