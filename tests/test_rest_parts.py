@@ -57,9 +57,6 @@ class _Client:
     def get_runtime(self):
         return self.runtime
 
-    def get_spark_ui_url(self):
-        return "http://127.0.0.1:4040"
-
     def get_spark_jobs(self):
         return self.runs
 
@@ -71,12 +68,12 @@ def test_each_committed_epoch_links_the_spark_job_that_ran_it():
     # epoch 2 failed (Spark job 1), the job restarted from the beginning: epochs 1 and 2 ran again
     runs = [(1, (0,)), (2, (1,)), (1, (2,)), (2, (3,)), (3, (4, 5))]
     history = [(1, 10, 0.5), (1, 10, 0.25), (2, 12, 0.125), (3, 7, 1.0)]
-    epochs = timeline.epochs(_Client("epoch", history, runs))["epochs"]
+    epochs = timeline.epochs(_Client("epoch", history, runs), "http://127.0.0.1:4040")["epochs"]
     assert [[j["id"] for j in e["spark-jobs"]] for e in epochs] == [[0], [2], [3], [4, 5]]
     assert epochs[0] == {"epoch": 1, "records": 10, "duration": 500, "spark-jobs": [{"id": 0, "url": "http://127.0.0.1:4040/jobs/job/?id=0"}]}
-    missing = timeline.epochs(_Client("epoch", [(1, 1, 0.1), (2, 1, 0.1)], [(2, (9,))]))["epochs"]
+    missing = timeline.epochs(_Client("epoch", [(1, 1, 0.1), (2, 1, 0.1)], [(2, (9,))]), None)["epochs"]
     assert [[j["id"] for j in e["spark-jobs"]] for e in missing] == [[], [9]]
-    assert timeline.epochs(_Client("continuous", history, runs)) == {"epochs": []}
+    assert timeline.epochs(_Client("continuous", history, runs), None) == {"epochs": []}
 
 
 def test_vertex_ids_are_flinks_shape_and_stable():

@@ -45,7 +45,7 @@ def job_routes(job: JobControl) -> tuple[dict, dict[str, Any]]:
         f"{base}/checkpoints": checkpoints.checkpointing_statistics(client),
         f"{base}/exceptions": exceptions.job_exceptions(client),
         f"{base}/throughput": timeline.throughput(client),
-        f"{base}/epochs": timeline.epochs(client),
+        f"{base}/epochs": timeline.epochs(client, job.spark_ui),
     }
     config = checkpoints.checkpoint_config(client)
     if config is not None:

@@ -193,9 +193,8 @@ def _print_urls(job: JobControl, server: ControlServer, config: Any) -> None:
     if interval is not None and int(interval) < 0:
         return
     print(f"[flowpoint] dashboard: {dashboard_url(server.address, server.token, job.job_id)}", file=sys.stderr, flush=True)
-    spark_ui = job.client.get_spark_ui_url()
-    if spark_ui:
-        print(f"[flowpoint] Spark UI: {spark_ui}", file=sys.stderr, flush=True)
+    if job.spark_ui:
+        print(f"[flowpoint] Spark UI: {job.spark_ui}", file=sys.stderr, flush=True)
 
 
 def _detach(job: JobControl) -> None:

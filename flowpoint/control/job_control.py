@@ -51,6 +51,7 @@ class JobControl:
         )
         self.timestamps: dict[str, int] = {"CREATED": self.entry.start_time_ms}  # status -> first reached
         self.operations = Operations()
+        self.spark_ui: str | None = client.get_spark_ui_url()  # asked once: the JVM is not asked at exit
         self.registered = False
         self._warned = False
         self.thread: Any = None

@@ -158,7 +158,7 @@ JOB_ROUTES: dict[tuple[str, tuple[str, ...]], Callable[[JobControl, Request, lis
     ("GET", ("checkpoints", "config")): lambda j, r, p: _config(j),
     ("GET", ("exceptions",)): lambda j, r, p: (HTTPStatus.OK, exceptions.job_exceptions(j.client, _max_exceptions(r))),
     ("GET", ("throughput",)): lambda j, r, p: (HTTPStatus.OK, timeline.throughput(j.client)),
-    ("GET", ("epochs",)): lambda j, r, p: (HTTPStatus.OK, timeline.epochs(j.client)),
+    ("GET", ("epochs",)): lambda j, r, p: (HTTPStatus.OK, timeline.epochs(j.client, j.spark_ui)),
     ("POST", ("savepoints",)): lambda j, r, p: trigger_savepoint(j, r.json()),
     ("GET", ("savepoints", ":triggerid")): lambda j, r, p: savepoint_status(j, p[0]),
     ("POST", ("stop",)): lambda j, r, p: stop(j, r.json()),

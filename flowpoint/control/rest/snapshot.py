@@ -60,14 +60,13 @@ class JobSnapshot:
         store = client.metric_store()
         metrics = {m.info.uid: m for m in store.operator_metrics()}
         accumulated = {v.stage_id: store.accumulated_ms(v.stage_id, v.parallelism) for v in plan.vertices}
-        end = client.get_end_time_ms() if state in TERMINAL else None
+        end = (client.get_end_time_ms() or job.entry.end_time_ms or now_ms()) if state in TERMINAL else None
         return cls(
-            job_id=job.entry.job_id, name=job.entry.job_name, state=state, start_ms=job.entry.start_time_ms,
-            end_ms=end if end is not None or state not in TERMINAL else (job.entry.end_time_ms or now_ms()),
+            job_id=job.entry.job_id, name=job.entry.job_name, state=state, start_ms=job.entry.start_time_ms, end_ms=end,
             now_ms=now_ms(), pid=job.entry.pid or os.getpid(), timestamps=dict(job.timestamps), plan=plan,
             metrics=metrics, accumulated=accumulated, runtime=client.get_runtime(), epoch=progress.epoch,
             records_read=progress.records_read, restarts=progress.restarts, watermark=client.get_current_watermark(),
-            spark_ui=client.get_spark_ui_url(), operator_sizes=latest_sizes(client),
+            spark_ui=job.spark_ui, operator_sizes=latest_sizes(client),
             last_checkpoint=last_checkpoint(client),
         )
 

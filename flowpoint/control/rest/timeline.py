@@ -15,10 +15,10 @@ def throughput(client: Any) -> dict:
     return {"samples": [{"time": int(t), "in": round(i, 3), "out": round(o, 3)} for t, i, o in samples]}
 
 
-def epochs(client: Any) -> dict:
+def epochs(client: Any, ui: str | None) -> dict:
+    """``ui``: the address of Spark's UI (None: off)."""
     if client.get_runtime() != "epoch":
         return {"epochs": []}
-    ui = client.get_spark_ui_url()
     runs = client.get_spark_jobs()  # every run of an epoch, failed ones too, in order
     at = 0
     out = []
