@@ -237,3 +237,32 @@ def test_flowpoint_ui_warns_when_other_machines_can_reach_it(home):
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def test_flowpoint_ui_shows_a_job_whose_process_died_as_lost_from_its_registry_entry(home, web):
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    registry = JobRegistry()
+    lost = "d" * 32
+    registry.write(JobEntry(lost, "killed job", "RUNNING", now_ms() - 9000, dead.pid, socket.gethostname(), "127.0.0.1:9",
+                            last_checkpoint_id=4, last_checkpoint_time_ms=now_ms() - 1000, last_checkpoint_path="file:///ck/chk-4"))
+    srv = serve(ui.start(0, registry=registry), web)
+    try:
+        owner = {"Authorization": f"Bearer {srv.token}"}
+        [job] = json.loads(ask(srv, "GET", "/jobs/overview", owner)[2])["jobs"]
+        assert job["jid"] == lost and job["state"] == "LOST" and job["flowpoint"]["last-checkpoint"]["id"] == 4
+        assert json.loads(ask(srv, "GET", "/overview", owner)[2])["flowpoint"]["jobs-lost"] == 1
+        status, _, body = ask(srv, "GET", f"/jobs/{lost}", owner)
+        assert status == 200 and json.loads(body)["state"] == "LOST" and json.loads(body)["vertices"] == []
+        status, _, body = ask(srv, "GET", f"/jobs/{lost}/checkpoints", owner)
+        assert status == 404 and "without writing an archive" in json.loads(body)["errors"][0]
+        status, _, _ = ask(srv, "POST", f"/jobs/{lost}/stop", {**owner, "Content-Type": "application/json"}, b"{}")
+        assert status == 409
+        assert ask(srv, "GET", "/jobs/" + "0" * 32, owner)[0] == 404
+        assert ask(srv, "GET", "/jobs/..%2f..%2fetc", owner)[0] == 404
+    finally:
+        srv.shutdown()
+        srv.server_close()
