@@ -244,7 +244,7 @@ OPTIONS = {
         Option("task.cancellation.timeout", 180_000, int, "accepted for compatibility; cancellation stops the Spark job", _duration(0)),
         Option("execution.checkpointing.snapshot-compression", False, bool, "accepted for compatibility; snapshot files are not compressed", parse_bool),
         Option("execution.runtime-mode", "STREAMING", str, "STREAMING | BATCH | AUTOMATIC: BATCH (or AUTOMATIC with only bounded sources) emits final results only", _choice(_names("STREAMING", "BATCH", "AUTOMATIC"))),
-        Option("execution.runtime", "epoch", str, "epoch | continuous: how a STREAMING job runs on Spark (docs/execution.md); BATCH always runs in epochs", _choice(_names("epoch", "continuous"))),
+        Option("execution.runtime", "auto", str, "auto | continuous | epoch: how a STREAMING job runs on Spark (docs/execution.md); auto runs it continuously when Spark offers every slot it needs at once, else in epochs; BATCH always runs in epochs", _choice(_names("auto", "continuous", "epoch"))),
         Option("execution.buffer-timeout", 100, int, "continuous runtime: ms after which an operator's partly filled output buffer is sent on (0: after every input)", _duration(0)),
         Option("taskmanager.network.memory.buffers-per-channel", 8, int, "continuous runtime: frames each input channel holds before its sender waits (backpressure)", _int(1, 4096)),
         Option("execution.buffer-max-batches", 64, int, "continuous runtime: output batches an operator buffers before it sends them without waiting for the buffer timeout", _int(1, 1 << 20)),

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.errors import FlowpointError
+from flowpoint.errors import FlowpointError, JobExecutionError
 from flowpoint.runtime.checkpointing import CheckpointCoordinator
 from flowpoint.runtime.committed import CommittedState
 from flowpoint.runtime.epoch_loop import EpochLoop
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from flowpoint.runtime.restore import RestoredJob
 
 log = logging.getLogger("flowpoint")
+
+AUTO_SLOTS_WAIT_S = 10.0  # on a cluster, how long execution.runtime: auto waits for executors to register
 
 
 class Coordinator:
@@ -73,6 +75,7 @@ class Coordinator:
             restarting=lambda: self._set_status(JobStatus.RESTARTING), running=lambda: self._set_status(JobStatus.RUNNING),
         )
         self._loop: Any = None  # EpochLoop or ContinuousLoop
+        self.runtime = "epoch" if graph.batch else str(self.config.get("execution.runtime")).lower()  # decided in run()
         _warn_missing_uids(graph)
 
     def _set_status(self, status: JobStatus) -> None:
@@ -131,7 +134,7 @@ class Coordinator:
         endpoints = tuple(getattr(self._loop, "endpoints", lambda: ())())
         return JobProgress(
             self.job_id, self.job_name, self.status, self.epoch, self.records_read, self.restarts, splits,
-            self.resumed_from, self.fingerprint, endpoints,
+            self.resumed_from, self.fingerprint, endpoints, self.runtime,
         )
 
     def current_watermark(self) -> int | None:
@@ -173,8 +176,31 @@ class Coordinator:
 
     @property
     def continuous(self) -> bool:
-        """``execution.runtime: continuous`` for a STREAMING job (BATCH runs in epochs)."""
-        return self.config.get("execution.runtime") == "continuous" and not self.graph.batch
+        """The job runs on the continuous runtime (decided when it starts: :meth:`_choose_runtime`)."""
+        return self.runtime == "continuous"
+
+    def _choose_runtime(self, spark: Any) -> str:
+        """``execution.runtime``: BATCH jobs run in epochs; ``auto`` (the default) runs a STREAMING
+        job continuously when Spark offers every slot it needs at once, else in epochs, saying
+        why in one line; ``continuous`` insists (and fails by name when it cannot run)."""
+        chosen = str(self.config.get("execution.runtime")).lower()
+        if self.graph.batch or chosen == "epoch":
+            return "epoch"
+        if chosen == "continuous":
+            return "continuous"
+        from flowpoint.runtime.slot_control import slot_shortage
+
+        slots = max(s.parallelism for s in self.graph.stages)
+        reason = slot_shortage(spark, slots, self.job_name, AUTO_SLOTS_WAIT_S, self._check_cancelled)
+        if reason is None:
+            return "continuous"
+        self._progress.say(f"running in epochs: {reason} (-D execution.runtime=continuous insists; docs/execution.md)")
+        return "epoch"
+
+    def _check_cancelled(self) -> None:
+        if self._cancel.is_set():
+            msg = f"job {self.job_id} was cancelled before it started"
+            raise JobExecutionError(msg)
 
     def _loop_for(self, restore: RestoredJob | None, plans: dict) -> Any:
         """The loop that runs the job, as ``execution.runtime`` chooses: epochs or continuous."""
@@ -210,6 +236,7 @@ class Coordinator:
             self._files.open(self.settings, storage_options(self.config))
             restore = self._restarts.initial_restore(self.settings, backoff)
             plans = build_stage_plans(self.graph, self.job_id, params)
+            self.runtime = self._choose_runtime(spark)
             if self.continuous:
                 from flowpoint.spark.continuous_executor import SparkContinuousExecutor
 

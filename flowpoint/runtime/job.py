@@ -62,6 +62,7 @@ class JobProgress:
     # continuous runtime: the run's listening endpoints ("host:port"), the driver's control
     # channel first, then each slot's record channels (docs/deployment.md: ports)
     endpoints: tuple[str, ...] = ()
+    runtime: str = "epoch"  # how the job runs: "epoch" or "continuous" (execution.runtime, decided at start)
 
 
 @dataclass
@@ -198,7 +199,8 @@ def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
     # Spark starts in the caller's thread: a failure to start raises here, and the session is the
     # caller's active one (``SparkSession.getActiveSession()`` finds it after the job).
     config = env.get_configuration()
-    spark = get_spark_session(config.get("spark.master"), graph.job_name, env._spark, config)
+    slots = max((s.parallelism for s in graph.stages), default=1)
+    spark = get_spark_session(config.get("spark.master"), graph.job_name, env._spark, config, slots=slots)
     ship_python_files(spark, config.get("python.files"))
     coordinator = Coordinator(graph, env, spark)
     thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)

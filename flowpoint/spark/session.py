@@ -45,6 +45,12 @@ def _python_path() -> str:
     return os.pathsep.join(dict.fromkeys([*existing, *here]))
 
 
+def default_master(slots: int) -> str:
+    """``local[*,4]``, with more task threads than cores when the job needs more slots."""
+    cores = os.cpu_count() or 1
+    return DEFAULT_MASTER if slots <= cores else f"local[{slots},4]"
+
+
 def is_local_master(master: str) -> bool:
     """``local``, ``local[4]``, ``local[*,4]``, ``local-cluster[2,1,1024]``: every process on this host."""
     return master.strip().startswith("local")
@@ -155,10 +161,12 @@ def spark_default_driver_host(launch_conf: Mapping[str, str] | None = None) -> s
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def get_spark_session(master: str | None, app_name: str, existing: Any = None, settings: Any = None) -> Any:
+def get_spark_session(master: str | None, app_name: str, existing: Any = None, settings: Any = None, slots: int = 1) -> Any:
     """``existing``, else the active session, else a new one for ``master`` (default
     ``$FLOWPOINT_SPARK_MASTER``, else spark-submit's ``--master``, else ``local[*,4]``) with
-    ``settings``' ``spark.*`` keys."""
+    ``settings``' ``spark.*`` keys. The default local master runs at least ``slots`` tasks at
+    once (the job's largest parallelism), as Flink's local mini cluster gives a job as many
+    slots as it needs: ``local[max(cores, slots),4]``."""
     if existing is not None or (existing := _active_session()) is not None:
         _check_classic(existing)
         _warn_unapplied(existing, spark_settings(settings))
@@ -166,7 +174,7 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     from pyspark.sql import SparkSession
 
     submitted = submitted_conf()
-    master = master or os.environ.get("FLOWPOINT_SPARK_MASTER") or (submitted or {}).get("spark.master") or DEFAULT_MASTER
+    master = master or os.environ.get("FLOWPOINT_SPARK_MASTER") or (submitted or {}).get("spark.master") or default_master(slots)
     os.environ["PYTHONPATH"] = _python_path()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
