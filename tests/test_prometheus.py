@@ -268,3 +268,44 @@ def test_the_grafana_dashboard_is_importable():
     assert exprs and all('job_name=~"$job_name"' in e for e in exprs)
     assert {"flowpoint_operator_numRecordsIn_total", "flowpoint_task_backPressuredTimeMsPerSecond",
             "flowpoint_operator_currentInputWatermark"} <= dashboard_metric_names()
+
+
+class _StoreClient:
+    """What the collector reads of a job, without Spark: a real MetricStore and get_metrics()."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def metric_store(self):
+        return self.store
+
+    def get_metrics(self):
+        return {**self.store.flat(), "numRestarts": 0}
+
+
+def test_user_metrics_whose_prometheus_names_clash_are_left_out_once_with_a_warning(caplog):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from flowpoint.metrics.prometheus import JobsCollector, MonitoredJob
+    from flowpoint.metrics.report import MetricReport
+    from flowpoint.metrics.store import MetricStore, OperatorInfo
+
+    store = MetricStore([OperatorInfo("op", "op", 0, "keyed_process", 1)])
+    store.add(MetricReport(0, 0, counters={("op", "numRecordsIn"): 5, ("op", "a.b_c"): 1, ("op", "a_b.c"): 2, ("op", "x"): 3},
+                           gauges={("op", "x_rate"): 7.0},
+                           user={("op", "a.b_c"): "counter", ("op", "a_b.c"): "counter", ("op", "x"): "meter", ("op", "x_rate"): "gauge"}))
+    collector = JobsCollector()
+    collector.add(MonitoredJob(_StoreClient(store), "j1", "job"))
+    registry = CollectorRegistry()
+    registry.register(collector)
+    with caplog.at_level("WARNING", logger="flowpoint"):
+        text = generate_latest(registry).decode()
+        generate_latest(registry)
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples["flowpoint_operator_numRecordsIn_total"] == 5
+    assert samples["flowpoint_user_a_b_c"] == 1  # "a.b_c", the first in order; "a_b.c" is left out
+    assert samples["flowpoint_user_x_total"] == 3 and "flowpoint_user_x_rate" in samples  # the meter's; the gauge x_rate is left out
+    assert samples["flowpoint_user_x_rate"] != 7.0
+    assert samples["flowpoint_job_numRestarts_total"] == 0
+    warnings = [r.getMessage() for r in caplog.records]
+    assert sum("'a_b.c'" in w for w in warnings) == 1 and sum("'x_rate'" in w for w in warnings) == 1  # once, not every scrape
