@@ -43,7 +43,7 @@ def user_error(spec: Any, e: BaseException, record: Any, key: Any = None) -> Flo
 
 # operators whose user function declares its output type (map(f, output_type=...), ...)
 CONVERTING_KINDS = frozenset({
-    "map", "flat_map", "process", "keyed_map", "keyed_flat_map", "keyed_process", "window",
+    "map", "flat_map", "process", "keyed_map", "keyed_flat_map", "keyed_process", "window", "reduce",
     "broadcast_process", "keyed_broadcast_process", "co_map", "co_flat_map", "co_process", "keyed_co_process", "async_wait",
 })
 
@@ -441,12 +441,23 @@ class ReduceOp(KeyedOp):
         f = self.spec.function.reduce
         state = self.state
         append = out.append
+        convert = self.convert  # the stream's type, as PyFlink gives the reduction (and keeps it)
         for key, value in pairs:
             backend.current_key = key
             current = state.value()
             new = value if current is None else f(current, value)
+            if convert is not None:
+                new = self._typed(new, convert)
             state.update(new)
             append(new)
+
+    def _typed(self, value: Any, convert: Any) -> Any:
+        try:
+            return convert(value)
+        except (TypeError, ValueError) as e:
+            msg = (f"reduce {self.spec.name!r} (uid {self.spec.uid!r}) returned a value the stream's type "
+                   f"{self.spec.output_type!r} cannot hold: {type(e).__name__}: {e}; return values of the stream's type")
+            raise SerializationError(msg) from e
 
 
 def _with_field(record: Any, field: int | str, value: Any) -> Any:
