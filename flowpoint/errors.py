@@ -32,6 +32,9 @@ class FlowpointError(Exception):
     recoverable: bool = True
     #: The same flag under the name DESIGN 10a and issue 10 use.
     retryable = _Retryable()
+    #: Set on the error that failed a job: the file holding the whole report (every traceback)
+    #: (``flowpoint.runtime.failure_report``); None when it could not be written.
+    log_path: str | None = None
 
 
 class ConfigurationError(FlowpointError):

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import FlowpointError
+from flowpoint.runtime import failure_report
 from flowpoint.runtime.checkpointing import CheckpointCoordinator
 from flowpoint.runtime.committed import CommittedState
 from flowpoint.runtime.epoch_loop import EpochLoop
@@ -254,6 +255,8 @@ class Coordinator:
                     log.exception("could not remove incomplete checkpoints of job %s", self.job_id)
         self._files.release()  # the lock file stays until the durable files go at exit
         seconds = (self._ended or time.monotonic()) - self._started
+        if self.status is JobStatus.FAILED and self.failure is not None:
+            failure_report.report(self.job_id, self.job_name, self.status.value, self.failure)
         self._progress.ended(self.job_name, self.job_id, self.status.value, self.epoch, self.records_read, seconds)
         self._savepoints.close(f"the job is {self.status.value}", self.done.set)
 
