@@ -9,7 +9,13 @@ exception is not retried by Spark (docs/errors.md), so it would not test the ret
 import os
 from collections import Counter
 
-from flowpoint import CollectSink, KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from flowpoint import (
+    CollectSink,
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
 from flowpoint.errors import StateIOError
 
 
