@@ -43,6 +43,9 @@ class _IndexSource(Source):
     def is_bounded(self) -> bool:
         return self.end != UNBOUNDED
 
+    def total_records(self) -> int | None:
+        return self.end - self.start if self.is_bounded() else None
+
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
         self._num_splits = parallelism
         if self.end == UNBOUNDED:

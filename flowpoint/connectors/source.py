@@ -153,6 +153,11 @@ class Source(ABC):
     @abstractmethod
     def is_bounded(self) -> bool: ...
 
+    def total_records(self) -> int | None:
+        """How many records the source produces in all, when it knows before reading (a bounded
+        source of known size): the terminal shows a progress bar with it. None: not known."""
+        return None
+
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
         """The initial splits. They are assigned to tasks round robin."""

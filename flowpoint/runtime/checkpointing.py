@@ -166,6 +166,7 @@ class CheckpointCoordinator:
         self._flying: dict[int, CheckpointStats] = {}  # continuous runtime: barriers in flight
         self.completed: list[int] = []  # ids to announce to user functions with the next epoch
         self.aborted: list[int] = []
+        self.on_completed: Any = None  # called with each completed checkpoint's CheckpointStats (the terminal's line)
         # incremental checkpoints, from the last completed checkpoint: per (uid, partition), RocksDB's
         # "<uid>/<DB lineage>/<file>/<size>" -> "<path in shared/>|<sha256>", and HashMap's
         # "hashmap-chain/<uid>" -> its chain of parts (see backend.py)
@@ -359,6 +360,8 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self.completed.append(cut.checkpoint_id)
         log.info("completed checkpoint %d (epoch %d, %d bytes, %.0f ms)", cut.checkpoint_id, cut.epoch, cut.stats.state_size, cut.stats.duration_ms)
+        if self.on_completed is not None:
+            self.on_completed(cut.stats)
         return meta
 
     def _decline(self, cut: CutState, reason: str) -> None:

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import FlowpointError, JobExecutionError
+from flowpoint.runtime import failure_report
 from flowpoint.runtime.checkpointing import CheckpointCoordinator
 from flowpoint.runtime.committed import CommittedState
 from flowpoint.runtime.epoch_loop import EpochLoop
@@ -26,7 +27,7 @@ from flowpoint.runtime.job import (
     SplitProgress,
     new_job_id,
 )
-from flowpoint.runtime.progress import Progress
+from flowpoint.runtime.progress import Progress, on_terminal, total_records
 from flowpoint.runtime.restarts import RestartManager
 from flowpoint.runtime.resume import job_fingerprint
 from flowpoint.runtime.savepoints import SavepointService, state_partitions
@@ -249,11 +250,13 @@ class Coordinator:
             if self.settings.enabled:
                 self.checkpoints = CheckpointCoordinator(self.settings, self.graph, self.job_id, self.job_name, first, self._files.storage_options)
                 self.checkpoints.declared = self._state.declared_states
+                self.checkpoints.on_completed = self._progress.checkpoint_completed
             self._savepoints.start(self.settings.backend, self.checkpoints, first)
             self._restarts.checkpoints = self.checkpoints
             self._loop = self._loop_for(restore, plans)
             self.status = JobStatus.RUNNING
             self._progress.say(f"job {self.job_name!r} ({self.job_id}) running on Spark {spark.sparkContext.master}")
+            self._progress.start(total_records(self.graph), self.records_read, on_terminal(self.graph))
             self._loop.run()
             if self.checkpoints is not None and not self._cancel.is_set():
                 self.checkpoints.poll(wait=True)
@@ -300,7 +303,9 @@ class Coordinator:
                     log.exception("could not remove incomplete checkpoints of job %s", self.job_id)
         self._files.release()  # the lock file stays until the durable files go at exit
         seconds = (self._ended or time.monotonic()) - self._started
-        self._progress.ended(self.job_name, self.job_id, self.status.value, self.epoch, self.records_read, seconds)
+        if self.status is JobStatus.FAILED and self.failure is not None:
+            failure_report.report(self.job_id, self.job_name, self.status.value, self.failure)
+        self._progress.ended(self.job_name, self.job_id, self.status.value, seconds, self.records_read)
         self._savepoints.close(f"the job is {self.status.value}", self.done.set)
 
     # -- reading state after the job -----------------------------------------------------------
@@ -320,11 +325,11 @@ class Coordinator:
 
 
 def _warn_missing_uids(graph: JobGraph) -> None:
-    """Stateful operators should have an explicit uid: a generated one changes with the graph."""
-    for n in graph.nodes.values():
-        if (n.keyed or n.kind == "source") and not n.t.uid:
-            log.warning(
-                "operator %s has no uid; its state is saved under the generated uid %r, which changes when the job "
-                "graph changes. Set .uid(...) on stateful operators so savepoints and checkpoints restore after changes",
-                n.describe(), n.uid,
-            )
+    """Stateful operators should have an explicit uid: a generated one changes with the graph.
+    One line for the job, naming them all."""
+    missing = [repr(n.name) for n in graph.nodes.values() if (n.keyed or n.kind == "source") and not n.t.uid]
+    if missing:
+        log.warning(
+            "no uid on %s: state is saved under generated uids, which change when the job graph changes; "
+            "set .uid(...) on them so savepoints and checkpoints restore after changes", ", ".join(missing),
+        )

@@ -183,7 +183,9 @@ class JobClient:
             if isinstance(c.failure, FlowpointError):
                 raise c.failure
             msg = f"job {c.job_name!r} ({c.job_id}) failed: {c.failure!r}"
-            raise JobExecutionError(msg) from c.failure
+            error = JobExecutionError(msg)
+            error.log_path = getattr(c.failure, "log_path", None)
+            raise error from c.failure
         return c.result()
 
     get_job_execution_result = wait

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from flowpoint.errors import ConfigurationError
+from flowpoint.spark.jvm_output import start_driver_jvm
 
 log = logging.getLogger("flowpoint")
 
@@ -179,7 +180,13 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     config = session_config(master, app_name, settings, os.environ["PYTHONPATH"], submitted)
-    if bind_ui_to_loopback(submitted) and not is_local_master(master) and "spark.driver.host" not in config:
+    ui_on_loopback = bind_ui_to_loopback(submitted)  # (before the JVM starts: it reads SPARK_LOCAL_IP)
+    if submitted is None:
+        try:
+            start_driver_jvm(config)  # without Java's incubator-module warning (spark/jvm_output.py)
+        except Exception as e:
+            raise _not_started(master, e) from e
+    if ui_on_loopback and not is_local_master(master) and "spark.driver.host" not in config:
         # SPARK_LOCAL_IP would also be the driver's default address: keep the one executors reach
         config["spark.driver.host"] = spark_default_driver_host(config)
     builder = SparkSession.builder
@@ -188,11 +195,14 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     try:
         spark = builder.getOrCreate()
     except Exception as e:
-        msg = f"could not start Spark with master {master!r}: {e}. Is Java 17 installed and JAVA_HOME set?"
-        raise ConfigurationError(msg) from e
+        raise _not_started(master, e) from e
     spark.sparkContext.setLogLevel("ERROR")
     log.info("started Spark %s with master %s", spark.version, master)
     return spark
+
+
+def _not_started(master: str, e: Exception) -> ConfigurationError:
+    return ConfigurationError(f"could not start Spark with master {master!r}: {e}. Is Java 17 installed and JAVA_HOME set?")
 
 
 def _active_session() -> Any:

@@ -20,11 +20,12 @@ from flowpoint.api.row import Row, get_field
 from flowpoint.api.state import ValueStateDescriptor
 from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.api.typed_values import converter
-from flowpoint.errors import FlowpointError, InvalidKeyError, SerializationError, UserFunctionError
+from flowpoint.errors import FlowpointError, InvalidKeyError, SerializationError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.state.keygroups import canonical_bytes
 from flowpoint.tasks.batches import KeyedBatch, as_rows, dumps, encode, num_records
 from flowpoint.tasks.context import ProcessContext
+from flowpoint.tasks.user_errors import user_function_error
 
 Emit = Callable[[tuple, Any], None]
 
@@ -38,7 +39,7 @@ def user_error(spec: Any, e: BaseException, record: Any, key: Any = None) -> Flo
         f"operator {spec.name!r} (uid {spec.uid!r}, function {fn}) raised {type(e).__name__}: {e} "
         f"while processing {record!r:.200}{of_key}"
     )
-    return UserFunctionError(msg)
+    return user_function_error(msg, e, operator=spec.name, uid=spec.uid, function=fn, record=record)
 
 
 # operators whose user function declares its output type (map(f, output_type=...), ...)
@@ -793,16 +794,19 @@ class KeyedWriter(ExchangeWriter):
 
 
 def _key_error(edge: Any, e: BaseException, rows: list, get_key: Any) -> FlowpointError:
+    fn = describe_function(edge.key_selector)
+    of_uid = f" (uid {edge.target_uid!r})" if edge.target_uid else ""
     for x in rows:
         try:
             get_key(x)
         except Exception:  # noqa: BLE001
             msg = (
-                f"the key selector ({describe_function(edge.key_selector)}) of the key_by before operator "
-                f"{edge.target_name!r} raised {type(e).__name__}: {e} on {x!r:.200}"
+                f"the key selector ({fn}) of the key_by before operator "
+                f"{edge.target_name!r}{of_uid} raised {type(e).__name__}: {e} on {x!r:.200}"
             )
-            return UserFunctionError(msg)
-    return UserFunctionError(str(e))
+            return user_function_error(msg, e, operator=edge.target_name, uid=edge.target_uid or None, function=fn, record=x)
+    msg = f"the key selector ({fn}) of the key_by before operator {edge.target_name!r}{of_uid} raised {type(e).__name__}: {e}"
+    return user_function_error(msg, e, operator=edge.target_name, uid=edge.target_uid or None, function=fn)
 
 
 def _invalid_key(edge: Any, reason: str, value: Any) -> InvalidKeyError:
@@ -844,7 +848,10 @@ class CustomWriter(ExchangeWriter):
             raise
         except Exception as e:
             msg = f"the custom partitioner of the exchange into {self.edge.target_name!r} raised {type(e).__name__}: {e} for {value!r:.100}"
-            raise UserFunctionError(msg) from e
+            raise user_function_error(
+                msg, e, operator=self.edge.target_name, uid=self.edge.target_uid or None,
+                function=describe_function(partitioner), record=value,
+            ) from e
         for dest, idx in sorted(by_dest.items()):
             chunk = [rows[i] for i in idx]
             self._send(dest, (*origin, dest), chunk, None if ts is None else [ts[i] for i in idx])
