@@ -238,6 +238,7 @@ class Coordinator:
             restore = self._restarts.initial_restore(self.settings, backoff)
             plans = build_stage_plans(self.graph, self.job_id, params)
             self.runtime = self._choose_runtime(spark)
+            self._progress.unit = "segment" if self.continuous else "epoch"
             if self.continuous:
                 from flowpoint.spark.continuous_executor import SparkContinuousExecutor
 
@@ -255,7 +256,8 @@ class Coordinator:
             self._restarts.checkpoints = self.checkpoints
             self._loop = self._loop_for(restore, plans)
             self.status = JobStatus.RUNNING
-            self._progress.say(f"job {self.job_name!r} ({self.job_id}) running on Spark {spark.sparkContext.master}")
+            runtime = "continuously" if self.continuous else "in epochs"
+            self._progress.say(f"job {self.job_name!r} ({self.job_id}) running {runtime} on Spark {spark.sparkContext.master}")
             self._progress.start(total_records(self.graph), self.records_read, on_terminal(self.graph))
             self._loop.run()
             if self.checkpoints is not None and not self._cancel.is_set():

@@ -48,6 +48,7 @@ class Progress:
         self._epoch = 0  # the last committed epoch
         self._ticker: BarTicker | None = None
         self._bar_shown = False
+        self.unit = "epoch"  # what a commit is called: an epoch, or a segment (up to a barrier) on the continuous runtime
 
     def _interval(self) -> int:
         return int(self.config.get("execution.progress.interval"))
@@ -102,7 +103,7 @@ class Progress:
             return
         self._last = now
         rate = records / seconds if seconds > 0 else 0.0
-        self.say(f"epoch {epoch}: {records:,} records in {seconds:.2f} s ({rate:,.0f} records/s); total {total:,}")
+        self.say(f"{self.unit} {epoch}: {records:,} records in {seconds:.2f} s ({rate:,.0f} records/s); total {total:,}")
 
     def checkpoint_completed(self, stats: Any) -> None:
         """Checkpoint ``stats`` (runtime/checkpointing.CheckpointStats) completed: one line."""
@@ -114,7 +115,7 @@ class Progress:
         size = human_bytes(stats.state_size)
         if 0 <= stats.incremental_size < stats.state_size:
             size += f" ({human_bytes(stats.incremental_size)} new)"
-        self.say(f"checkpoint {stats.checkpoint_id} completed (epoch {stats.epoch}): {size} in {stats.end_to_end_ms:,.0f} ms")
+        self.say(f"checkpoint {stats.checkpoint_id} completed ({self.unit} {stats.epoch}): {size} in {stats.end_to_end_ms:,.0f} ms")
 
     def ended(self, job_name: str, job_id: str, status: str, seconds: float, records_read: int) -> None:
         """The final line: this run's epochs and records in this run's ``seconds``; with a
@@ -124,7 +125,7 @@ class Progress:
             self._ticker = None
         rate = self.run_records / seconds if seconds > 0 else 0.0
         line = (
-            f"job {job_name!r} ({job_id}) {status}: {self.run_epochs} epochs, "
+            f"job {job_name!r} ({job_id}) {status}: {self.run_epochs} {self.unit}{'' if self.run_epochs == 1 else 's'}, "
             f"{self.run_records:,} records in {seconds:.1f} s ({rate:,.0f} records/s)"
         )
         if self._restored:
@@ -139,7 +140,7 @@ class Progress:
             rate = self.run_records / run_s if self.run_records and run_s > 0 else None
             running = time.monotonic() - self._epoch_started
             unicode = "utf" in str(getattr(self.stream, "encoding", "") or "").lower()
-            line = bar_line(self._read, self._total, rate, running, self._epoch + 1, terminal_width(self.stream), unicode)
+            line = bar_line(self._read, self._total, rate, running, self._epoch + 1, terminal_width(self.stream), unicode, self.unit)
             try:
                 self.stream.write(ERASE_LINE + line)
                 self.stream.flush()

@@ -32,12 +32,12 @@ def duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
-def bar_line(read: int, total: int, rate: float | None, running_s: float, epoch: int, width: int, unicode: bool = True) -> str:
+def bar_line(read: int, total: int, rate: float | None, running_s: float, epoch: int, width: int, unicode: bool = True, unit: str = "epoch") -> str:
     """The progress line for ``read`` of ``total`` records at ``rate`` records/s (None: not
     known yet, the job has run ``running_s`` seconds of its epoch ``epoch``), ``width`` columns."""
     share = min(1.0, read / total) if total > 0 else 1.0
     if rate is None:
-        tail = f"{read:,}/{total:,} records  epoch {epoch} running for {duration(running_s)}"
+        tail = f"{read:,}/{total:,} records  {unit} {epoch} running for {duration(running_s)}"
     else:
         eta = f"ETA {duration((total - read) / rate)}" if rate > 0 and read < total else ""
         tail = f"{read:,}/{total:,} records  {rate:,.0f} records/s  {eta}".rstrip()
