@@ -199,10 +199,15 @@ class DataStream:
         return DataStream(self._env, t)
 
     def broadcast(self, *broadcast_state_descriptors: Any) -> Any:
-        """A stream sent whole to every parallel instance of the operator it is connected to, with
-        broadcast state (``MapStateDescriptor``s): use it in ``other.connect(this)``."""
+        """Without arguments: this stream with broadcast partitioning, every record going to
+        every parallel instance of the next operator. With broadcast state descriptors
+        (``MapStateDescriptor``s): a broadcast stream to use in ``other.connect(this)``."""
         from flowpoint.api.broadcast import BroadcastStream
 
+        if not broadcast_state_descriptors or broadcast_state_descriptors == (None,):
+            t = Transformation(kind="broadcast", name="Broadcast", inputs=[self._t], output_type=self._t.output_type)
+            self._env._add_transformation(t)
+            return DataStream(self._env, t)
         return BroadcastStream(self, broadcast_state_descriptors)
 
     def connect(self, ds: Any) -> Any:
