@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.api.functions import (
@@ -302,6 +303,15 @@ class DataStreamSink(DataStream):
 
 class KeyedStream(DataStream):
     """A stream partitioned by key: keyed state and per-key aggregations are available."""
+
+    class AccumulateType(Enum):
+        """The rolling aggregations (PyFlink's names for ``min``, ``max``, ``min_by``, ``max_by``, ``sum``)."""
+
+        MIN = 0
+        MAX = 1
+        MIN_BY = 2
+        MAX_BY = 3
+        SUM = 4
 
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
         """As PyFlink's ``KeyedStream.print``: the values, without the sink identifier (PyFlink
