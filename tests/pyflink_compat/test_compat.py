@@ -1,9 +1,10 @@
 """PyFlink programs run on flowpoint with only their imports changed, printing what PyFlink prints.
 
 Each ``<name>.py`` here is written for PyFlink 2.3; ``<name>.expected`` is its standard output
-under real PyFlink, recorded by ``record.py``. The test replaces every ``from pyflink... import``
-with ``from flowpoint import``, runs the program in this process on the suite's Spark session,
-and compares standard output: line for line, or as sorted lines where the program says
+under real PyFlink, recorded by ``record.py``. Each program runs twice in this process on the
+suite's Spark session: once with every ``from pyflink... import`` replaced by the flat ``from
+flowpoint import``, once with ``pyflink`` renamed to ``flowpoint`` in its text (PyFlink's module
+paths kept: ``flowpoint.datastream.window``, ...). Both compare standard output: line for line, or as sorted lines where the program says
 ``# compat: sorted`` (PyFlink's order across subtasks is not defined). Subtask numbers in print
 prefixes (``2> ``, ``name:1> ``) become ``*``: which subtask a record lands on is not defined in
 PyFlink either (rebalance starts at a random subtask) and keys land on other subtasks in
@@ -38,9 +39,17 @@ def normalize(text: str, ordered: bool) -> list[str]:
     return lines if ordered else sorted(lines)
 
 
-def run_program(program: Path, spark) -> str:
+def renamed_source(program: Path) -> str:
+    """The program with every ``pyflink`` replaced by ``flowpoint`` (``sed s/pyflink/flowpoint/g``):
+    its imports keep PyFlink's module paths (``flowpoint.datastream.window``, ...)."""
+    changed = program.read_text().replace("pyflink", "flowpoint")
+    assert re.search(r"^from flowpoint\.\w", changed, re.M), "the program imports no PyFlink module path"
+    return changed
+
+
+def run_program(program: Path, spark, source: str | None = None) -> str:
     out = io.StringIO()
-    code = compile(flowpoint_source(program), str(program), "exec")
+    code = compile(flowpoint_source(program) if source is None else source, str(program), "exec")
     with contextlib.redirect_stdout(out):
         exec(code, {"__name__": "__main__", "__file__": str(program)})  # noqa: S102 - the test's own programs
     return out.getvalue()
@@ -51,6 +60,17 @@ def test_pyflink_program_prints_what_pyflink_prints(program, spark, monkeypatch,
     monkeypatch.chdir(tmp_path)  # programs that write files write them here
     ordered = "# compat: sorted" not in program.read_text()
     got = normalize(run_program(program, spark), ordered)
+    expected = normalize(program.with_suffix(".expected").read_text(), ordered)
+    assert got == expected
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=[p.stem for p in PROGRAMS])
+def test_the_program_renamed_to_flowpoint_prints_the_same(program, spark, monkeypatch, tmp_path):
+    """The port a PyFlink user tries first: ``pyflink`` renamed to ``flowpoint`` everywhere,
+    PyFlink's module paths kept."""
+    monkeypatch.chdir(tmp_path)
+    ordered = "# compat: sorted" not in program.read_text()
+    got = normalize(run_program(program, spark, renamed_source(program)), ordered)
     expected = normalize(program.with_suffix(".expected").read_text(), ordered)
     assert got == expected
 
