@@ -43,6 +43,15 @@ class ConfigurationError(FlowpointError):
     recoverable = False
 
 
+class UnsupportedApiError(FlowpointError, ImportError):
+    """A PyFlink name flowpoint does not provide, met in ``from flowpoint.<pyflink module> import
+    name`` (the module tree mirrors PyFlink's, ``flowpoint/refused.py``): a Java connector, a
+    wrapper of a Java class, a legacy API. An ``ImportError``, so the import fails where PyFlink's
+    would have worked; the message says why it cannot work on Spark and what to use instead."""
+
+    recoverable = False
+
+
 class InsecurePathError(ConfigurationError):
     """A local file or directory flowpoint would trust (the working directory, the control
     token, FLOWPOINT_HOME and the job registry, checkpoint, savepoint and remote working

@@ -63,7 +63,7 @@ class Edge:
 
     upstream: int
     target: int
-    partitioning: str  # keyed | forward | rebalance
+    partitioning: str  # keyed | forward | rebalance | broadcast | custom
     key_selector: Any = None
     stage_id: int = -1
     index: int = 0  # position among the stage's input edges
@@ -152,7 +152,7 @@ def _resolve_input(first: Transformation) -> list[tuple[Transformation, str, Any
                 part, key = "custom", (u.options["partitioner"], u.key_selector)
             walk(u.inputs[0], part, key)
         elif u.kind == "broadcast":
-            walk(u.inputs[0], "broadcast", None)
+            walk(u.inputs[0], part or "broadcast", key)
         elif u.kind == "union":
             for i in u.inputs:
                 walk(i, part, key)

@@ -34,7 +34,7 @@ from flowpoint.api.state import (
 )
 from flowpoint.api.time import MAX_WATERMARK
 from flowpoint.api.windowed_stream import call_collecting, takes_collector
-from flowpoint.api.windows import TimestampedValue, TriggerResult
+from flowpoint.api.windows import TimestampedValue, Trigger, TriggerResult, WindowAssigner
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.tasks.batches import KeyedBatch
@@ -106,7 +106,7 @@ class MergingWindowSet:
         return result_window
 
 
-class WindowTriggerContext:
+class WindowTriggerContext(Trigger.OnMergeContext, WindowAssigner.WindowAssignerContext):
     """The ``ctx`` of triggers (and of assigners and evictors): the clocks, timers and state of
     one key and window. In ``on_merge``, ``merged`` holds the windows being merged."""
 
