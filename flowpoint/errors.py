@@ -30,7 +30,7 @@ class FlowpointError(Exception):
     #: True when a restart of the job (from its last checkpoint) may get past the error;
     #: False when the same job would fail the same way again. Subclasses set this one.
     recoverable: bool = True
-    #: The same flag under the name DESIGN 10a and issue 10 use.
+    #: The same flag under the name docs/architecture.md, section 10a and issue 10 use.
     retryable = _Retryable()
     #: Set on the error that failed a job: the file holding the whole report (every traceback)
     #: (``flowpoint.runtime.failure_report``); None when it could not be written.

@@ -1,4 +1,4 @@
-"""The source contract: splits, positions, and epoch planning (DESIGN section 9).
+"""The source contract: splits, positions, and epoch planning (docs/architecture.md, section 9).
 
 A :class:`Source` lives on the driver. It divides its input into splits; the coordinator keeps
 one position per split. For every epoch the coordinator asks :meth:`Source.plan` how far each

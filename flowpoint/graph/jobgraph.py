@@ -2,7 +2,7 @@
 
 A *stage* is a chain of operators that run inside one Spark task per partition: a head (a source,
 or an operator fed by exchanges) and every operator chained below it (same parallelism, forward
-edge, single input). Edges between stages are exchanges: ``keyed`` (by key-group range, DESIGN 5),
+edge, single input). Edges between stages are exchanges: ``keyed`` (by key-group range, docs/architecture.md, section 5),
 ``forward`` (partition i to partition i) or ``rebalance`` (round robin).
 """
 

@@ -1,8 +1,8 @@
-"""The checkpoint coordinator: consistent cuts at epoch boundaries (DESIGN sections 4 and 7).
+"""The checkpoint coordinator: consistent cuts at epoch boundaries (docs/architecture.md, sections 4 and 7).
 
 After the coordinator commits epoch ``n`` and the checkpoint interval has passed, it *triggers*
 checkpoint ``c``: it freezes the source split positions after epoch ``n``, the watermarks and
-the driver-side sink state. The state is not the coordinator's to copy (DESIGN 10a): every
+the driver-side sink state. The state is not the coordinator's to copy (docs/architecture.md, section 10a): every
 stateful task of epoch ``n+1`` takes the synchronous part from the committed state it starts
 from, writes its own parts under ``chk-<c>/`` (RocksDB SST files under ``shared/`` once) in a
 thread while it processes the epoch, and acknowledges their paths, sizes and SHA-256 sums. When

@@ -1,4 +1,4 @@
-"""The coordinator: one job's driver (DESIGN section 3).
+"""The coordinator: one job's driver (docs/architecture.md, sections 4 and 4b).
 
 It builds the services every loop shares (runtime/splits.py, committed.py, savepoints.py,
 restarts.py, working_files.py, progress.py and the checkpoint coordinator of checkpointing.py),

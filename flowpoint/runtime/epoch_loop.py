@@ -1,4 +1,4 @@
-"""The epoch loop: the epoch runtime's driver (DESIGN section 4).
+"""The epoch loop: the epoch runtime's driver (docs/architecture.md, section 4).
 
 For every epoch it plans how far each source split advances, runs the epoch on Spark, and
 commits it: only when every task of the epoch succeeded do the new split positions, the tasks'

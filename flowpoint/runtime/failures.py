@@ -1,5 +1,5 @@
 """Task failures seen from the driver: which error a failed epoch raises, and whether a restart
-can get past it (DESIGN section 10a: errors keep their class across Spark).
+can get past it (docs/architecture.md, section 10a: errors keep their class across Spark).
 
 When a Python task raises, Spark retries it; when the retries give up, the driver gets a
 py4j/PySpark exception whose text holds the worker's Python traceback. :func:`task_error` reads

@@ -1,4 +1,4 @@
-"""The driver's end of a continuous run's control channels (DESIGN 4b).
+"""The driver's end of a continuous run's control channels (docs/architecture.md, section 4b).
 
 Every slot of the run connects to one listener the driver opens for the run (on
 ``spark.driver.host``, 127.0.0.1 for ``local*`` masters), authenticated with the run's secret

@@ -63,7 +63,7 @@ class Operator:
       origin's split index names it, see ``channel_of``) whose watermarks travel separately
       to the exchange, so a split that moves to another task keeps its watermark.
     * ``process_watermark_status(origin, idle)``: every input channel went idle, or one came
-      back (idle inputs do not hold the watermark back; DESIGN section 8).
+      back (idle inputs do not hold the watermark back; docs/architecture.md, section 8).
     * ``advance_processing_time(now)``: once per epoch, before any input, with the epoch's
       processing time (epoch ms, fixed by the coordinator, so a retried task sees the same).
 

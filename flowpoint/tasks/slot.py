@@ -1,5 +1,5 @@
 """A slot of a continuous job: one Spark barrier task hosting partition ``i`` of every stage
-whose parallelism exceeds ``i`` (Flink's slot sharing, DESIGN 4b).
+whose parallelism exceeds ``i`` (Flink's slot sharing, docs/architecture.md, section 4b).
 
 The slot listens for its input channels on its executor's own address, learns its peers'
 addresses through the barrier stage (``allGather``), connects one channel per (edge, upstream
