@@ -303,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             return _control(args)
     except FlowpointError as e:
+        from flowpoint.runtime.failure_report import failure_lines
+
         print(f"flowpoint: error: {e}", file=sys.stderr)
+        for line in failure_lines(e):  # a failed job's: the user code's traceback, the log file
+            print(line, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

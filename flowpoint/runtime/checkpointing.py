@@ -1,8 +1,8 @@
-"""The checkpoint coordinator: consistent cuts at epoch boundaries (DESIGN sections 4 and 7).
+"""The checkpoint coordinator: consistent cuts at epoch boundaries (docs/architecture.md, sections 4 and 7).
 
 After the coordinator commits epoch ``n`` and the checkpoint interval has passed, it *triggers*
 checkpoint ``c``: it freezes the source split positions after epoch ``n``, the watermarks and
-the driver-side sink state. The state is not the coordinator's to copy (DESIGN 10a): every
+the driver-side sink state. The state is not the coordinator's to copy (docs/architecture.md, section 10a): every
 stateful task of epoch ``n+1`` takes the synchronous part from the committed state it starts
 from, writes its own parts under ``chk-<c>/`` (RocksDB SST files under ``shared/`` once) in a
 thread while it processes the epoch, and acknowledges their paths, sizes and SHA-256 sums. When
@@ -173,6 +173,7 @@ class CheckpointCoordinator:
         self._flying: dict[int, CheckpointStats] = {}  # continuous runtime: barriers in flight
         self.completed: list[int] = []  # ids to announce to user functions with the next epoch
         self.aborted: list[int] = []
+        self.on_completed: Any = None  # called with each completed checkpoint's CheckpointStats (the terminal's line)
         # incremental checkpoints, from the last completed checkpoint: per (uid, partition), RocksDB's
         # "<uid>/<DB lineage>/<file>/<size>" -> "<path in shared/>|<sha256>", and HashMap's
         # "hashmap-chain/<uid>" -> its chain of parts (see backend.py)
@@ -366,6 +367,8 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self.completed.append(cut.checkpoint_id)
         log.info("completed checkpoint %d (epoch %d, %d bytes, %.0f ms)", cut.checkpoint_id, cut.epoch, cut.stats.state_size, cut.stats.duration_ms)
+        if self.on_completed is not None:
+            self.on_completed(cut.stats)
         return meta
 
     def _decline(self, cut: CutState, reason: str) -> None:

@@ -1,4 +1,4 @@
-"""The continuous loop: the driver of a continuous run (DESIGN 4b).
+"""The continuous loop: the driver of a continuous run (docs/architecture.md, section 4b).
 
 One Spark job in barrier execution mode runs the whole run (flowpoint/spark/continuous_executor.py);
 its slots connect to the driver's control channels (runtime/slot_control.py). The loop never

@@ -62,6 +62,7 @@ class JobProgress:
     # continuous runtime: the run's listening endpoints ("host:port"), the driver's control
     # channel first, then each slot's record channels (docs/deployment.md: ports)
     endpoints: tuple[str, ...] = ()
+    runtime: str = "epoch"  # how the job runs: "epoch" or "continuous" (execution.runtime, decided at start)
 
 
 @dataclass
@@ -227,7 +228,9 @@ class JobClient:
             if isinstance(c.failure, FlowpointError):
                 raise c.failure
             msg = f"job {c.job_name!r} ({c.job_id}) failed: {c.failure!r}"
-            raise JobExecutionError(msg) from c.failure
+            error = JobExecutionError(msg)
+            error.log_path = getattr(c.failure, "log_path", None)
+            raise error from c.failure
         return c.result()
 
     get_job_execution_result = wait
@@ -237,21 +240,31 @@ class JobClient:
 
 
 def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
+    from flowpoint.control.endpoint import attach_job
+    from flowpoint.metrics import exporter
     from flowpoint.runtime.coordinator import Coordinator
     from flowpoint.spark.session import get_spark_session, ship_python_files
 
-    # Spark starts in the caller's thread: a failure to start raises here, and the session is the
-    # caller's active one (``SparkSession.getActiveSession()`` finds it after the job).
     config = env.get_configuration()
-    spark = get_spark_session(config.get("spark.master"), graph.job_name, env._spark, config)
-    ship_python_files(spark, config.get("python.files"))
-    coordinator = Coordinator(graph, env, spark)
-    thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
-    coordinator.thread = thread
-    client = JobClient(coordinator)
-    from flowpoint.control.endpoint import attach_job
-
-    # the CLI reaches the job through its process's loopback endpoint, found in the job registry
-    attach_job(client, coordinator.config)
+    # metrics.reporter.prom.port: the Prometheus endpoint (a taken port fails the submission here)
+    prometheus = exporter.open_endpoint(config, graph.job_name)
+    try:
+        # Spark starts in the caller's thread: a failure to start raises here, and the session is
+        # the caller's active one (``SparkSession.getActiveSession()`` finds it after the job).
+        slots = max((s.parallelism for s in graph.stages), default=1)
+        spark = get_spark_session(config.get("spark.master"), graph.job_name, env._spark, config, slots=slots)
+        ship_python_files(spark, config.get("python.files"))
+        coordinator = Coordinator(graph, env, spark)
+        thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
+        coordinator.thread = thread
+        client = JobClient(coordinator)
+        # the CLI reaches the job through its process's loopback endpoint, found in the job registry
+        attach_job(client, coordinator.config)
+    except BaseException:
+        if prometheus is not None:
+            exporter.release(prometheus)
+        raise
+    if prometheus is not None:
+        exporter.serve_job(prometheus, client, coordinator.job_name)
     thread.start()
     return client

@@ -3,7 +3,8 @@
 When the job starts it restores from its restore point (``-s`` or ``--resume``'s choice), if
 any. After a failure that a restart can get past (runtime/failures.py), it waits as the restart
 strategy says, then restores the latest completed checkpoint, else the restore point, else the
-job starts from the beginning (Flink's full failover). The loop it restarts resets and restores
+job starts from the beginning (Flink's full failover). A user function that fails on the same
+record the same way after a restart fails the job: it would fail so after every restart. The loop it restarts resets and restores
 its own state (:class:`RestartableLoop`), so every loop can use it.
 """
 
@@ -36,6 +37,15 @@ def restartable(error: BaseException) -> bool:
     from flowpoint.runtime.failures import is_recoverable
 
     return is_recoverable(error)
+
+
+def repeated(error: BaseException, previous: tuple | None) -> tuple[bool, tuple | None]:
+    """``(is it the failure before the last restart again, its identity)``: a user function that
+    failed on the same record the same way after a restart fails it every time."""
+    from flowpoint.runtime.failures import failure_identity
+
+    identity = failure_identity(error)
+    return identity is not None and identity == previous, identity
 
 
 class RestartableLoop(Protocol):
@@ -105,6 +115,7 @@ class RestartManager:
         self.resumed_from: tuple[str, int] | None = None  # (job id, checkpoint id) this run restored
         self.predecessor: str | None = None  # the job whose checkpoint this run restored
         self._restore_point: tuple[Any, str, bool] | None = None  # (metadata, job dir, allow non-restored)
+        self._last_failure: tuple | None = None  # what failed the run before the last restart (failures.failure_identity)
         self.history = JobHistory()  # failures and restores, for the REST API
 
     @property
@@ -153,6 +164,14 @@ class RestartManager:
                     raise
                 if not restartable(e):
                     self.history.failed(e, restarted=False)
+                    raise
+                again, self._last_failure = repeated(e, self._last_failure)
+                if again:
+                    self.history.failed(e, restarted=False)
+                    self.progress.say(
+                        f"{loop.position()} failed again: the same error on the same record as before the restart. "
+                        "No restart gets past it; the job fails"
+                    )
                     raise
                 delay = self.backoff.on_failure(now_ms())
                 if delay is None:
