@@ -8,6 +8,7 @@ from flowpoint.api.async_io import (
     AsyncRetryStrategy,
 )
 from flowpoint.api.broadcast import (
+    BaseBroadcastProcessFunction,
     BroadcastConnectedStream,
     BroadcastProcessFunction,
     BroadcastState,
@@ -81,7 +82,7 @@ from flowpoint.api.state_backends import (
     StateBackend,
 )
 from flowpoint.api.state_ttl import StateTtlConfig
-from flowpoint.api.time import Duration, Time, TimeDomain
+from flowpoint.api.time import Duration, Instant, Time, TimeDomain
 from flowpoint.api.types import TypeInformation, Types
 from flowpoint.api.watermarks import (
     TimestampAssigner,
@@ -95,7 +96,9 @@ from flowpoint.api.windows import (
     ContinuousEventTimeTrigger,
     ContinuousProcessingTimeTrigger,
     CountEvictor,
+    CountSlidingWindowAssigner,
     CountTrigger,
+    CountTumblingWindowAssigner,
     CountWindow,
     DeltaEvictor,
     DynamicEventTimeSessionWindows,
@@ -142,14 +145,18 @@ from flowpoint.connectors.files import (
     StreamFormat,
 )
 from flowpoint.connectors.kafka import (
+    ByteArraySchema,
     DeliveryGuarantee,
     JsonRowDeserializationSchema,
+    JsonRowSerializationSchema,
     KafkaOffsetResetStrategy,
     KafkaOffsetsInitializer,
     KafkaRecordSerializationSchema,
     KafkaSink,
     KafkaSource,
     KafkaTopicPartition,
+    KafkaTopicSelector,
+    RowFieldExtractorSchema,
     SimpleStringSchema,
 )
 from flowpoint.connectors.sinks import CollectSink, PrintSink, Sink
@@ -192,4 +199,6 @@ __all__ = [
     "DynamicProcessingTimeSessionWindows", "NeverTrigger", "StateTtlConfig",
     "BucketAssigner", "OutputFileConfig", "RollingPolicy",
     "AsyncDataStream", "AsyncFunction", "AsyncRetryPredicate", "AsyncRetryStrategy", "Partitioner", "RowKind",
+    "BaseBroadcastProcessFunction", "ByteArraySchema", "CountSlidingWindowAssigner", "CountTumblingWindowAssigner",
+    "Instant", "JsonRowSerializationSchema", "KafkaTopicSelector", "RowFieldExtractorSchema",
 ]

@@ -10,7 +10,8 @@ Running jobs, through the job registry and each job's loopback control endpoint
 (``docs/control.md``): ``flowpoint list [--all]``, ``flowpoint savepoint JOB-ID [DIR]``,
 ``flowpoint savepoint --dispose PATH``, ``flowpoint stop [--savepoint-path DIR] [--drain] JOB-ID``,
 ``flowpoint cancel JOB-ID``; ``flowpoint inspect PATH`` summarizes a savepoint or checkpoint.
-Job ids may be given as a unique prefix.
+Job ids may be given as a unique prefix. ``flowpoint ui [--port 8081]`` serves the dashboard and
+Flink's REST API for every job of the registry, running and ended (``docs/rest.md``).
 """
 
 from __future__ import annotations
@@ -102,6 +103,23 @@ def _control_commands(sub: Any) -> None:
         description="Print a savepoint's or retained checkpoint's operators, state names, key counts and sizes.",
     )
     inspect.add_argument("path", metavar="PATH", help="savepoint or chk-<n> directory, or its _metadata file (path or URI)")
+    ui = sub.add_parser(
+        "ui", help="serve the dashboard and REST API of every job (running and ended)",
+        description="Serve a dashboard and Flink's REST API (docs/rest.md) for every job of the job registry, running\n"
+        "and ended, until Ctrl-C. It prints the URL to open, with the token that starts a browser session.\n\n"
+        "examples:\n"
+        "  flowpoint ui                                # then open the printed http://127.0.0.1:8081/?token=...\n"
+        "  flowpoint ui --port 9091                    # when port 8081 is taken\n"
+        "  flowpoint ui --bind 0.0.0.0 --allow-remote  # reachable from other machines (prints a warning)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ui.add_argument("--port", type=int, default=8081, help="the port to listen on (default 8081, Flink's)")
+    ui.add_argument("--bind", default="127.0.0.1", metavar="ADDRESS", help="the IPv4 address to listen on (default 127.0.0.1, this machine only)")
+    ui.add_argument(
+        "--allow-remote", action="store_true",
+        help="with --bind of a non-loopback address (e.g. 0.0.0.0): let other machines reach the dashboard. Anyone who "
+        "gets the token controls your jobs, and plain HTTP carries it unencrypted",
+    )
 
 
 def _dynamic_settings(items: list[str]) -> dict:
@@ -248,6 +266,10 @@ def _control(args: argparse.Namespace) -> int:
         return commands.cancel_command(args.job_id)
     if args.command == "inspect":
         return commands.inspect_command(args.path)
+    if args.command == "ui":
+        from flowpoint.control.ui import ui_command
+
+        return ui_command(args.port, args.bind, args.allow_remote)
     msg = f"unknown command {args.command!r}"  # pragma: no cover - argparse rejects it first
     raise FlowpointError(msg)
 
@@ -281,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             return _control(args)
     except FlowpointError as e:
+        from flowpoint.runtime.failure_report import failure_lines
+
         print(f"flowpoint: error: {e}", file=sys.stderr)
+        for line in failure_lines(e):  # a failed job's: the user code's traceback, the log file
+            print(line, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -30,12 +30,24 @@ class FlowpointError(Exception):
     #: True when a restart of the job (from its last checkpoint) may get past the error;
     #: False when the same job would fail the same way again. Subclasses set this one.
     recoverable: bool = True
-    #: The same flag under the name DESIGN 10a and issue 10 use.
+    #: The same flag under the name docs/architecture.md, section 10a and issue 10 use.
     retryable = _Retryable()
+    #: Set on the error that failed a job: the file holding the whole report (every traceback)
+    #: (``flowpoint.runtime.failure_report``); None when it could not be written.
+    log_path: str | None = None
 
 
 class ConfigurationError(FlowpointError):
     """A setting, option or argument has a value flowpoint cannot use."""
+
+    recoverable = False
+
+
+class UnsupportedApiError(FlowpointError, ImportError):
+    """A PyFlink name flowpoint does not provide, met in ``from flowpoint.<pyflink module> import
+    name`` (the module tree mirrors PyFlink's, ``flowpoint/refused.py``): a Java connector, a
+    wrapper of a Java class, a legacy API. An ``ImportError``, so the import fails where PyFlink's
+    would have worked; the message says why it cannot work on Spark and what to use instead."""
 
     recoverable = False
 
@@ -107,10 +119,33 @@ class JobExecutionError(FlowpointError):
 
 class UserFunctionError(JobExecutionError):
     """A user function raised; the message names the operator, the function (file:line), the
-    exception and the record. Restartable, as in Flink: the restart strategy's limits apply
-    when it recurs."""
+    exception and the record. Restartable, as in Flink: the restart strategy applies, but Spark
+    does not retry the task (the task returns the error to the driver), and the same error on
+    the same record again after a restart fails the job (``runtime/failures.failure_identity``).
+
+    Built in the task by ``flowpoint.tasks.user_errors``, it carries as data what the driver
+    shows and logs: ``operator``, ``uid``, ``function`` (``name at file:line``), ``record``
+    (a shortened repr), ``exception`` (``Type: message`` of the user's exception),
+    ``exception_type`` (its qualified class name), ``frames`` (the user code's part of the
+    traceback: ``(file, line, function, source line)``, innermost last) and ``trace`` (the
+    whole traceback as the task saw it). Each is None or empty when the error was rebuilt from
+    Spark's text."""
 
     recoverable = True
+
+    def __init__(self, message: str, **details: Any):
+        super().__init__(message)
+        self.operator: str | None = details.get("operator")
+        self.uid: str | None = details.get("uid")
+        self.function: str | None = details.get("function")
+        self.record: str | None = details.get("record")
+        self.exception: str | None = details.get("exception")
+        self.exception_type: str | None = details.get("exception_type")
+        #: the user's exception is an OSError (I/O, network, a timeout): the environment may
+        #: change, so a recurrence after a restart is not taken for a deterministic failure
+        self.transient: bool = bool(details.get("transient"))
+        self.frames: tuple[tuple[str, int, str, str], ...] = tuple(details.get("frames") or ())
+        self.trace: str | None = details.get("trace")
 
 
 class JobCancelledError(JobExecutionError):

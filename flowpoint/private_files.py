@@ -1,4 +1,4 @@
-"""Local files only their owner can read or replace (DESIGN 10a: 0700 directories, 0600 files,
+"""Local files only their owner can read or replace (docs/architecture.md, section 10a: 0700 directories, 0600 files,
 ownership checked).
 
 flowpoint unpickles its working files and trusts its control token, so another local user who
@@ -10,7 +10,7 @@ as ``/tmp``). Files are written by :func:`write_private` with mode 0600 whatever
 
 Directories the user chooses for durable state (checkpoint, savepoint and remote working
 directories, the run directories ``--resume`` considers) and ``FLOWPOINT_HOME`` are checked the
-same way by :func:`check_dir` (DESIGN 10a), without being created or tightened; for the state
+same way by :func:`check_dir` (docs/architecture.md, section 10a), without being created or tightened; for the state
 directories the setting :data:`TRUST_SHARED` (named in every refusal) turns the check off.
 
 On systems without POSIX ownership (Windows) the checks are skipped.

@@ -65,6 +65,8 @@ def _operator_classes() -> dict[str, Any]:
 class _Collector:
     """Receives what the operator emits on one output."""
 
+    num_in = 0  # records received (the operator counts its outputs' input)
+
     def __init__(self) -> None:
         self.items: list[Record | Watermark] = []
 

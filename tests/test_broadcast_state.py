@@ -90,7 +90,7 @@ class ThresholdFailingOnce(Threshold):
         if value == 700 and not os.path.exists(self.flag):
             with open(self.flag + ".n", "a") as f:
                 f.write("x")
-            if os.path.getsize(self.flag + ".n") >= 4:
+            if os.path.getsize(self.flag + ".n") >= 1:  # once: Spark does not retry it, the job restarts
                 open(self.flag, "w").close()
             msg = "injected failure"
             raise RuntimeError(msg)

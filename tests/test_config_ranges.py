@@ -90,5 +90,5 @@ def test_flowpoint_run_refuses_the_setting_before_the_job_starts(tmp_path, key, 
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("flowpoint: error:")]
     assert len(errors) == 1, proc.stderr[-3000:]
     assert f"'{key}' must be " in errors[0] and allowed in errors[0] and errors[0].endswith(f"got '{value}'"), errors[0]
-    assert "running on Spark" not in proc.stderr
+    assert " on Spark " not in proc.stderr
     assert not (tmp_path / value).exists()  # nothing written under the working directory

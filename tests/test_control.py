@@ -248,32 +248,54 @@ def test_endpoint_routes_of_a_running_job(make_env, tmp_path, monkeypatch):
         wait_for(lambda: (reg.read(job_id).status == "RUNNING" and reg.read(job_id).last_checkpoint_id), what="a checkpoint in the registry")
 
         status, jobs = call(address, "GET", "/jobs")
-        assert status == 200 and {"id": job_id, "name": "endpoint routes", "status": "RUNNING", "start-time": e.start_time_ms} in jobs["jobs"]
+        assert status == 200 and {"id": job_id, "status": "RUNNING"} in jobs["jobs"]
         status, d = call(address, "GET", f"/jobs/{job_id}")
-        assert status == 200 and d["jid"] == job_id and d["state"] == "RUNNING" and d["pid"] == os.getpid()
-        assert d["checkpoints"]["latest"]["id"] >= 1 and d["checkpoints"]["latest"]["path"].endswith(f"chk-{d['checkpoints']['latest']['id']}")
-        assert {"watermark", "metrics", "epochs", "records-read", "duration"} <= set(d)
+        assert status == 200 and d["jid"] == job_id and d["state"] == "RUNNING" and d["flowpoint"]["pid"] == os.getpid()
+        assert d["name"] == "endpoint routes" and d["start-time"] == e.start_time_ms and d["end-time"] == -1
+        assert [v["name"] for v in d["vertices"]] == ["endless", "Keyed Reduce -> CollectSink"]
+        status, cps = call(address, "GET", f"/jobs/{job_id}/checkpoints")
+        latest = cps["latest"]["completed"]
+        assert status == 200 and latest["id"] >= 1 and latest["external_path"].endswith(f"chk-{latest['id']}")
 
         assert call(address, "GET", "/jobs/" + "0" * 32)[0] == 404
         status, err = call(address, "GET", "/nothing")
-        assert status == 404 and "routes: GET /jobs" in err["errors"][0]
+        assert status == 404 and "routes: GET /config" in err["errors"][0]
         assert call(address, "DELETE", f"/jobs/{job_id}")[0] == 405
         status, err = call(address, "POST", f"/jobs/{job_id}/savepoints", b"{not json")
         assert status == 400 and "not JSON" in err["errors"][0]
         status, err = call(address, "POST", f"/jobs/{job_id}/stop", {"drain": "yes"})
         assert status == 400 and '"drain" must be true or false' in err["errors"][0]
+        status, err = call(address, "POST", f"/jobs/{job_id}/savepoints", {"formatType": "NATIVE"})
+        assert status == 400 and "canonical format" in err["errors"][0]
+        status, err = call(address, "GET", f"/jobs/{job_id}/savepoints/{'0' * 32}")
+        assert status == 404 and f"no savepoint operation with triggerId={'0' * 32}" in err["errors"][0]
 
         status, err = call(address, "POST", f"/jobs/{job_id}/savepoints", {"target-directory": str(tmp_path / "elsewhere")})
         assert status == 403 and "not within the job's state.savepoints.dir" in err["errors"][0]
         assert not (tmp_path / "elsewhere").exists()
-        status, sp = call(address, "POST", f"/jobs/{job_id}/savepoints", {"target-directory": str(tmp_path / "sp")})
-        assert status == 200, sp
+        # Flink's asynchronous savepoint: a trigger id at once, then its status until COMPLETED
+        status, trigger = call(address, "POST", f"/jobs/{job_id}/savepoints", {"target-directory": str(tmp_path / "sp")})
+        assert status == 202 and re.fullmatch(r"[0-9a-f]{32}", trigger["request-id"]), trigger
+        seen = []
+
+        def completed():
+            answer = call(address, "GET", f"/jobs/{job_id}/savepoints/{trigger['request-id']}")[1]
+            seen.append(answer["status"]["id"])
+            return answer if answer["status"]["id"] == "COMPLETED" else None
+
+        sp = wait_for(completed, what="the savepoint to complete")["operation"]
+        assert set(seen) <= {"IN_PROGRESS", "COMPLETED"}
         assert re.search(rf"savepoint-{job_id[:6]}-[0-9a-f]{{12}}$", sp["location"])
         assert os.path.exists(os.path.join(sp["location"].removeprefix("file://"), "_metadata"))
         assert client.get_job_status() is JobStatus.RUNNING
+        history = call(address, "GET", f"/jobs/{job_id}/checkpoints")[1]["history"]
+        saved = [h for h in history if h["is_savepoint"]]
+        assert [h["external_path"] for h in saved] == [sp["location"]] and saved[0]["checkpoint_type"] == "SAVEPOINT"
 
-        status, body = call(address, "PATCH", f"/jobs/{job_id}")
-        assert status == 202 and body["status"] in ("CANCELLING", "CANCELED")
+        status, body = call(address, "PATCH", f"/jobs/{job_id}?mode=stop")
+        assert status == 400 and "mode=cancel" in body["errors"][0]
+        status, body = call(address, "PATCH", f"/jobs/{job_id}?mode=cancel")
+        assert status == 202 and body == {}
         with pytest.raises(JobCancelledError):
             client.wait(timeout=120)
         ended = wait_for(lambda: reg.read(job_id).end_time_ms and reg.read(job_id), what="the registry entry to end")
@@ -302,6 +324,7 @@ def test_endpoint_answers_409_for_an_ended_job_still_served(make_env, tmp_path, 
         address = reg.read(a.get_job_id()).endpoint
         assert reg.read(b.get_job_id()).endpoint == address  # one endpoint per process
         ids = {j["id"] for j in call(address, "GET", "/jobs")[1]["jobs"]}
+        assert ids == {j["jid"] for j in call(address, "GET", "/jobs/overview")[1]["jobs"]}
         assert ids == {a.get_job_id(), b.get_job_id()}
         status, _ = call(address, "POST", f"/jobs/{a.get_job_id()}/cancel")
         assert status == 202

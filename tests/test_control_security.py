@@ -262,7 +262,7 @@ def test_hostile_requests_to_a_running_job_are_refused_and_change_nothing(tmp_pa
             assert status == 200 and d["state"] == "RUNNING", d
             return d
 
-        epochs_before = alive()["epochs"]
+        epochs_before = alive()["flowpoint"]["epoch"]
         wrong = "x" * len(token)
         elsewhere = [tmp_path / "outside", tmp_path / "escape", sp, tmp_path / "rel"]
         refusals = [
@@ -328,9 +328,15 @@ def test_hostile_requests_to_a_running_job_are_refused_and_change_nothing(tmp_pa
         assert raw(address, "GET", "/jobs", {**owner, "Host": f"localhost:{port}"})[0] == 200
         assert raw(address, "GET", "/jobs", {**owner, "Origin": f"http://127.0.0.1:{port}"})[0] == 200
         status, answer = raw(address, "POST", f"/jobs/{job_id}/savepoints", owner_json, json.dumps({"target-directory": str(sp / "nightly")}).encode())
-        assert status == 200 and answer["location"].startswith(f"file://{sp}/nightly/savepoint-"), answer
+        assert status == 202, answer
+
+        def saved():
+            s, a = raw(address, "GET", f"/jobs/{job_id}/savepoints/{answer['request-id']}", owner)
+            return a["operation"] if s == 200 and a["status"]["id"] == "COMPLETED" else None
+
+        assert wait_for(saved, 120, "the savepoint")["location"].startswith(f"file://{sp}/nightly/savepoint-")
         assert (sp / "nightly").is_dir() and not (tmp_path / "outside").exists()
-        wait_for(lambda: alive()["epochs"] > epochs_before, 60, "the job to go on")
+        wait_for(lambda: alive()["flowpoint"]["epoch"] > epochs_before, 60, "the job to go on")
 
         # the CLI still works: it sends the token and marks the directory its user typed as the owner's
         r = flowpoint_cli(home, "savepoint", job_id, "outside", cwd=str(tmp_path))

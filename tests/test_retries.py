@@ -1,13 +1,22 @@
 """State changes of epoch n become the base of epoch n+1 only once epoch n committed.
 
 A stateful task fails on its first attempt after it already changed state; Spark retries it.
-The retry must start again from the committed state: every count stays exact.
+The retry must start again from the committed state: every count stays exact. The failure is
+one Spark retries (an I/O error while writing state, StateIOError): a user function's own
+exception is not retried by Spark (docs/errors.md), so it would not test the retry.
 """
 
 import os
 from collections import Counter
 
-from flowpoint import CollectSink, KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from flowpoint import (
+    CollectSink,
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
+from flowpoint.errors import StateIOError
 
 
 class FailingCounter(KeyedProcessFunction):
@@ -35,7 +44,8 @@ class FailingCounter(KeyedProcessFunction):
             marker = os.path.join(self.marker_dir, f"failed-{self.ctx.get_index_of_this_subtask()}")
             if not os.path.exists(marker):  # once per subtask: both stateful tasks fail once
                 open(marker, "w").close()
-                raise RuntimeError("injected failure after changing state")
+                msg = "injected I/O failure after changing state"
+                raise StateIOError(msg, path=marker)
         yield ctx.get_current_key(), n
 
 

@@ -271,7 +271,9 @@ def test_missing_uid_warning(make_env, caplog):
     env.from_source(DataGeneratorSource(record, count=10), source_name="numbers").key_by(key_of).process(Counting()).sink_to(CollectSink())
     with caplog.at_level("WARNING", logger="flowpoint"):
         env.execute("no-uids")
-    assert any("has no uid" in r.getMessage() and ".uid(" in r.getMessage() for r in caplog.records)
+    missing = [r.getMessage() for r in caplog.records if "no uid" in r.getMessage()]
+    assert len(missing) == 1, missing  # one line for the job, naming every operator
+    assert "'numbers'" in missing[0] and "'KeyedProcess'" in missing[0] and ".uid(" in missing[0]
 
 
 # -- drain -------------------------------------------------------------------------------------

@@ -374,3 +374,31 @@ def test_windowed_stream_validation_names_the_operator(keyed):
         sessions.trigger(NoMerge())
     sessions.evictor(CountEvictor.of(2))  # an evictor with a merging assigner is fine
     assert window(keyed, TumblingEventTimeWindows.of(10)).allowed_lateness(0)._lateness == 0
+
+
+@pytest.mark.parametrize(("assigner", "size", "slide"), [
+    ("tumbling", 3, None),
+    ("sliding", 3, 2),
+])
+def test_pyflinks_count_assigners_are_count_windows(make_env, assigner, size, slide):
+    """``window(CountTumblingWindowAssigner.of(n))`` / ``CountSlidingWindowAssigner.of(n, s)`` give
+    what ``count_window(n[, s])`` gives, keyed and over all records."""
+    from flowpoint import CollectSink, CountSlidingWindowAssigner, CountTumblingWindowAssigner
+
+    made = CountTumblingWindowAssigner.of(size) if slide is None else CountSlidingWindowAssigner.of(size, slide)
+    env = make_env(parallelism=2)
+    records = [("k" if i % 3 else "j", i) for i in range(20)]
+    sinks = [CollectSink() for _ in range(4)]
+
+    def total(a, b):
+        return (a[0], a[1] + b[1])
+
+    src = env.from_collection(records).set_parallelism(1)
+    keyed = src.key_by(lambda r: r[0])
+    keyed.window(made).reduce(total).sink_to(sinks[0])
+    (keyed.count_window(size) if slide is None else keyed.count_window(size, slide)).reduce(total).sink_to(sinks[1])
+    src.window_all(made).reduce(total).sink_to(sinks[2])
+    (src.count_window_all(size) if slide is None else src.count_window_all(size, slide)).reduce(total).sink_to(sinks[3])
+    env.execute("count assigners")
+    assert sinks[0].results and sorted(sinks[0].results) == sorted(sinks[1].results)
+    assert sinks[2].results and sorted(sinks[2].results) == sorted(sinks[3].results)

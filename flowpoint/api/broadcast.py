@@ -13,7 +13,7 @@ the epoch's broadcast records before the epoch's main records.
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -84,8 +84,43 @@ class BroadcastState(ReadOnlyBroadcastState):
         self._data.clear()
 
 
-class BroadcastProcessFunction(Function, RuntimeContextAware, Generic[IN1, IN2, OUT]):
+class BaseBroadcastProcessFunction(Function, RuntimeContextAware):
+    """Base of :class:`BroadcastProcessFunction` and :class:`KeyedBroadcastProcessFunction`,
+    with the context types PyFlink annotates their methods with: ``process_element`` gets a
+    ``ReadOnlyContext`` (broadcast state read-only), ``process_broadcast_element`` a
+    ``Context`` (broadcast state writable)."""
+
+    class BaseContext(ABC):
+        @abstractmethod
+        def timestamp(self) -> int | None:
+            """The record's event timestamp (None if the stream has none)."""
+
+        @abstractmethod
+        def current_processing_time(self) -> int: ...
+
+        @abstractmethod
+        def current_watermark(self) -> int: ...
+
+        @abstractmethod
+        def output(self, output_tag: Any, value: Any) -> None: ...
+
+    class Context(BaseContext, ABC):
+        @abstractmethod
+        def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> BroadcastState: ...
+
+    class ReadOnlyContext(BaseContext, ABC):
+        @abstractmethod
+        def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> ReadOnlyBroadcastState: ...
+
+
+class BroadcastProcessFunction(BaseBroadcastProcessFunction, Generic[IN1, IN2, OUT]):
     """A non-keyed stream connected to a broadcast stream."""
+
+    class Context(BaseBroadcastProcessFunction.Context, ABC):
+        pass
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext, ABC):
+        pass
 
     @abstractmethod
     def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
@@ -99,6 +134,21 @@ class BroadcastProcessFunction(Function, RuntimeContextAware, Generic[IN1, IN2, 
 class KeyedBroadcastProcessFunction(BroadcastProcessFunction, Generic[KEY, IN1, IN2, OUT]):
     """A keyed stream connected to a broadcast stream: keyed state in ``process_element``,
     ``ctx.apply_to_keyed_state(descriptor, fn(key, state))`` in ``process_broadcast_element``."""
+
+    class Context(BaseBroadcastProcessFunction.Context, ABC):
+        @abstractmethod
+        def apply_to_keyed_state(self, state_descriptor: Any, function: Any) -> None: ...
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext, ABC):
+        @abstractmethod
+        def get_current_key(self) -> Any: ...
+
+    class OnTimerContext(ReadOnlyContext, ABC):
+        """PyFlink's ``on_timer`` context; flowpoint's keyed broadcast functions have no timers
+        (use a KeyedProcessFunction after the broadcast function for timers)."""
+
+        @abstractmethod
+        def time_domain(self) -> Any: ...
 
 
 class BroadcastStream:

@@ -201,6 +201,28 @@ def _file_mode(value: Any) -> str:
     return mode
 
 
+PORT_RANGE_FORMS = "a port (9250), a range such as 9250-9260, or 0 (any free port)"
+
+
+def port_range(value: Any) -> list[int]:
+    """The ports of ``"9250"``, ``"9250-9260"`` (both ends included) or ``0``, in order. Raises
+    ``ValueError``."""
+    text = str(value).strip() if not isinstance(value, bool) else ""
+    try:
+        low, _, high = text.partition("-")
+        ports = list(range(int(low), int(high or low) + 1))
+    except ValueError:
+        ports = []
+    if not ports or ports[0] < 0 or ports[-1] > 65535 or (0 in ports and len(ports) > 1):
+        raise ValueError(PORT_RANGE_FORMS)
+    return ports
+
+
+def _port_range(value: Any) -> str:
+    ports = port_range(value)
+    return str(ports[0]) if len(ports) == 1 else f"{ports[0]}-{ports[-1]}"
+
+
 def _names(*names: str) -> dict[str, str]:
     return {n.lower(): n for n in names}
 
@@ -244,7 +266,7 @@ OPTIONS = {
         Option("task.cancellation.timeout", 180_000, int, "accepted for compatibility; cancellation stops the Spark job", _duration(0)),
         Option("execution.checkpointing.snapshot-compression", False, bool, "accepted for compatibility; snapshot files are not compressed", parse_bool),
         Option("execution.runtime-mode", "STREAMING", str, "STREAMING | BATCH | AUTOMATIC: BATCH (or AUTOMATIC with only bounded sources) emits final results only", _choice(_names("STREAMING", "BATCH", "AUTOMATIC"))),
-        Option("execution.runtime", "epoch", str, "epoch | continuous: how a STREAMING job runs on Spark (docs/execution.md); BATCH always runs in epochs", _choice(_names("epoch", "continuous"))),
+        Option("execution.runtime", "auto", str, "auto | continuous | epoch: how a STREAMING job runs on Spark (docs/execution.md); auto runs it continuously when Spark offers every slot it needs at once, else in epochs; BATCH always runs in epochs", _choice(_names("auto", "continuous", "epoch"))),
         Option("execution.buffer-timeout", 100, int, "continuous runtime: ms after which an operator's partly filled output buffer is sent on (0: after every input)", _duration(0)),
         Option("taskmanager.network.memory.buffers-per-channel", 8, int, "continuous runtime: frames each input channel holds before its sender waits (backpressure)", _int(1, 4096)),
         Option("execution.buffer-max-batches", 64, int, "continuous runtime: output batches an operator buffers before it sends them without waiting for the buffer timeout", _int(1, 1 << 20)),
@@ -318,6 +340,11 @@ OPTIONS = {
         # -- control plane --
         Option("control.registry.dir", None, str, "directory of the local job registry the CLI reads (flowpoint list); default $FLOWPOINT_HOME/jobs, else ~/.flowpoint/jobs"),
         Option("control.port", "0", str, "port of a job process's control endpoint on 127.0.0.1: 0 (any free port), a port, or a range such as 50100-50200"),
+        # -- metrics (docs/metrics.md) --
+        Option("metrics.reporter.prom.port", None, str, "set: serve the job's metrics to Prometheus at http://<host>:<port>/metrics from the job's driver process; a port, a range such as 9250-9260 (the first free one, as Flink's reporter), or 0 (any free port); unset: no endpoint", _port_range),
+        Option("metrics.reporter.prom.host", "127.0.0.1", str, "address the Prometheus endpoint binds to; anything but loopback lets whoever reaches the port read the job's metrics (no token: scrapers send none)"),
+        Option("metrics.reporter.prom.factory.class", None, str, "accepted for compatibility (Flink's reporter class); the endpoint is on when metrics.reporter.prom.port is set"),
+        Option("metrics.reporter.prom.class", None, str, "accepted for compatibility (Flink 1.x's reporter class); the endpoint is on when metrics.reporter.prom.port is set"),
         # -- the configuration itself --
         Option("config.strict", None, bool, "unknown configuration keys fail (true) or are warned about when close to a known key (false); unset: true for -D, false for a configuration dict and flowpoint.yaml", parse_bool),
     ]

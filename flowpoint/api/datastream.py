@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.api.functions import (
@@ -199,10 +200,15 @@ class DataStream:
         return DataStream(self._env, t)
 
     def broadcast(self, *broadcast_state_descriptors: Any) -> Any:
-        """A stream sent whole to every parallel instance of the operator it is connected to, with
-        broadcast state (``MapStateDescriptor``s): use it in ``other.connect(this)``."""
+        """Without arguments: this stream with broadcast partitioning, every record going to
+        every parallel instance of the next operator. With broadcast state descriptors
+        (``MapStateDescriptor``s): a broadcast stream to use in ``other.connect(this)``."""
         from flowpoint.api.broadcast import BroadcastStream
 
+        if not broadcast_state_descriptors or broadcast_state_descriptors == (None,):
+            t = Transformation(kind="broadcast", name="Broadcast", inputs=[self._t], output_type=self._t.output_type)
+            self._env._add_transformation(t)
+            return DataStream(self._env, t)
         return BroadcastStream(self, broadcast_state_descriptors)
 
     def connect(self, ds: Any) -> Any:
@@ -297,6 +303,15 @@ class DataStreamSink(DataStream):
 
 class KeyedStream(DataStream):
     """A stream partitioned by key: keyed state and per-key aggregations are available."""
+
+    class AccumulateType(Enum):
+        """The rolling aggregations (PyFlink's names for ``min``, ``max``, ``min_by``, ``max_by``, ``sum``)."""
+
+        MIN = 0
+        MAX = 1
+        MIN_BY = 2
+        MAX_BY = 3
+        SUM = 4
 
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
         """As PyFlink's ``KeyedStream.print``: the values, without the sink identifier (PyFlink

@@ -12,7 +12,7 @@ with ``NeverReturnExpired``; with ``ReturnExpiredIfNotCleanedUp`` it is returned
 cleaned up. Cleanup removes expired values: on every access of the key, and in the background
 after every epoch (incremental: ``cleanup_size`` entries per state and record processed, or a full
 pass with ``cleanup_full_snapshot()``), so the next checkpoint and savepoint no longer hold them.
-Time is the epoch's processing time (DESIGN section 9), the same in every task of an epoch and in a
+Time is the epoch's processing time (docs/architecture.md, section 4), the same in every task of an epoch and in a
 retried task, so expiry is deterministic. ``flowpoint/state/ttl.py`` implements it over both
 backends.
 """

@@ -1,4 +1,4 @@
-"""Time in flowpoint: ``Duration``, ``Time``, ``TimeDomain`` and the watermark constants.
+"""Time in flowpoint: ``Duration``, ``Time``, ``Instant``, ``TimeDomain`` and the watermark constants.
 
 Timestamps and watermarks are epoch milliseconds (Python ints), as in Flink.
 """
@@ -105,6 +105,50 @@ def event_timestamp(timestamp: int | None) -> int:
         )
         raise ConfigurationError(msg)
     return timestamp
+
+
+class Instant(tuple):
+    """A point on the time line: ``seconds`` since the epoch and ``nanos`` within the second
+    (PyFlink's ``Instant``, Java's ``java.time.Instant``); the values of ``Types.INSTANT()``.
+    A tuple underneath, so Arrow stores it as a ``(seconds, nanos)`` struct; it equals only
+    another Instant."""
+
+    __slots__ = ()
+
+    def __new__(cls, seconds: int, nanos: int) -> Instant:
+        if not 0 <= nanos < 1_000_000_000:
+            seconds, nanos = seconds + nanos // 1_000_000_000, nanos % 1_000_000_000
+        return super().__new__(cls, (int(seconds), int(nanos)))
+
+    def __getnewargs__(self) -> tuple[int, int]:
+        return (self[0], self[1])
+
+    @property
+    def seconds(self) -> int:
+        return self[0]
+
+    @property
+    def nanos(self) -> int:
+        return self[1]
+
+    @staticmethod
+    def of_epoch_milli(epoch_milli: int) -> Instant:
+        return Instant(epoch_milli // 1000, epoch_milli % 1000 * 1_000_000)
+
+    def to_epoch_milli(self) -> int:
+        """Milliseconds since the epoch, rounded down as Java's ``toEpochMilli``."""
+        return self[0] * 1000 + self[1] // 1_000_000
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Instant and tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return f"Instant<{self[0]}, {self[1]}>"
 
 
 class TimeDomain(enum.Enum):

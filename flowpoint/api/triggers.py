@@ -46,6 +46,40 @@ class Trigger(ABC, Generic[T, W]):
     ``merge_partitioned_state(descriptor)``. Keep trigger objects free of per-window fields:
     one trigger object serves every key and window."""
 
+    class TriggerContext(ABC):
+        """The ``ctx`` a trigger gets: the clocks, timers and state of one key and window."""
+
+        __slots__ = ()
+
+        @abstractmethod
+        def get_current_processing_time(self) -> int: ...
+
+        @abstractmethod
+        def get_current_watermark(self) -> int: ...
+
+        @abstractmethod
+        def register_processing_time_timer(self, time: int) -> None: ...
+
+        @abstractmethod
+        def register_event_time_timer(self, time: int) -> None: ...
+
+        @abstractmethod
+        def delete_processing_time_timer(self, time: int) -> None: ...
+
+        @abstractmethod
+        def delete_event_time_timer(self, time: int) -> None: ...
+
+        @abstractmethod
+        def get_partitioned_state(self, state_descriptor: Any) -> Any: ...
+
+    class OnMergeContext(TriggerContext, ABC):
+        """The ``ctx`` of ``on_merge``: also merges the merged windows' state into the result's."""
+
+        __slots__ = ()
+
+        @abstractmethod
+        def merge_partitioned_state(self, state_descriptor: Any) -> None: ...
+
     @abstractmethod
     def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult: ...
 

@@ -13,6 +13,7 @@ value (``(hi,0,5,4)`` for a tuple, ``true``, ``[1, 2]``, ``1.0E7``): :func:`prin
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -35,11 +36,35 @@ def _float32(v: Any) -> Any:
     return None if v is None else float(np.float32(v))
 
 
+def _big_dec(v: Any) -> Any:
+    # PyFlink's coder writes str(value) and reads it back as a Decimal
+    return v if v is None or type(v) is Decimal else Decimal(str(v))
+
+
+def _sql_date(v: Any) -> Any:
+    return v if v is None or type(v) is datetime.date else datetime.date.fromordinal(v.toordinal())
+
+
+def _sql_time(v: Any) -> Any:
+    # milliseconds of the day, without zone (PyFlink's TimeCoder)
+    return None if v is None else datetime.time(v.hour, v.minute, v.second, v.microsecond // 1000 * 1000)
+
+
+def _sql_timestamp(v: Any) -> Any:
+    # epoch milliseconds of the wall-clock time (PyFlink's TimestampCoder(3))
+    return None if v is None else v.replace(tzinfo=None, microsecond=v.microsecond // 1000 * 1000)
+
+
+_BASIC_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "FLOAT": _float32, "BIG_DEC": _big_dec, "SQL_DATE": _sql_date, "SQL_TIME": _sql_time, "SQL_TIMESTAMP": _sql_timestamp,
+}
+
+
 def converter(type_info: TypeInformation | None) -> Callable[[Any], Any] | None:
     """A function making a value what ``type_info`` makes it in PyFlink, or None if the type
     leaves values as they are."""
     if isinstance(type_info, BasicType):
-        return _float32 if type_info.name == "FLOAT" else None
+        return _BASIC_CONVERTERS.get(type_info.name)
     if isinstance(type_info, (RowType, TupleType)):
         fields = [converter(t) for t in type_info.field_types]
         plain = all(f is None for f in fields)
@@ -121,6 +146,10 @@ def _java(t: TypeInformation) -> Callable[[Any], str]:
             return lambda v: "null" if v is None else java_float_string(v)
         if t.name == "DOUBLE":
             return lambda v: "null" if v is None else java_double_string(v)
+        if t.name in _JAVA_TIME:
+            return lambda v, f=_JAVA_TIME[t.name]: "null" if v is None else f(v)
+        if t.name in ("CHAR", "BIG_DEC"):
+            return lambda v: "null" if v is None else str(v)
         return lambda v: "null" if v is None else str(int(v))
     if isinstance(t, TupleType):
         fields = [_java(f) for f in t.field_types]
@@ -135,6 +164,28 @@ def _java(t: TypeInformation) -> Callable[[Any], str]:
         k, val = _java(t.key_type), _java(t.value_type)
         return lambda v: "null" if v is None else "{" + ", ".join(f"{k(a)}={val(b)}" for a, b in v.items()) + "}"
     return lambda v: "null" if v is None else str(v)
+
+
+def _java_fraction(nanos: int, groups: bool) -> str:
+    """The fraction of a second as Java prints it: ``Timestamp`` trims trailing zeros (at least
+    one digit), ``Instant`` prints 3, 6 or 9 digits (none for a whole second)."""
+    digits = f"{nanos:09d}"
+    if groups:
+        return "" if nanos == 0 else "." + (digits[:3] if nanos % 1_000_000 == 0 else digits[:6] if nanos % 1000 == 0 else digits)
+    return "." + (digits.rstrip("0") or "0")
+
+
+def _java_instant(v: Any) -> str:
+    moment = datetime.datetime(1970, 1, 1) + datetime.timedelta(seconds=v.seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + _java_fraction(v.nanos, True) + "Z"
+
+
+_JAVA_TIME: dict[str, Callable[[Any], str]] = {
+    "SQL_DATE": lambda v: v.isoformat(),  # java.sql.Date: 2024-01-31
+    "SQL_TIME": lambda v: v.strftime("%H:%M:%S"),  # java.sql.Time: 13:45:00
+    "SQL_TIMESTAMP": lambda v: v.strftime("%Y-%m-%d %H:%M:%S") + _java_fraction(v.microsecond * 1000, False),
+    "INSTANT": _java_instant,  # java.time.Instant: 2024-01-31T13:45:00.250Z
+}
 
 
 def _kind(v: Any) -> str:

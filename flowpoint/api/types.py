@@ -7,12 +7,15 @@ values early. Without a type, values are pickled (``Types.PICKLED_BYTE_ARRAY()``
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from flowpoint.api.row import Row
+from flowpoint.api.time import Instant
 from flowpoint.errors import ConfigurationError
 
 
@@ -186,8 +189,41 @@ class Types:
         return BasicType("DOUBLE", pa.float64(), (float, int))
 
     @staticmethod
+    def CHAR() -> TypeInformation:
+        """A character: a ``str``."""
+        return BasicType("CHAR", pa.string(), (str,))
+
+    @staticmethod
     def BIG_INT() -> TypeInformation:
         return BasicType("BIG_INT", pa.int64(), _INT)
+
+    @staticmethod
+    def BIG_DEC() -> TypeInformation:
+        """A ``decimal.Decimal`` of any precision; other numbers become one through their ``str``,
+        as PyFlink's coder does (``0.1`` -> ``Decimal('0.1')``). Columnar files hold it as
+        DECIMAL(38, 18), Flink's SQL type for it."""
+        return BasicType("BIG_DEC", pa.decimal128(38, 18), (decimal.Decimal,))
+
+    @staticmethod
+    def INSTANT() -> TypeInformation:
+        """A point in time: a :class:`~flowpoint.api.time.Instant` (seconds and nanos)."""
+        return BasicType("INSTANT", pa.struct([("seconds", pa.int64()), ("nanos", pa.int32())]), (Instant,))
+
+    @staticmethod
+    def SQL_DATE() -> TypeInformation:
+        """A ``datetime.date`` (a ``datetime`` becomes its date)."""
+        return BasicType("SQL_DATE", pa.date32(), (datetime.date,))
+
+    @staticmethod
+    def SQL_TIME() -> TypeInformation:
+        """A ``datetime.time`` to the millisecond, without time zone (Flink's ``java.sql.Time``)."""
+        return BasicType("SQL_TIME", pa.time32("ms"), (datetime.time,))
+
+    @staticmethod
+    def SQL_TIMESTAMP() -> TypeInformation:
+        """A ``datetime.datetime`` to the millisecond, without time zone: an aware datetime keeps
+        its wall-clock time and loses its zone, as in PyFlink."""
+        return BasicType("SQL_TIMESTAMP", pa.timestamp("ms"), (datetime.datetime,))
 
     @staticmethod
     def PRIMITIVE_ARRAY(element_type: TypeInformation) -> TypeInformation:
@@ -195,6 +231,11 @@ class Types:
 
     @staticmethod
     def BASIC_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        return ListType(element_type)
+
+    @staticmethod
+    def OBJECT_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        """An array of non-primitive values (a list; elements may be None)."""
         return ListType(element_type)
 
     @staticmethod

@@ -5,7 +5,7 @@ A strategy makes one :class:`WatermarkGenerator` per source split (or per parall
 ``on_event(event, timestamp, output)`` for every record and ``on_periodic_emit(output)`` after
 every batch and at every epoch boundary, also when no records came; the generator calls
 ``output.emit_watermark(Watermark(ts))``. Watermarks never move backwards: a smaller one is
-ignored. DESIGN section 8.
+ignored. docs/architecture.md, section 8.
 """
 
 from __future__ import annotations

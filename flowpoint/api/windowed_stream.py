@@ -33,6 +33,7 @@ from flowpoint.api.types import Types
 from flowpoint.api.windows import (
     CountEvictor,
     CountTrigger,
+    CountTumblingWindowAssigner,
     Evictor,
     GlobalWindows,
     PurgingTrigger,
@@ -343,6 +344,8 @@ class AllWindowedStream(WindowedStream):
 
 def window(keyed_stream: KeyedStream, window_assigner: WindowAssigner) -> WindowedStream:
     """``KeyedStream.window(assigner)``."""
+    if isinstance(window_assigner, CountTumblingWindowAssigner):
+        return count_window(keyed_stream, window_assigner.size, window_assigner.slide)
     return WindowedStream(keyed_stream, window_assigner)
 
 
@@ -354,6 +357,8 @@ def count_window(keyed_stream: KeyedStream, size: int, slide: int | None = None)
 
 def window_all(data_stream: DataStream, window_assigner: WindowAssigner) -> AllWindowedStream:
     """``DataStream.window_all(assigner)``."""
+    if isinstance(window_assigner, CountTumblingWindowAssigner):
+        return count_window_all(data_stream, window_assigner.size, window_assigner.slide)
     return AllWindowedStream(data_stream, window_assigner)
 
 

@@ -167,6 +167,14 @@ class WindowAssigner(ABC, Generic[T, W]):
     """Assigns an element to windows. ``ctx.get_current_processing_time()`` is the operator's
     processing time (processing-time assigners use it instead of the element's timestamp)."""
 
+    class WindowAssignerContext(ABC):
+        """The ``ctx`` of ``assign_windows``."""
+
+        __slots__ = ()
+
+        @abstractmethod
+        def get_current_processing_time(self) -> int: ...
+
     @abstractmethod
     def assign_windows(self, element: Any, timestamp: int | None, ctx: Any) -> list[Any]: ...
 
@@ -190,6 +198,16 @@ class WindowAssigner(ABC, Generic[T, W]):
 
 class MergingWindowAssigner(WindowAssigner):
     """An assigner whose windows can merge (sessions)."""
+
+    class MergeCallback(ABC):
+        """PyFlink's callback type of ``merge_windows``; flowpoint passes a plain function
+        ``callback(to_be_merged, merge_result)``, which is what ``merge`` is called as."""
+
+        @abstractmethod
+        def merge(self, to_be_merged: list[Any], merge_result: Any) -> None: ...
+
+        def __call__(self, to_be_merged: list[Any], merge_result: Any) -> None:
+            self.merge(to_be_merged, merge_result)
 
     def is_merging(self) -> bool:
         return True
@@ -390,6 +408,35 @@ class GlobalWindows(WindowAssigner):
         return "GlobalWindows()"
 
 
+class CountTumblingWindowAssigner(GlobalWindows):
+    """PyFlink's ``CountTumblingWindowAssigner.of(size)``: ``window(...)`` with it is
+    ``count_window(size)``, a global window fired and purged every ``size`` elements of a key
+    (window functions see a :class:`GlobalWindow`, as with ``count_window``)."""
+
+    def __init__(self, window_size: int, window_slide: int | None = None):
+        self.size = window_size
+        self.slide = window_slide
+
+    @staticmethod
+    def of(window_size: int) -> CountTumblingWindowAssigner:
+        return CountTumblingWindowAssigner(window_size)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.size})"
+
+
+class CountSlidingWindowAssigner(CountTumblingWindowAssigner):
+    """PyFlink's ``CountSlidingWindowAssigner.of(size, slide)``: ``count_window(size, slide)``,
+    the last ``size`` elements of a key every ``slide`` elements."""
+
+    @staticmethod
+    def of(window_size: int, window_slide: int) -> CountSlidingWindowAssigner:  # type: ignore[override]
+        return CountSlidingWindowAssigner(window_size, window_slide)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.size}, {self.slide})"
+
+
 # triggers and evictors live in their own modules; imported here so windows.py stays the one
 # place to import the windowing model from
 from flowpoint.api.evictors import (  # noqa: E402
@@ -411,7 +458,8 @@ from flowpoint.api.triggers import (  # noqa: E402
 )
 
 __all__ = [
-    "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "CountEvictor", "CountTrigger", "DeltaEvictor",
+    "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "CountEvictor", "CountSlidingWindowAssigner",
+    "CountTrigger", "CountTumblingWindowAssigner", "DeltaEvictor",
     "EventTimeSessionWindows", "EventTimeTrigger", "Evictor", "GlobalWindow", "GlobalWindows", "MergingWindowAssigner",
     "NeverTrigger", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger",
     "SessionWindowTimeGapExtractor", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor",

@@ -1,4 +1,4 @@
-"""Checkpoint storage (DESIGN section 7): where checkpoints live, their ``_metadata`` format,
+"""Checkpoint storage (docs/architecture.md, section 7): where checkpoints live, their ``_metadata`` format,
 and a job's checkpoint directory with retention.
 
 - :mod:`flowpoint.checkpoint.storage`: :class:`CheckpointStorageAccess`, files under a URI

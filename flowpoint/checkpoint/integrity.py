@@ -1,4 +1,4 @@
-"""Checksums of checkpoints and savepoints: every byte a restore reads is verified (DESIGN 10a).
+"""Checksums of checkpoints and savepoints: every byte a restore reads is verified (docs/architecture.md, section 10a).
 
 The scheme (docs/checkpoints.md, "Integrity"):
 

@@ -1,4 +1,4 @@
-"""The ``_metadata`` file of a checkpoint or savepoint (DESIGN section 7).
+"""The ``_metadata`` file of a checkpoint or savepoint (docs/architecture.md, section 7).
 
 JSON in UTF-8, indented so a person can read it, with ``"format_version": 2``. It is written
 atomically and written last: a checkpoint is COMPLETE exactly when its ``_metadata`` exists,

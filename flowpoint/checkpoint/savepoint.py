@@ -1,4 +1,4 @@
-"""Savepoints: the canonical, backend-independent, relocatable snapshot of a job (DESIGN 7).
+"""Savepoints: the canonical, backend-independent, relocatable snapshot of a job (docs/architecture.md, section 7).
 
 Layout::
 

@@ -1,6 +1,6 @@
 """A job's checkpoint directory: completing, retaining, aborting and finding checkpoints.
 
-Layout (DESIGN section 7)::
+Layout (docs/architecture.md, section 7)::
 
     <checkpoints dir>/<job-id>/chk-<n>/_metadata   one per retained checkpoint (+ files exclusive to it)
     <checkpoints dir>/<job-id>/shared/             files used by several checkpoints (incremental SSTs)

@@ -1,4 +1,4 @@
-"""Values in ``_metadata`` as data: JSON, never code (DESIGN 10a).
+"""Values in ``_metadata`` as data: JSON, never code (docs/architecture.md, section 10a).
 
 Reading ``_metadata`` never unpickles anything, so ``flowpoint inspect``, ``flowpoint savepoint
 --dispose`` and :func:`~flowpoint.checkpoint.savepoint.describe` are safe on a file from anywhere.

@@ -37,6 +37,9 @@ class CollectionSource(Source):
     def is_bounded(self) -> bool:
         return True
 
+    def total_records(self) -> int:
+        return len(self.collection)
+
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
         return [SourceSplit("collection-0", None, 0)]
 

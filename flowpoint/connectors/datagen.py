@@ -28,6 +28,7 @@ from flowpoint.errors import ConfigurationError
 
 BATCH_SIZE = 16384
 UNBOUNDED = sys.maxsize
+MAX_BURST_S = 1.0  # a rate-limited split keeps unused records for at most this long (Guava's default)
 
 
 class _IndexSource(Source):
@@ -41,6 +42,9 @@ class _IndexSource(Source):
 
     def is_bounded(self) -> bool:
         return self.end != UNBOUNDED
+
+    def total_records(self) -> int | None:
+        return self.end - self.start if self.is_bounded() else None
 
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
         self._num_splits = parallelism
@@ -58,9 +62,21 @@ class _IndexSource(Source):
         limit = UNBOUNDED if self._strided(split) else split.payload[1]
         end = min(limit, position + budget)
         if self.rate_limit_per_second:
-            allowed = split.start + int(self.rate_limit_per_second / self._num_splits * elapsed_s)
-            end = min(end, max(position, allowed))
+            end = min(end, position + self._permits(split.split_id, elapsed_s, end - position))
         return SplitPlan(end, end - position, end >= limit)
+
+    def _permits(self, split_id: str, now_s: float, wanted: int) -> int:
+        """Flink's rate limiter (Guava's smooth bursty limiter): each split earns
+        ``rate / splits`` records per second, and what it did not use is kept for at most
+        ``MAX_BURST_S`` (a slow first epoch does not make the next one read a burst). Takes up to
+        ``wanted`` of the earned records."""
+        rate = self.rate_limit_per_second / self._num_splits
+        buckets = self.__dict__.setdefault("_buckets", {})  # split id -> (time, records earned)
+        last, earned = buckets.get(split_id, (0.0, 0.0))  # elapsed counts from the start of reading
+        earned = min(rate * MAX_BURST_S, earned + rate * max(0.0, now_s - last))
+        take = max(0, min(wanted, int(earned)))
+        buckets[split_id] = (now_s, earned - take)
+        return take
 
     def read_spec(self, split: SourceSplit, start: int, end: int) -> Any:
         if self._strided(split):

@@ -688,6 +688,10 @@ class FileSink(Sink):
             os.remove(piece)
 
 
+# PyFlink's nested builder names: one builder here serves row and bulk formats
+FileSink.BaseBuilder = FileSink.RowFormatBuilder = FileSink.BulkFormatBuilder = FileSinkBuilder  # type: ignore[attr-defined]
+
+
 class _BulkFileSink(FileSink):
     """A Parquet FileSink: Arrow batches reach its writers unconverted."""
 

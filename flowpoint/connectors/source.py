@@ -1,4 +1,4 @@
-"""The source contract: splits, positions, and epoch planning (DESIGN section 9).
+"""The source contract: splits, positions, and epoch planning (docs/architecture.md, section 9).
 
 A :class:`Source` lives on the driver. It divides its input into splits; the coordinator keeps
 one position per split. For every epoch the coordinator asks :meth:`Source.plan` how far each
@@ -152,6 +152,11 @@ class Source(ABC):
 
     @abstractmethod
     def is_bounded(self) -> bool: ...
+
+    def total_records(self) -> int | None:
+        """How many records the source produces in all, when it knows before reading (a bounded
+        source of known size): the terminal shows a progress bar with it. None: not known."""
+        return None
 
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[SourceSplit]:

@@ -1,5 +1,10 @@
 """What the CLI uses to reach a running job: find it in the registry, call its endpoint with
-the installation's control token (flowpoint/control/auth.py)."""
+the installation's control token (flowpoint/control/auth.py).
+
+Savepoints and stops are Flink's asynchronous operations (docs/rest.md): the request answers
+with a trigger id, and the client polls ``GET /jobs/:jid/savepoints/:triggerid`` until the
+savepoint is written. A stop ends the job; if its process lets go of it before the client has
+read the result, the client reads it from the job's archive (flowpoint/control/archive.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +21,15 @@ from flowpoint.errors import FlowpointError
 
 GET_TIMEOUT_S = 30.0
 ACTION_TIMEOUT_S = 3600.0  # a savepoint of a large state takes as long as it takes
+POLL_S = 0.25  # how often a savepoint's status is asked for
+
+
+class ControlRequestError(FlowpointError):
+    """The endpoint refused or failed a request; ``status`` is its HTTP status."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
 
 
 class ControlClient:
@@ -80,7 +94,7 @@ class ControlClient:
         if response.status >= 400:
             errors = payload.get("errors") if isinstance(payload, dict) else None
             message = "; ".join(errors) if errors else f"HTTP {response.status}"
-            raise FlowpointError(message)
+            raise ControlRequestError(message, response.status)
         return response.status, payload
 
     # -- the operations ------------------------------------------------------------------------
@@ -90,15 +104,56 @@ class ControlClient:
 
     def trigger_savepoint(self, target_directory: str | None) -> str:
         body = owner_target(target_directory)
-        return self.request("POST", f"/jobs/{self.job_id}/savepoints", body, ACTION_TIMEOUT_S)[1]["location"]
+        trigger = self.request("POST", f"/jobs/{self.job_id}/savepoints", body)[1]["request-id"]
+        return self.wait_for_savepoint(trigger)
 
     def stop_with_savepoint(self, target_directory: str | None, drain: bool) -> str:
         body: dict = {"drain": drain, **owner_target(target_directory)}
-        return self.request("POST", f"/jobs/{self.job_id}/stop", body, ACTION_TIMEOUT_S)[1]["location"]
+        trigger = self.request("POST", f"/jobs/{self.job_id}/stop", body)[1]["request-id"]
+        return self.wait_for_savepoint(trigger)
+
+    def wait_for_savepoint(self, trigger_id: str, timeout: float = ACTION_TIMEOUT_S) -> str:
+        """Poll a savepoint operation until it completes; its location, or FlowpointError with
+        its failure's message."""
+        path = f"/jobs/{self.job_id}/savepoints/{trigger_id}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                answer = self.request("GET", path)[1]
+            except JobNotFoundError:
+                answer = self._archived(path)  # the job ended and its process is gone
+            except ControlRequestError as e:
+                if e.status != 404:
+                    raise
+                answer = self._archived(path)  # the job ended and its process let go of it
+            if answer.get("status", {}).get("id") == "COMPLETED":
+                operation = answer.get("operation") or {}
+                cause = operation.get("failure-cause")
+                if cause:
+                    message = (cause.get("flowpoint") or {}).get("message") or cause.get("class") or "unknown failure"
+                    raise FlowpointError(message)
+                return operation["location"]
+            time.sleep(POLL_S)
+        msg = f"the savepoint of job {self.job_id} ({self.entry.job_name!r}) did not complete within {timeout:.0f} s"
+        raise FlowpointError(msg)
+
+    def _archived(self, path: str) -> dict:
+        from flowpoint.control.archive import read_archive
+
+        archive = read_archive(self.registry, self.job_id)
+        answer = (archive or {}).get("routes", {}).get(path)
+        if answer is None:
+            msg = (
+                f"job {self.job_id} ({self.entry.job_name!r}) ended before saying how its savepoint went; "
+                "see `flowpoint list --all` and the job's output"
+            )
+            raise FlowpointError(msg)
+        return answer
 
     def cancel(self, wait_s: float = 60.0) -> str:
         """Cancel the job and wait up to ``wait_s`` for it to end; returns its last status."""
-        status = self.request("PATCH", f"/jobs/{self.job_id}")[1].get("status", "CANCELLING")
+        self.request("PATCH", f"/jobs/{self.job_id}?mode=cancel")
+        status = "CANCELLING"
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             try:

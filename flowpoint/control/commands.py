@@ -50,7 +50,7 @@ def list_command(show_all: bool, registry: JobRegistry | None = None) -> int:
     lost = [e for e in entries if e.is_stale()]
     for e in lost:
         registry.mark_lost(e)  # shown once as LOST below, then only under --all
-    shown = [e for e in entries if show_all or not e.ended]
+    shown = [e for e in entries if show_all or not e.ended or e in lost]
     if not shown:
         ended = sum(1 for e in entries if e.ended)
         more = f" ({ended} ended: `flowpoint list --all`)" if ended and not show_all else ""
@@ -67,12 +67,23 @@ def list_command(show_all: bool, registry: JobRegistry | None = None) -> int:
         rows.append(row)
     print(table(rows))
     for e in lost:
-        print(
-            f"job {e.job_id} is {LOST}: its process {e.pid} on {e.host} is gone without ending the job; "
-            f"restart it from its last checkpoint with `flowpoint run --resume` or `-s <path>`",
-            file=sys.stderr,
-        )
+        print(f"job {e.job_id} is {LOST}: its process {e.pid} on {e.host} is gone without ending the job; {restart_advice(e)}", file=sys.stderr)
     return 0
+
+
+def restart_advice(e: JobEntry) -> str:
+    """How to restart a LOST job: from its last checkpoint, if it completed one."""
+    if e.last_checkpoint_id is not None:
+        path = e.last_checkpoint_path or "<path>"
+        where = f" ({e.last_checkpoint_path})" if e.last_checkpoint_path else ""
+        return f"restart it from its last checkpoint, {e.last_checkpoint_id}{where}, with `flowpoint run --resume` or `-s {path}`"
+    if e.resumed_from is not None:
+        which = f" {e.resumed_checkpoint_id}" if e.resumed_checkpoint_id is not None else ""
+        return (
+            f"it completed no checkpoint: run it again from the checkpoint or savepoint{which} of job {e.resumed_from} "
+            "it was started from (`flowpoint run -s <its path>`), or from the beginning"
+        )
+    return "it completed no checkpoint, so it has none to restart from: run it again (from the beginning)"
 
 
 def savepoint_command(job_id: str, target_directory: str | None, registry: JobRegistry | None = None) -> int:

@@ -44,6 +44,7 @@ TERMINAL = frozenset(("FINISHED", "FAILED", "CANCELED", LOST))
 KEEP_ENDED_MS = 7 * 24 * 3600 * 1000  # ended entries older than a week are pruned
 KEEP_ENDED_COUNT = 200  # and never more than this many
 KEEP_RESUMES = 1000  # ended entries that record a resume (resumed_from) are kept longer
+ARCHIVE_DIR = "archive"  # <registry dir>/archive/<job-id>.json: an ended job's REST answers (control/archive.py)
 
 
 class JobNotFoundError(FlowpointError):
@@ -158,9 +159,12 @@ class JobRegistry:
             raise FlowpointError(msg) from e
 
     def remove(self, job_id: str) -> None:
+        """Delete a job's entry and its archive."""
         self.check()
         with contextlib.suppress(FileNotFoundError):
             self.path(job_id).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (self.dir / ARCHIVE_DIR / f"{job_id}.json").unlink()
 
     def mark_ended(self, entry: JobEntry, status: str) -> None:
         entry.status = status

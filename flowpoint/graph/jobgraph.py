@@ -2,7 +2,7 @@
 
 A *stage* is a chain of operators that run inside one Spark task per partition: a head (a source,
 or an operator fed by exchanges) and every operator chained below it (same parallelism, forward
-edge, single input). Edges between stages are exchanges: ``keyed`` (by key-group range, DESIGN 5),
+edge, single input). Edges between stages are exchanges: ``keyed`` (by key-group range, docs/architecture.md, section 5),
 ``forward`` (partition i to partition i) or ``rebalance`` (round robin).
 """
 
@@ -63,7 +63,7 @@ class Edge:
 
     upstream: int
     target: int
-    partitioning: str  # keyed | forward | rebalance
+    partitioning: str  # keyed | forward | rebalance | broadcast | custom
     key_selector: Any = None
     stage_id: int = -1
     index: int = 0  # position among the stage's input edges
@@ -152,7 +152,7 @@ def _resolve_input(first: Transformation) -> list[tuple[Transformation, str, Any
                 part, key = "custom", (u.options["partitioner"], u.key_selector)
             walk(u.inputs[0], part, key)
         elif u.kind == "broadcast":
-            walk(u.inputs[0], "broadcast", None)
+            walk(u.inputs[0], part or "broadcast", key)
         elif u.kind == "union":
             for i in u.inputs:
                 walk(i, part, key)

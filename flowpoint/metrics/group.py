@@ -19,7 +19,11 @@ from flowpoint.errors import ConfigurationError
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
 
-class Counter:
+class Metric:
+    """Base of the metric objects (PyFlink's ``Metric``)."""
+
+
+class Counter(Metric):
     """A count that goes up and down (``inc``/``dec``)."""
 
     def __init__(self) -> None:
@@ -35,7 +39,7 @@ class Counter:
         return self._count
 
 
-class Meter:
+class Meter(Metric):
     """Events per second: ``mark_event(n)``; the rate is computed where the metrics are
     reported (over ``time_span_in_seconds``, 60 by default as in Flink)."""
 
@@ -50,7 +54,7 @@ class Meter:
         return self._count
 
 
-class Distribution:
+class Distribution(Metric):
     """Values whose count, sum, min and max are reported (PyFlink's distribution)."""
 
     def __init__(self) -> None:

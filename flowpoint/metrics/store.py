@@ -156,6 +156,12 @@ class MetricStore:
                 out.append(OperatorMetrics(info, subtasks, kinds))
             return out
 
+    def accumulated_ms(self, stage_id: int, parallelism: int) -> list[tuple[float, float, float]]:
+        """Per subtask of a stage: the total busy, backpressured and idle ms reported so far
+        (Flink's ``accumulated-busy-time`` and its siblings)."""
+        with self._lock:
+            return [tuple(self._task_ms.get((stage_id, p), (0.0, 0.0, 0.0))) for p in range(parallelism)]  # type: ignore[misc]
+
     def throughput(self) -> list[tuple[float, float, float]]:
         """``(wall ms, records/s read by the sources, records/s written by the sinks)`` between
         consecutive samples: the throughput chart."""

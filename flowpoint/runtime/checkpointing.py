@@ -1,8 +1,8 @@
-"""The checkpoint coordinator: consistent cuts at epoch boundaries (DESIGN sections 4 and 7).
+"""The checkpoint coordinator: consistent cuts at epoch boundaries (docs/architecture.md, sections 4 and 7).
 
 After the coordinator commits epoch ``n`` and the checkpoint interval has passed, it *triggers*
 checkpoint ``c``: it freezes the source split positions after epoch ``n``, the watermarks and
-the driver-side sink state. The state is not the coordinator's to copy (DESIGN 10a): every
+the driver-side sink state. The state is not the coordinator's to copy (docs/architecture.md, section 10a): every
 stateful task of epoch ``n+1`` takes the synchronous part from the committed state it starts
 from, writes its own parts under ``chk-<c>/`` (RocksDB SST files under ``shared/`` once) in a
 thread while it processes the epoch, and acknowledges their paths, sizes and SHA-256 sums. When
@@ -65,6 +65,13 @@ class CheckpointStats:
     tasks_total: int = 0
     failure_reason: str | None = None
     path: str | None = None
+    kind: str = "checkpoint"  # checkpoint | savepoint | stop (a stop-with-savepoint's savepoint)
+    operator_sizes: dict[str, int] = field(default_factory=dict)  # uid -> bytes of its state in it
+
+    def fail(self, reason: str) -> None:
+        """It failed now: ``end_to_end_ms`` is how long after its trigger."""
+        self.status, self.failure_reason = "FAILED", reason
+        self.end_to_end_ms = float(max(0, now_ms() - self.trigger_time_ms))
 
 
 @dataclass
@@ -166,6 +173,7 @@ class CheckpointCoordinator:
         self._flying: dict[int, CheckpointStats] = {}  # continuous runtime: barriers in flight
         self.completed: list[int] = []  # ids to announce to user functions with the next epoch
         self.aborted: list[int] = []
+        self.on_completed: Any = None  # called with each completed checkpoint's CheckpointStats (the terminal's line)
         # incremental checkpoints, from the last completed checkpoint: per (uid, partition), RocksDB's
         # "<uid>/<DB lineage>/<file>/<size>" -> "<path in shared/>|<sha256>", and HashMap's
         # "hashmap-chain/<uid>" -> its chain of parts (see backend.py)
@@ -359,6 +367,8 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self.completed.append(cut.checkpoint_id)
         log.info("completed checkpoint %d (epoch %d, %d bytes, %.0f ms)", cut.checkpoint_id, cut.epoch, cut.stats.state_size, cut.stats.duration_ms)
+        if self.on_completed is not None:
+            self.on_completed(cut.stats)
         return meta
 
     def _decline(self, cut: CutState, reason: str) -> None:
@@ -379,7 +389,7 @@ class CheckpointCoordinator:
         stats = self._flying.pop(checkpoint_id, None)
         if stats is None:
             return
-        stats.status, stats.failure_reason = "FAILED", reason
+        stats.fail(reason)
         self.aborted.append(checkpoint_id)
         self._last_end = time.monotonic()
         log.warning("%s", reason)
@@ -394,7 +404,7 @@ class CheckpointCoordinator:
         runtime) fail with ``reason``; their files go with the job's incomplete checkpoints."""
         flying, self._flying = self._flying, {}
         for cid, stats in flying.items():
-            stats.status, stats.failure_reason = "FAILED", reason
+            stats.fail(reason)
             self.aborted.append(cid)
         cut, future = self.pending, self._future
         if cut is None:
@@ -411,8 +421,7 @@ class CheckpointCoordinator:
 
     def _fail(self, cut: CutState, reason: str) -> None:
         cut.cancelled = True  # an upload still running never completes it
-        cut.stats.status = "FAILED"
-        cut.stats.failure_reason = reason
+        cut.stats.fail(reason)
         self.pending = None
         self._future = None
         self.aborted.append(cut.checkpoint_id)
@@ -473,6 +482,7 @@ def assemble_operators(graph: JobGraph, cut: CutState, backend: str, declared: d
             cut.stats.tasks_acknowledged += 1
             cut.stats.state_size += size
             cut.stats.incremental_size += uploaded
+            cut.stats.operator_sizes[part.uid] = cut.stats.operator_sizes.get(part.uid, 0) + size
             task_async = max(task_async, part.async_ms)
     return operators, task_async
 

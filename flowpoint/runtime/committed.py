@@ -31,7 +31,7 @@ class CommittedState:
     def __init__(self, graph: JobGraph):
         self.graph = graph
         self.chains: dict[TaskKey, CommittedChain] = {}
-        # event time (DESIGN 8): every watermark channel's committed mark, generator states
+        # event time (docs/architecture.md, section 8): every watermark channel's committed mark, generator states
         self.watermarks: dict[str, tuple[int, bool]] = {}
         self.generators: dict[str, bytes] = {}
         self.operator_state: dict[str, dict] = {}  # "<uid>:<subtask>" -> CheckpointedFunction state

@@ -1,4 +1,4 @@
-"""The continuous loop: the driver of a continuous run (DESIGN 4b).
+"""The continuous loop: the driver of a continuous run (docs/architecture.md, section 4b).
 
 One Spark job in barrier execution mode runs the whole run (flowpoint/spark/continuous_executor.py);
 its slots connect to the driver's control channels (runtime/slot_control.py). The loop never
@@ -328,7 +328,7 @@ class ContinuousLoop(CommittedLoop):
             request, access, t0, trigger_ms = flight.savepoint
             try:
                 parts = [p for a in acks for p in a.savepoint_parts]
-                request.future.set_result(self.savepoints.complete(access, lambda: parts, n, positions, t0, trigger_ms))
+                request.future.set_result(self.savepoints.complete(access, lambda: parts, n, positions, t0, trigger_ms, stop=request.stop))
             except BaseException as e:  # noqa: BLE001 - reported to the caller; the job goes on
                 request.future.set_exception(e)
         now = time.monotonic()

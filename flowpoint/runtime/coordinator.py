@@ -1,4 +1,4 @@
-"""The coordinator: one job's driver (DESIGN section 3).
+"""The coordinator: one job's driver (docs/architecture.md, sections 4 and 4b).
 
 It builds the services every loop shares (runtime/splits.py, committed.py, savepoints.py,
 restarts.py, working_files.py, progress.py and the checkpoint coordinator of checkpointing.py),
@@ -15,10 +15,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.errors import FlowpointError
+from flowpoint.errors import FlowpointError, JobExecutionError
+from flowpoint.runtime import failure_report
 from flowpoint.runtime.checkpointing import CheckpointCoordinator
 from flowpoint.runtime.committed import CommittedState
 from flowpoint.runtime.epoch_loop import EpochLoop
+from flowpoint.runtime.history import failure_record
 from flowpoint.runtime.job import (
     JobExecutionResult,
     JobProgress,
@@ -26,7 +28,8 @@ from flowpoint.runtime.job import (
     SplitProgress,
     new_job_id,
 )
-from flowpoint.runtime.progress import Progress
+from flowpoint.runtime.plan_view import plan_view
+from flowpoint.runtime.progress import Progress, on_terminal, total_records
 from flowpoint.runtime.restarts import RestartManager
 from flowpoint.runtime.resume import job_fingerprint
 from flowpoint.runtime.savepoints import SavepointService, state_partitions
@@ -41,6 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flowpoint")
 
+AUTO_SLOTS_WAIT_S = 10.0  # on a cluster, how long execution.runtime: auto waits for executors to register
+
 
 class Coordinator:
     def __init__(self, graph: JobGraph, env: StreamExecutionEnvironment, spark: Any):
@@ -51,12 +56,15 @@ class Coordinator:
         self.job_id = new_job_id()
         self.job_name = graph.job_name
         self.fingerprint = job_fingerprint(graph)  # with the name, its identity for --resume
+        self.plan = plan_view(graph)  # vertices and edges as the REST API shows them
         self.status = JobStatus.CREATED
         self.failure: BaseException | None = None
         self.done = threading.Event()
         self.thread: threading.Thread | None = None
         self._cancel = threading.Event()
         self.checkpoints: CheckpointCoordinator | None = None
+        self.settings: Any = None  # CheckpointSettings, resolved when the job starts running
+        self.ended_ms: int | None = None  # wall-clock time the job ended
         self._started = 0.0
         self._ended = 0.0
         self._executor: Any = None
@@ -73,6 +81,7 @@ class Coordinator:
             restarting=lambda: self._set_status(JobStatus.RESTARTING), running=lambda: self._set_status(JobStatus.RUNNING),
         )
         self._loop: Any = None  # EpochLoop or ContinuousLoop
+        self.runtime = "epoch" if graph.batch else str(self.config.get("execution.runtime")).lower()  # decided in run()
         _warn_missing_uids(graph)
 
     def _set_status(self, status: JobStatus) -> None:
@@ -131,7 +140,7 @@ class Coordinator:
         endpoints = tuple(getattr(self._loop, "endpoints", lambda: ())())
         return JobProgress(
             self.job_id, self.job_name, self.status, self.epoch, self.records_read, self.restarts, splits,
-            self.resumed_from, self.fingerprint, endpoints,
+            self.resumed_from, self.fingerprint, endpoints, self.runtime,
         )
 
     def current_watermark(self) -> int | None:
@@ -140,6 +149,26 @@ class Coordinator:
 
     def checkpoint_stats(self) -> list:
         return list(self.checkpoints.history) if self.checkpoints is not None else []
+
+    def savepoint_stats(self) -> list:
+        return list(self._savepoints.history)
+
+    def exception_history(self) -> list:
+        """The job's failures, oldest first (runtime/history.py), the one that failed the job
+        included, also when it came before the restart loop (e.g. a restore that failed)."""
+        history = self._restarts.history
+        records = history.failures()
+        failure = self.failure
+        if failure is not None and not history.recorded(failure):
+            records.append(failure_record(failure, restarted=False, timestamp_ms=self.ended_ms))
+        return records
+
+    def restore_history(self) -> list:
+        return self._restarts.history.restores()
+
+    def spark_jobs(self) -> list[tuple[int, tuple[int, ...]]]:
+        """``(epoch, ids of the Spark jobs it ran)`` of the recent epochs (epoch runtime)."""
+        return list(getattr(self._executor, "spark_jobs", ()))
 
     def result(self) -> JobExecutionResult:
         return JobExecutionResult(
@@ -173,8 +202,31 @@ class Coordinator:
 
     @property
     def continuous(self) -> bool:
-        """``execution.runtime: continuous`` for a STREAMING job (BATCH runs in epochs)."""
-        return self.config.get("execution.runtime") == "continuous" and not self.graph.batch
+        """The job runs on the continuous runtime (decided when it starts: :meth:`_choose_runtime`)."""
+        return self.runtime == "continuous"
+
+    def _choose_runtime(self, spark: Any) -> str:
+        """``execution.runtime``: BATCH jobs run in epochs; ``auto`` (the default) runs a STREAMING
+        job continuously when Spark offers every slot it needs at once, else in epochs, saying
+        why in one line; ``continuous`` insists (and fails by name when it cannot run)."""
+        chosen = str(self.config.get("execution.runtime")).lower()
+        if self.graph.batch or chosen == "epoch":
+            return "epoch"
+        if chosen == "continuous":
+            return "continuous"
+        from flowpoint.runtime.slot_control import slot_shortage
+
+        slots = max(s.parallelism for s in self.graph.stages)
+        reason = slot_shortage(spark, slots, self.job_name, AUTO_SLOTS_WAIT_S, self._check_cancelled)
+        if reason is None:
+            return "continuous"
+        self._progress.say(f"running in epochs: {reason} (-D execution.runtime=continuous insists; docs/execution.md)")
+        return "epoch"
+
+    def _check_cancelled(self) -> None:
+        if self._cancel.is_set():
+            msg = f"job {self.job_id} was cancelled before it started"
+            raise JobExecutionError(msg)
 
     def _loop_for(self, restore: RestoredJob | None, plans: dict) -> Any:
         """The loop that runs the job, as ``execution.runtime`` chooses: epochs or continuous."""
@@ -210,6 +262,8 @@ class Coordinator:
             self._files.open(self.settings, storage_options(self.config))
             restore = self._restarts.initial_restore(self.settings, backoff)
             plans = build_stage_plans(self.graph, self.job_id, params)
+            self.runtime = self._choose_runtime(spark)
+            self._progress.unit = "segment" if self.continuous else "epoch"
             if self.continuous:
                 from flowpoint.spark.continuous_executor import SparkContinuousExecutor
 
@@ -222,11 +276,14 @@ class Coordinator:
             if self.settings.enabled:
                 self.checkpoints = CheckpointCoordinator(self.settings, self.graph, self.job_id, self.job_name, first, self._files.storage_options)
                 self.checkpoints.declared = self._state.declared_states
+                self.checkpoints.on_completed = self._progress.checkpoint_completed
             self._savepoints.start(self.settings.backend, self.checkpoints, first)
             self._restarts.checkpoints = self.checkpoints
             self._loop = self._loop_for(restore, plans)
             self.status = JobStatus.RUNNING
-            self._progress.say(f"job {self.job_name!r} ({self.job_id}) running on Spark {spark.sparkContext.master}")
+            runtime = "continuously" if self.continuous else "in epochs"
+            self._progress.say(f"job {self.job_name!r} ({self.job_id}) running {runtime} on Spark {spark.sparkContext.master}")
+            self._progress.start(total_records(self.graph), self.records_read, on_terminal(self.graph))
             self._loop.run()
             if self.checkpoints is not None and not self._cancel.is_set():
                 self.checkpoints.poll(wait=True)
@@ -244,6 +301,7 @@ class Coordinator:
 
     def _end(self) -> None:
         self._ended = time.monotonic()
+        self.ended_ms = int(time.time() * 1000)
         if self.checkpoints is not None:
             try:
                 self.checkpoints.abort_pending(f"job {self.status.value.lower()}")
@@ -273,7 +331,9 @@ class Coordinator:
                     log.exception("could not remove incomplete checkpoints of job %s", self.job_id)
         self._files.release()  # the lock file stays until the durable files go at exit
         seconds = (self._ended or time.monotonic()) - self._started
-        self._progress.ended(self.job_name, self.job_id, self.status.value, self.epoch, self.records_read, seconds)
+        if self.status is JobStatus.FAILED and self.failure is not None:
+            failure_report.report(self.job_id, self.job_name, self.status.value, self.failure)
+        self._progress.ended(self.job_name, self.job_id, self.status.value, seconds, self.records_read)
         self._savepoints.close(f"the job is {self.status.value}", self.done.set)
 
     # -- reading state after the job -----------------------------------------------------------
@@ -293,11 +353,11 @@ class Coordinator:
 
 
 def _warn_missing_uids(graph: JobGraph) -> None:
-    """Stateful operators should have an explicit uid: a generated one changes with the graph."""
-    for n in graph.nodes.values():
-        if (n.keyed or n.kind == "source") and not n.t.uid:
-            log.warning(
-                "operator %s has no uid; its state is saved under the generated uid %r, which changes when the job "
-                "graph changes. Set .uid(...) on stateful operators so savepoints and checkpoints restore after changes",
-                n.describe(), n.uid,
-            )
+    """Stateful operators should have an explicit uid: a generated one changes with the graph.
+    One line for the job, naming them all."""
+    missing = [repr(n.name) for n in graph.nodes.values() if (n.keyed or n.kind == "source") and not n.t.uid]
+    if missing:
+        log.warning(
+            "no uid on %s: state is saved under generated uids, which change when the job graph changes; "
+            "set .uid(...) on them so savepoints and checkpoints restore after changes", ", ".join(missing),
+        )

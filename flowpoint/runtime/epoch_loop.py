@@ -1,4 +1,4 @@
-"""The epoch loop: the epoch runtime's driver (DESIGN section 4).
+"""The epoch loop: the epoch runtime's driver (docs/architecture.md, section 4).
 
 For every epoch it plans how far each source split advances, runs the epoch on Spark, and
 commits it: only when every task of the epoch succeeded do the new split positions, the tasks'
@@ -90,7 +90,7 @@ class EpochLoop(CommittedLoop):
             if plan.records == 0 and last and self.epoch > 0 and not newly_finished:
                 break  # (a split that finishes only now still gets an epoch: it carries its final watermark)
             last_epoch_at = time.monotonic()
-            self._run_epoch(plan.reads, plan.positions, last, plan.records, compaction_bytes)
+            self._run_epoch(plan.reads, plan.positions, last, compaction_bytes)
             if last:
                 break
 
@@ -104,7 +104,7 @@ class EpochLoop(CommittedLoop):
         watermark (no records), so every window and event-time timer fires."""
         self._run_epoch(self.splits.final_watermarks(), {}, last=True)
 
-    def _run_epoch(self, reads: dict, new_positions: dict, last: bool, planned: int = 0, compaction_bytes: int | None = None) -> None:
+    def _run_epoch(self, reads: dict, new_positions: dict, last: bool, compaction_bytes: int | None = None) -> None:
         if compaction_bytes is None:
             compaction_bytes = int(self.config.get("state.working.compaction-bytes"))
         self.epoch += 1
@@ -122,11 +122,13 @@ class EpochLoop(CommittedLoop):
         accepted = st.accept(acks, f"epoch {self.epoch}")
         st.commit_chains(accepted)
         self.splits.advance(new_positions)
+        before = st.records_read
         st.commit(accepted, self.epoch)
         if target is not None:
             cp.attach_snapshots(target.checkpoint_id, acks)
         st.count_state_tasks(acks)
-        self.progress.committed(self.epoch, planned, time.monotonic() - t0, st.records_read)
+        # the records the sources read (the plan's count is an estimate for files)
+        self.progress.committed(self.epoch, st.records_read - before, time.monotonic() - t0, st.records_read)
 
     def _slices(self, compaction_bytes: int) -> dict[int, list[TaskSlice]]:
         """Each partition's own share of the epoch (see flowpoint/tasks/protocol.py)."""

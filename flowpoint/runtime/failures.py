@@ -1,5 +1,5 @@
 """Task failures seen from the driver: which error a failed epoch raises, and whether a restart
-can get past it (DESIGN section 10a: errors keep their class across Spark).
+can get past it (docs/architecture.md, section 10a: errors keep their class across Spark).
 
 When a Python task raises, Spark retries it; when the retries give up, the driver gets a
 py4j/PySpark exception whose text holds the worker's Python traceback. :func:`task_error` reads
@@ -9,8 +9,9 @@ class with the same message: ``flowpoint.errors.InvalidKeyError: ...`` becomes a
 its file:line. A value that cannot be pickled becomes a ``SerializationError``; anything else a
 ``JobExecutionError`` naming the Python (or Spark) error.
 
-:func:`is_recoverable` tells the restart loop whether a restart may get past an error. Pure
-Python: no pyspark import.
+:func:`is_recoverable` tells the restart loop whether a restart may get past an error, and
+:func:`failure_identity` whether a failure after a restart is the one before it (a user function
+failing on the same record the same way: no restart gets past it). Pure Python: no pyspark import.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ import re
 from dataclasses import dataclass
 
 from flowpoint import errors
-from flowpoint.errors import FlowpointError, JobExecutionError, SerializationError
+from flowpoint.errors import (
+    FlowpointError,
+    JobExecutionError,
+    SerializationError,
+    UserFunctionError,
+)
 
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
@@ -190,3 +196,13 @@ def is_recoverable(error: BaseException) -> bool:
             return False
         e = e.__cause__
     return True
+
+
+def failure_identity(error: BaseException) -> tuple | None:
+    """What makes two failures one deterministic failure: for a user function's error, its
+    operator and uid, the class and message of the user's exception and the record. None when a
+    recurrence says nothing: other errors, a user exception that is an OSError (I/O, network, a
+    timeout: the environment may change), an error rebuilt from Spark's text (no details)."""
+    if not isinstance(error, UserFunctionError) or error.transient or error.exception is None:
+        return None
+    return (error.operator, error.uid, error.function, error.exception_type, error.exception, error.record)

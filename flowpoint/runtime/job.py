@@ -62,6 +62,7 @@ class JobProgress:
     # continuous runtime: the run's listening endpoints ("host:port"), the driver's control
     # channel first, then each slot's record channels (docs/deployment.md: ports)
     endpoints: tuple[str, ...] = ()
+    runtime: str = "epoch"  # how the job runs: "epoch" or "continuous" (execution.runtime, decided at start)
 
 
 @dataclass
@@ -157,6 +158,51 @@ class JobClient:
         """The last 1,000 epochs so far: ``(epoch, records read, seconds)``."""
         return list(self._coordinator.epoch_history)
 
+    # -- what the REST API and the dashboard show (read-only) -----------------------------------
+
+    def get_plan(self) -> Any:
+        """The job's vertices (chains of operators), operators and edges
+        (:class:`flowpoint.runtime.plan_view.PlanView`)."""
+        return self._coordinator.plan
+
+    def get_end_time_ms(self) -> int | None:
+        """When the job ended (wall-clock ms), None while it runs."""
+        return self._coordinator.ended_ms if self._coordinator.done.is_set() else None
+
+    def get_runtime(self) -> str:
+        """``"epoch"`` or ``"continuous"`` (``execution.runtime``; a BATCH job runs in epochs)."""
+        return "continuous" if self._coordinator.continuous else "epoch"
+
+    def get_checkpoint_settings(self) -> Any:
+        """The job's resolved checkpoint settings (a copy), None until the job runs."""
+        import dataclasses
+
+        settings = self._coordinator.settings
+        return dataclasses.replace(settings) if settings is not None else None
+
+    def get_savepoint_stats(self) -> list:
+        """Savepoints taken so far, completed and failed, as checkpoint stats whose ``kind`` is
+        ``savepoint`` or ``stop`` (a stop-with-savepoint's)."""
+        return self._coordinator.savepoint_stats()
+
+    def get_exception_history(self) -> list:
+        """The job's failures, oldest first (:class:`flowpoint.runtime.history.FailureRecord`)."""
+        return self._coordinator.exception_history()
+
+    def get_restore_history(self) -> list:
+        """Checkpoints and savepoints the job restored, oldest first (``RestoreRecord``)."""
+        return self._coordinator.restore_history()
+
+    def get_spark_jobs(self) -> list[tuple[int, tuple[int, ...]]]:
+        """``(epoch, its Spark job ids)`` of the recent epochs; empty on the continuous runtime."""
+        return self._coordinator.spark_jobs()
+
+    def get_spark_ui_url(self) -> str | None:
+        """The address of Spark's web UI for this job's session, None when it is off."""
+        from flowpoint.spark.ui import spark_ui_url
+
+        return spark_ui_url(self._coordinator.spark)
+
     def trigger_savepoint(self, target_directory: str | None = None) -> str:
         """Take a savepoint at the next epoch boundary and return its directory
         (``<target>/savepoint-<job-id[:6]>-<12 hex>``) once its ``_metadata`` is written.
@@ -182,7 +228,9 @@ class JobClient:
             if isinstance(c.failure, FlowpointError):
                 raise c.failure
             msg = f"job {c.job_name!r} ({c.job_id}) failed: {c.failure!r}"
-            raise JobExecutionError(msg) from c.failure
+            error = JobExecutionError(msg)
+            error.log_path = getattr(c.failure, "log_path", None)
+            raise error from c.failure
         return c.result()
 
     get_job_execution_result = wait
@@ -192,21 +240,31 @@ class JobClient:
 
 
 def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
+    from flowpoint.control.endpoint import attach_job
+    from flowpoint.metrics import exporter
     from flowpoint.runtime.coordinator import Coordinator
     from flowpoint.spark.session import get_spark_session, ship_python_files
 
-    # Spark starts in the caller's thread: a failure to start raises here, and the session is the
-    # caller's active one (``SparkSession.getActiveSession()`` finds it after the job).
     config = env.get_configuration()
-    spark = get_spark_session(config.get("spark.master"), graph.job_name, env._spark, config)
-    ship_python_files(spark, config.get("python.files"))
-    coordinator = Coordinator(graph, env, spark)
-    thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
-    coordinator.thread = thread
-    client = JobClient(coordinator)
-    from flowpoint.control.endpoint import attach_job
-
-    # the CLI reaches the job through its process's loopback endpoint, found in the job registry
-    attach_job(client, coordinator.config)
+    # metrics.reporter.prom.port: the Prometheus endpoint (a taken port fails the submission here)
+    prometheus = exporter.open_endpoint(config, graph.job_name)
+    try:
+        # Spark starts in the caller's thread: a failure to start raises here, and the session is
+        # the caller's active one (``SparkSession.getActiveSession()`` finds it after the job).
+        slots = max((s.parallelism for s in graph.stages), default=1)
+        spark = get_spark_session(config.get("spark.master"), graph.job_name, env._spark, config, slots=slots)
+        ship_python_files(spark, config.get("python.files"))
+        coordinator = Coordinator(graph, env, spark)
+        thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
+        coordinator.thread = thread
+        client = JobClient(coordinator)
+        # the CLI reaches the job through its process's loopback endpoint, found in the job registry
+        attach_job(client, coordinator.config)
+    except BaseException:
+        if prometheus is not None:
+            exporter.release(prometheus)
+        raise
+    if prometheus is not None:
+        exporter.serve_job(prometheus, client, coordinator.job_name)
     thread.start()
     return client

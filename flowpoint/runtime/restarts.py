@@ -3,7 +3,8 @@
 When the job starts it restores from its restore point (``-s`` or ``--resume``'s choice), if
 any. After a failure that a restart can get past (runtime/failures.py), it waits as the restart
 strategy says, then restores the latest completed checkpoint, else the restore point, else the
-job starts from the beginning (Flink's full failover). The loop it restarts resets and restores
+job starts from the beginning (Flink's full failover). A user function that fails on the same
+record the same way after a restart fails the job: it would fail so after every restart. The loop it restarts resets and restores
 its own state (:class:`RestartableLoop`), so every loop can use it.
 """
 
@@ -13,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from flowpoint.runtime.checkpointing import now_ms
+from flowpoint.runtime.history import JobHistory
 from flowpoint.runtime.restore import RestoredJob, plan_restore
 from flowpoint.runtime.resume import restore_point
 
@@ -35,6 +37,15 @@ def restartable(error: BaseException) -> bool:
     from flowpoint.runtime.failures import is_recoverable
 
     return is_recoverable(error)
+
+
+def repeated(error: BaseException, previous: tuple | None) -> tuple[bool, tuple | None]:
+    """``(is it the failure before the last restart again, its identity)``: a user function that
+    failed on the same record the same way after a restart fails it every time."""
+    from flowpoint.runtime.failures import failure_identity
+
+    identity = failure_identity(error)
+    return identity is not None and identity == previous, identity
 
 
 class RestartableLoop(Protocol):
@@ -104,6 +115,8 @@ class RestartManager:
         self.resumed_from: tuple[str, int] | None = None  # (job id, checkpoint id) this run restored
         self.predecessor: str | None = None  # the job whose checkpoint this run restored
         self._restore_point: tuple[Any, str, bool] | None = None  # (metadata, job dir, allow non-restored)
+        self._last_failure: tuple | None = None  # what failed the run before the last restart (failures.failure_identity)
+        self.history = JobHistory()  # failures and restores, for the REST API
 
     @property
     def restarts(self) -> int:
@@ -129,6 +142,7 @@ class RestartManager:
         self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
         self.predecessor = meta.job_id if meta.job_id != self.job_id else None
         self.progress.say(f"restoring {meta.kind} {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
+        self.history.restored(meta.checkpoint_id, meta.kind == "savepoint", job_dir_uri)
         for uid in restore.dropped_uids:
             log.warning("dropping state of uid %r: the job has no such stateful operator (--allow-non-restored-state)", uid)
         return restore
@@ -146,13 +160,26 @@ class RestartManager:
                 loop.attempt()
                 return
             except BaseException as e:
-                if self.cancel.is_set() or not restartable(e):
+                if self.cancel.is_set():
+                    raise
+                if not restartable(e):
+                    self.history.failed(e, restarted=False)
+                    raise
+                again, self._last_failure = repeated(e, self._last_failure)
+                if again:
+                    self.history.failed(e, restarted=False)
+                    self.progress.say(
+                        f"{loop.position()} failed again: the same error on the same record as before the restart. "
+                        "No restart gets past it; the job fails"
+                    )
                     raise
                 delay = self.backoff.on_failure(now_ms())
                 if delay is None:
+                    self.history.failed(e, restarted=False)
                     if self.restarts or self.settings.enabled:
                         log.error("job %s failed and its restart strategy %s gives up", self.job_id, self.backoff.describe())
                     raise
+                self.history.failed(e, restarted=True)
                 self._restart(loop, e, delay)
                 if self.cancel.is_set():
                     return
@@ -178,6 +205,12 @@ class RestartManager:
         self.files.next_run()
         loop.reset()
         loop.restore(self.restore_after_failure(latest))
+        if latest is not None and self.checkpoints is not None:
+            store = self.checkpoints.store
+            self.history.restored(latest.checkpoint_id, False, store.uri(store.chk_dir(latest.checkpoint_id)))
+        elif self._restore_point is not None:
+            meta = self._restore_point[0]
+            self.history.restored(meta.checkpoint_id, meta.kind == "savepoint", self._restore_point[1])
         self.running()
 
     def restore_after_failure(self, latest: CheckpointMetadata | None) -> RestoredJob | None:

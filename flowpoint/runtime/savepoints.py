@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import CheckpointError
-from flowpoint.runtime.checkpointing import apply_declared, now_ms
+from flowpoint.runtime.checkpointing import CheckpointStats, apply_declared, now_ms
 from flowpoint.state.keygroups import key_group_range_for_operator
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ class SavepointService:
         self._requests: list[SavepointRequest] = []
         self._lock = threading.Lock()
         self._next_id = 1
+        self.history: list[CheckpointStats] = []  # the savepoints taken (and failed), as checkpoints' stats
 
     def start(self, backend: str, checkpoints: CheckpointCoordinator | None, first_id: int) -> None:
         """The job runs: ids continue after ``first_id - 1`` (or the checkpoint coordinator's)."""
@@ -117,7 +118,7 @@ class SavepointService:
             try:
                 if r.stop and r.drain and not stop:
                     drain()
-                path = self.write(r.target, epoch())
+                path = self.write(r.target, epoch(), stop=r.stop)
             except BaseException as e:  # noqa: BLE001 - reported to the caller
                 r.future.set_exception(e)
                 continue
@@ -132,7 +133,7 @@ class SavepointService:
         self._next_id += 1
         return cid
 
-    def write(self, target: str, epoch: int) -> str:
+    def write(self, target: str, epoch: int, stop: bool = False) -> str:
         """Every stateful task writes its canonical part (a Spark job over the partitions, run
         where their state is); the driver writes ``_metadata`` from the parts' entries."""
         from flowpoint.spark.state_jobs import write_savepoint_parts
@@ -141,7 +142,7 @@ class SavepointService:
         access = self.create(target)
         return self.complete(
             access, lambda: write_savepoint_parts(self.spark.sparkContext, self.files.location(), state_partitions(self.graph, self.state), access.uri()),
-            epoch, self.splits.positions(), t0, trigger_ms,
+            epoch, self.splits.positions(), t0, trigger_ms, stop=stop,
         )
 
     def create(self, target: str) -> Any:
@@ -150,16 +151,22 @@ class SavepointService:
 
         return create_savepoint_dir(target, self.job_id, self.files.location().options)
 
-    def complete(self, access: Any, written: Callable[[], list], epoch: int, sources: list, t0: float, trigger_ms: int) -> str:
+    def complete(self, access: Any, written: Callable[[], list], epoch: int, sources: list, t0: float, trigger_ms: int, stop: bool = False) -> str:
         """``_metadata`` of the savepoint in ``access`` from its parts (``written()``: ``[(uid,
         SubtaskState, state counts)]``, which the tasks wrote) and the committed state of
-        ``epoch`` with the split positions ``sources``; an incomplete savepoint is removed."""
+        ``epoch`` with the split positions ``sources``; an incomplete savepoint is removed.
+        ``stop``: the savepoint of a stop-with-savepoint. Its stats (completed or failed) go
+        to :attr:`history`."""
         from flowpoint.checkpoint.savepoint import (
             assemble_operator,
             complete_savepoint,
             discard_incomplete,
         )
 
+        cid = self._next_savepoint_id()
+        stats = CheckpointStats(cid, epoch, trigger_ms, kind="stop" if stop else "savepoint")
+        self.history.append(stats)
+        del self.history[:-1000]
         try:
             by_uid: dict[str, list] = {}
             for uid, sub, states in written():
@@ -177,7 +184,6 @@ class SavepointService:
                             access.delete(f.path)
                     continue
                 operators.append(op)
-            cid = self._next_savepoint_id()
             path = complete_savepoint(
                 access, job_id=self.job_id, job_name=self.job_name, checkpoint_id=cid, epoch=epoch,
                 backend=self.backend, operators=operators,
@@ -185,11 +191,26 @@ class SavepointService:
                 sources=sources, sinks=self.state.sink_states(), watermarks=self.state.event_time(),
                 stats={"records_read": self.state.records_read, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)},
             )
-        except BaseException:
+        except BaseException as e:
+            stats.fail(f"{type(e).__name__}: {e}")
             discard_incomplete(access)
             raise
+        _completed(stats, operators, path, t0)
         self.progress.say(f"savepoint {cid} (epoch {epoch}) of job {self.job_id} written to {path}")
         return path
+
+
+def _completed(stats: CheckpointStats, operators: list, path: str, t0: float) -> None:
+    """A savepoint's stats once its ``_metadata`` is written: every part is its own (no
+    incremental sharing), written synchronously at the boundary it was taken at."""
+    for op in operators:
+        stats.operator_sizes[op.uid] = sum(int(sub.state_size or 0) for sub in op.subtasks)
+    stats.state_size = stats.incremental_size = sum(stats.operator_sizes.values())
+    stats.tasks_total = stats.tasks_acknowledged = sum(len(op.subtasks) for op in operators)
+    stats.sync_ms = stats.duration_ms = round((time.perf_counter() - t0) * 1000, 3)
+    stats.end_to_end_ms = float(now_ms() - stats.trigger_time_ms)
+    stats.path = path
+    stats.status = "COMPLETED"
 
 
 def state_partitions(graph: JobGraph, state: CommittedState, only_uid: str | None = None) -> list:

@@ -1,4 +1,4 @@
-"""The driver's end of a continuous run's control channels (DESIGN 4b).
+"""The driver's end of a continuous run's control channels (docs/architecture.md, section 4b).
 
 Every slot of the run connects to one listener the driver opens for the run (on
 ``spark.driver.host``, 127.0.0.1 for ``local*`` masters), authenticated with the run's secret
@@ -107,35 +107,44 @@ class SlotControl:
         self.server.close()
 
 
-def check_slots(spark: Any, slots: int, job_name: str, check: Callable[[], None] = lambda: None) -> None:
-    """A barrier stage runs all its tasks at once: refuse, naming both numbers, a job that needs
-    more slots than Spark offers, and the settings Spark refuses barrier stages with. On a
-    cluster, executors lost with a failed run may be registering again: wait for them up to
-    ``SLOTS_WAIT_S`` first (``check`` raises if the job is cancelled meanwhile)."""
+def slot_shortage(spark: Any, slots: int, job_name: str, wait_s: float = 0.0, check: Callable[[], None] = lambda: None) -> str | None:
+    """Why the continuous runtime cannot run a job that needs ``slots`` task slots at once on
+    this Spark (None when it can): fewer slots than that (on a cluster, after waiting up to
+    ``wait_s`` for executors to register; ``check`` raises if the job is cancelled meanwhile),
+    or a setting Spark refuses barrier stages with."""
     from flowpoint.spark.continuous_executor import slots_available
 
     have = slots_available(spark)
     master = spark.sparkContext.master or ""
     if have < slots and master != "local" and not master.startswith("local["):
-        deadline = time.monotonic() + SLOTS_WAIT_S
+        deadline = time.monotonic() + wait_s
         while have < slots and time.monotonic() < deadline:
             check()
             time.sleep(0.5)
             have = slots_available(spark)
     if have < slots:
-        msg = (
+        return (
             f"the continuous runtime runs every parallel instance at once: job {job_name!r} needs "
             f"{slots} task slots (its largest parallelism) but Spark offers {have} "
-            f"(master {spark.sparkContext.master}); lower the parallelism, add cores or executors, "
-            "or run it with execution.runtime: epoch. Dynamic allocation and speculation do not work with "
-            "Spark's barrier stages either."
+            f"(master {spark.sparkContext.master})"
         )
-        raise ConfigurationError(msg)
     conf = spark.sparkContext.getConf()
     for key in ("spark.dynamicAllocation.enabled", "spark.speculation"):
         if str(conf.get(key, "false")).lower() == "true":
-            msg = f"the continuous runtime runs in a Spark barrier stage, which Spark refuses with {key}=true; turn it off or use execution.runtime: epoch"
-            raise ConfigurationError(msg)
+            return f"the continuous runtime runs in a Spark barrier stage, which Spark refuses with {key}=true"
+    return None
+
+
+def check_slots(spark: Any, slots: int, job_name: str, check: Callable[[], None] = lambda: None) -> None:
+    """A barrier stage runs all its tasks at once: refuse, naming both numbers, a job that needs
+    more slots than Spark offers, and the settings Spark refuses barrier stages with. On a
+    cluster, executors lost with a failed run may be registering again: wait for them up to
+    ``SLOTS_WAIT_S`` first (``check`` raises if the job is cancelled meanwhile)."""
+    reason = slot_shortage(spark, slots, job_name, SLOTS_WAIT_S, check)
+    if reason is not None:
+        msg = (f"{reason}; lower the parallelism, add cores or executors, turn that setting off, or run it with "
+               "execution.runtime: epoch. Dynamic allocation and speculation do not work with Spark's barrier stages either.")
+        raise ConfigurationError(msg)
 
 
 def driver_host(spark: Any) -> str:

@@ -49,9 +49,10 @@ class WorkingFiles:
         self.storage_options = storage_options
         self.working_dir = ensure_working_dir(self.configured)
         self._lock = JobLock(self.working_dir, self.job_id)
-        self.durable_root = durable_root(self.config, settings, self.job_id, self.working_dir)
+        self.durable_root = durable_root(self.config, settings, self.job_id, self.working_dir, _on_a_cluster(self.spark))
         _check_remote_dir(self.config, self.durable_root, storage_options)
-        _warn_unshared(self.spark, self.durable_root)
+        if self.durable_root == os.path.join(self.working_dir, "durable"):
+            _warn_unshared(self.spark, self.durable_root)
 
     @property
     def options(self) -> tuple[tuple[str, str], ...]:
@@ -111,7 +112,7 @@ class WorkingFiles:
         """The durable working files of this job (at exit), or of ``job_id``, and its lock file."""
         job_id = job_id or self.job_id
         options = self.options
-        root = self.durable_root if job_id == self.job_id else durable_root(self.config, self.settings, job_id, self.working_dir)
+        root = self.durable_root if job_id == self.job_id else durable_root(self.config, self.settings, job_id, self.working_dir, _on_a_cluster(self.spark))
         durable.delete_tree(durable.join(root, job_id), options)
         if root.endswith(f"/{job_id}/taskowned"):  # inside the job's checkpoint directory
             durable.delete_tree(root, options)
@@ -129,15 +130,26 @@ class WorkingFiles:
             self._lock.release()
 
 
-def durable_root(config: Any, settings: Any, job_id: str, working_dir: str) -> str:
-    """Where committed working state is durable (see flowpoint/state/durable.py)."""
+def durable_root(config: Any, settings: Any, job_id: str, working_dir: str, cluster: bool = False) -> str:
+    """Where committed working state is durable (see flowpoint/state/durable.py):
+    ``state.working.remote-dir``; else, under the checkpoint directory when it is remote or the
+    job runs on a cluster (Flink's rule: every process sees the checkpoint directory, a
+    ``file://`` one on a cluster being a shared mount); else the local working directory."""
     remote = config.get("state.working.remote-dir")
     if remote:
         return str(remote) if "://" in str(remote) else os.path.abspath(str(remote))
     chk = settings.checkpoints_dir if settings.storage == "filesystem" else None
-    if chk and not durable.is_local(str(chk)):
-        return durable.join(str(chk), job_id, "taskowned")
+    if chk and (cluster or not durable.is_local(str(chk))):
+        chk = str(chk)
+        if "://" not in chk:
+            chk = os.path.abspath(chk)
+        return durable.join(chk, job_id, "taskowned")
     return os.path.join(working_dir, "durable")
+
+
+def _on_a_cluster(spark: Any) -> bool:
+    """Executors on other hosts: any master but ``local*`` (``local-cluster`` runs on this host)."""
+    return spark is not None and not str(spark.sparkContext.master).startswith("local")
 
 
 def _check_remote_dir(config: Any, root: str, options: dict) -> None:
@@ -155,7 +167,8 @@ def _warn_unshared(spark: Any, root: str) -> None:
     if durable.is_local(root) and not master.startswith("local"):
         log.warning(
             "working state is kept durable in the local directory %s while Spark runs on %s: this is only correct "
-            "if every executor sees the same directory. On several hosts set state.working.remote-dir (or a remote "
-            "state.checkpoints.dir) to s3://, hdfs://, ... (a task that cannot find its state fails the job)",
+            "if every executor sees the same directory. On several hosts set state.checkpoints.dir to a directory "
+            "every process sees (s3://, hdfs://, a shared file:// mount) or state.working.remote-dir (a task that "
+            "cannot find its state fails the job)",
             root, master,
         )

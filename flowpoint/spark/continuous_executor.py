@@ -1,4 +1,4 @@
-"""Runs one run of a continuous job as one Spark job in barrier execution mode (DESIGN 4b).
+"""Runs one run of a continuous job as one Spark job in barrier execution mode (docs/architecture.md, section 4b).
 
 The job has one partition per slot; Spark schedules all of them at once or not at all, and a
 failure of any task fails the stage: the driver then cancels the job and restarts the run from

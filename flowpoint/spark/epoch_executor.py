@@ -14,6 +14,7 @@ Locality: a stateful stage's partitions prefer the hosts that hold their state
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +24,7 @@ from pyspark import AccumulatorParam, StorageLevel, TaskContext
 from flowpoint.errors import JobExecutionError
 from flowpoint.graph.jobgraph import JobGraph
 from flowpoint.spark.locality import StateLocality, destination
+from flowpoint.spark.ui import group_job_ids
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import EpochSpec, TaskAck, TaskSlice
 from flowpoint.tasks.stage_task import run_stage_task
@@ -98,6 +100,7 @@ class SparkEpochExecutor:
         self.consumers = {s.id: graph.consumers(s) for s in graph.stages}
         self.stateful = {s.id for s in graph.stages if not s.is_source and any(graph.nodes[n].keyed for n in s.nodes)}
         self.locality = StateLocality(self.sc)
+        self.spark_jobs: deque[tuple[int, tuple[int, ...]]] = deque(maxlen=1000)  # (epoch, its Spark job ids)
 
     def run_epoch(self, spec: EpochSpec, source_reads: dict[int, list[list]], slices: dict[int, list[TaskSlice]]) -> list[TaskAck]:
         """Run one epoch. ``source_reads[stage][partition]`` lists ``(split index, split, read spec)``;
@@ -137,6 +140,7 @@ class SparkEpochExecutor:
             rdds[stage.id] = out
         terminal = [rdds[s.id] for s in self.graph.stages if not self.consumers[s.id]]
         self.acc.value = []
+        before = group_job_ids(sc, self.job_id)
         try:
             (terminal[0] if len(terminal) == 1 else sc.union(terminal)).count()
         except Exception as e:
@@ -144,6 +148,7 @@ class SparkEpochExecutor:
         finally:
             for r in persisted:
                 r.unpersist(blocking=False)
+            self.spark_jobs.append((spec.epoch, tuple(sorted(group_job_ids(sc, self.job_id) - before))))
         acks: list[TaskAck] = list(self.acc.value)
         self.acc.value = []
         return acks

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from flowpoint.errors import ConfigurationError
+from flowpoint.spark.jvm_output import start_driver_jvm
 
 log = logging.getLogger("flowpoint")
 
@@ -43,6 +44,12 @@ def _python_path() -> str:
     existing = [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]
     here = [p for p in sys.path if p and os.path.isdir(p)]
     return os.pathsep.join(dict.fromkeys([*existing, *here]))
+
+
+def default_master(slots: int) -> str:
+    """``local[*,4]``, with more task threads than cores when the job needs more slots."""
+    cores = os.cpu_count() or 1
+    return DEFAULT_MASTER if slots <= cores else f"local[{slots},4]"
 
 
 def is_local_master(master: str) -> bool:
@@ -155,10 +162,12 @@ def spark_default_driver_host(launch_conf: Mapping[str, str] | None = None) -> s
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def get_spark_session(master: str | None, app_name: str, existing: Any = None, settings: Any = None) -> Any:
+def get_spark_session(master: str | None, app_name: str, existing: Any = None, settings: Any = None, slots: int = 1) -> Any:
     """``existing``, else the active session, else a new one for ``master`` (default
     ``$FLOWPOINT_SPARK_MASTER``, else spark-submit's ``--master``, else ``local[*,4]``) with
-    ``settings``' ``spark.*`` keys."""
+    ``settings``' ``spark.*`` keys. The default local master runs at least ``slots`` tasks at
+    once (the job's largest parallelism), as Flink's local mini cluster gives a job as many
+    slots as it needs: ``local[max(cores, slots),4]``."""
     if existing is not None or (existing := _active_session()) is not None:
         _check_classic(existing)
         _warn_unapplied(existing, spark_settings(settings))
@@ -166,12 +175,18 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     from pyspark.sql import SparkSession
 
     submitted = submitted_conf()
-    master = master or os.environ.get("FLOWPOINT_SPARK_MASTER") or (submitted or {}).get("spark.master") or DEFAULT_MASTER
+    master = master or os.environ.get("FLOWPOINT_SPARK_MASTER") or (submitted or {}).get("spark.master") or default_master(slots)
     os.environ["PYTHONPATH"] = _python_path()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     config = session_config(master, app_name, settings, os.environ["PYTHONPATH"], submitted)
-    if bind_ui_to_loopback(submitted) and not is_local_master(master) and "spark.driver.host" not in config:
+    ui_on_loopback = bind_ui_to_loopback(submitted)  # (before the JVM starts: it reads SPARK_LOCAL_IP)
+    if submitted is None:
+        try:
+            start_driver_jvm(config)  # without Java's incubator-module warning (spark/jvm_output.py)
+        except Exception as e:
+            raise _not_started(master, e) from e
+    if ui_on_loopback and not is_local_master(master) and "spark.driver.host" not in config:
         # SPARK_LOCAL_IP would also be the driver's default address: keep the one executors reach
         config["spark.driver.host"] = spark_default_driver_host(config)
     builder = SparkSession.builder
@@ -180,11 +195,14 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     try:
         spark = builder.getOrCreate()
     except Exception as e:
-        msg = f"could not start Spark with master {master!r}: {e}. Is Java 17 installed and JAVA_HOME set?"
-        raise ConfigurationError(msg) from e
+        raise _not_started(master, e) from e
     spark.sparkContext.setLogLevel("ERROR")
     log.info("started Spark %s with master %s", spark.version, master)
     return spark
+
+
+def _not_started(master: str, e: Exception) -> ConfigurationError:
+    return ConfigurationError(f"could not start Spark with master {master!r}: {e}. Is Java 17 installed and JAVA_HOME set?")
 
 
 def _active_session() -> Any:

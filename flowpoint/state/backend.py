@@ -157,7 +157,7 @@ class PartitionBackend:
     def commit_in_place(self, ts: TaskState, version: int) -> None:
         """The continuous runtime's barrier: the changes since the last barrier become the
         committed state ``version`` in this process (no durable delta: a failure restarts the
-        job from its last completed checkpoint, DESIGN 4b)."""
+        job from its last completed checkpoint, docs/architecture.md, section 4b)."""
         raise NotImplementedError
 
     def snapshot(self, ts: TaskState, uids: list[str], partition: int, target: CheckpointTarget, shared: dict[str, str]) -> Callable[[], list[OperatorPart]]:

@@ -1,5 +1,5 @@
 """Durable working state: where committed epoch changes live so that any executor can rebuild
-any partition (DESIGN 10a). Local disk and worker memory are only caches of it.
+any partition (docs/architecture.md, section 10a). Local disk and worker memory are only caches of it.
 
 Each stateful partition writes, per epoch, a *delta* file (the keys it changed) and now and then
 a *base* (a full snapshot: a pickled table per operator with HashMap, a RocksDB checkpoint's

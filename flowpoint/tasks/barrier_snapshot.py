@@ -1,4 +1,4 @@
-"""What a continuous subtask does at checkpoint barrier ``n`` (DESIGN 4b): commit its keyed state in
+"""What a continuous subtask does at checkpoint barrier ``n`` (docs/architecture.md, section 4b): commit its keyed state in
 place, take the checkpoint's synchronous part, collect what the driver commits (watermarks,
 generator and operator state, sinks' payloads, open splits' positions), forward the barrier,
 and acknowledge once the asynchronous part (the files) is written. A mixin of

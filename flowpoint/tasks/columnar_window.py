@@ -1,4 +1,4 @@
-"""Built-in window aggregations over columnar batches (DESIGN section 11).
+"""Built-in window aggregations over columnar batches (docs/architecture.md, section 8).
 
 When a keyed event-time window aggregates with a built-in (``Aggregates.count/sum/min/max/avg``)
 on tumbling or sliding windows with the default trigger and no evictor, and its input arrives

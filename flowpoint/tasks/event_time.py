@@ -6,7 +6,7 @@
   the driver between epochs (pickled in the task's acknowledgement), so a retried task starts
   from the same generator state and a checkpoint records them.
 * :class:`InputWatermarks` is a stage head's view of its input channels: the watermark is the
-  minimum over the channels that are not idle, never decreasing (DESIGN section 8).
+  minimum over the channels that are not idle, never decreasing (docs/architecture.md, section 8).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class TimestampsOp(Operator):
         self.strategy = spec.options["watermark_strategy"]
         # pipeline.auto-watermark-interval 0: no periodic watermarks (Flink's meaning of 0)
         self.periodic = spec.options.get("periodic_watermarks", True)
-        # BATCH: no watermark before the end of input (nothing is late; DESIGN: api/execution_mode.py)
+        # BATCH: no watermark before the end of input (nothing is late; see api/execution_mode.py)
         self.batch = bool(spec.options.get("batch"))
         self.assigner = self.strategy.create_timestamp_assigner()
         self.in_source_stage = bool(spec.options.get("in_source_stage"))

@@ -1,4 +1,4 @@
-"""A continuous subtask's inputs: one bounded queue per input channel (DESIGN 4b).
+"""A continuous subtask's inputs: one bounded queue per input channel (docs/architecture.md, section 4b).
 
 Receivers (a channel's reader thread, or an upstream subtask in the same process) ``put``
 frames; a full queue blocks its receiver, so a slow operator slows its senders (backpressure)

@@ -15,10 +15,11 @@ from typing import Any
 
 from flowpoint.api.functions import KeyedProcessFunction, TimerService
 from flowpoint.api.time import MAX_WATERMARK, TimeDomain
-from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
+from flowpoint.errors import FlowpointError, StateAccessError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.tasks.operators import KeyedOp, split_tagged, tagged_indexes, user_error
 from flowpoint.tasks.timers import InternalTimerService
+from flowpoint.tasks.user_errors import user_function_error
 
 
 class OutputBuffer:
@@ -235,4 +236,4 @@ def timer_error(spec: Any, e: BaseException, timestamp: int, domain: TimeDomain,
         f"operator {spec.name!r} (uid {spec.uid!r}, function {fn}) raised {type(e).__name__}: {e} "
         f"in on_timer for the {domain.name.lower().replace('_', '-')} timer {timestamp} of key {key!r:.100}"
     )
-    return UserFunctionError(msg)
+    return user_function_error(msg, e, operator=spec.name, uid=spec.uid, function=fn)

@@ -20,11 +20,12 @@ from flowpoint.api.row import Row, get_field
 from flowpoint.api.state import ValueStateDescriptor
 from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.api.typed_values import converter
-from flowpoint.errors import FlowpointError, InvalidKeyError, SerializationError, UserFunctionError
+from flowpoint.errors import FlowpointError, InvalidKeyError, SerializationError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.state.keygroups import canonical_bytes
 from flowpoint.tasks.batches import KeyedBatch, as_rows, dumps, encode, num_records
 from flowpoint.tasks.context import ProcessContext
+from flowpoint.tasks.user_errors import user_function_error
 
 Emit = Callable[[tuple, Any], None]
 
@@ -38,12 +39,12 @@ def user_error(spec: Any, e: BaseException, record: Any, key: Any = None) -> Flo
         f"operator {spec.name!r} (uid {spec.uid!r}, function {fn}) raised {type(e).__name__}: {e} "
         f"while processing {record!r:.200}{of_key}"
     )
-    return UserFunctionError(msg)
+    return user_function_error(msg, e, operator=spec.name, uid=spec.uid, function=fn, record=record)
 
 
 # operators whose user function declares its output type (map(f, output_type=...), ...)
 CONVERTING_KINDS = frozenset({
-    "map", "flat_map", "process", "keyed_map", "keyed_flat_map", "keyed_process", "window",
+    "map", "flat_map", "process", "keyed_map", "keyed_flat_map", "keyed_process", "window", "reduce",
     "broadcast_process", "keyed_broadcast_process", "co_map", "co_flat_map", "co_process", "keyed_co_process", "async_wait",
 })
 
@@ -62,7 +63,7 @@ class Operator:
       origin's split index names it, see ``channel_of``) whose watermarks travel separately
       to the exchange, so a split that moves to another task keeps its watermark.
     * ``process_watermark_status(origin, idle)``: every input channel went idle, or one came
-      back (idle inputs do not hold the watermark back; DESIGN section 8).
+      back (idle inputs do not hold the watermark back; docs/architecture.md, section 8).
     * ``advance_processing_time(now)``: once per epoch, before any input, with the epoch's
       processing time (epoch ms, fixed by the coordinator, so a retried task sees the same).
 
@@ -441,12 +442,23 @@ class ReduceOp(KeyedOp):
         f = self.spec.function.reduce
         state = self.state
         append = out.append
+        convert = self.convert  # the stream's type, as PyFlink gives the reduction (and keeps it)
         for key, value in pairs:
             backend.current_key = key
             current = state.value()
             new = value if current is None else f(current, value)
+            if convert is not None:
+                new = self._typed(new, convert)
             state.update(new)
             append(new)
+
+    def _typed(self, value: Any, convert: Any) -> Any:
+        try:
+            return convert(value)
+        except (TypeError, ValueError) as e:
+            msg = (f"reduce {self.spec.name!r} (uid {self.spec.uid!r}) returned a value the stream's type "
+                   f"{self.spec.output_type!r} cannot hold: {type(e).__name__}: {e}; return values of the stream's type")
+            raise SerializationError(msg) from e
 
 
 def _with_field(record: Any, field: int | str, value: Any) -> Any:
@@ -782,16 +794,19 @@ class KeyedWriter(ExchangeWriter):
 
 
 def _key_error(edge: Any, e: BaseException, rows: list, get_key: Any) -> FlowpointError:
+    fn = describe_function(edge.key_selector)
+    of_uid = f" (uid {edge.target_uid!r})" if edge.target_uid else ""
     for x in rows:
         try:
             get_key(x)
         except Exception:  # noqa: BLE001
             msg = (
-                f"the key selector ({describe_function(edge.key_selector)}) of the key_by before operator "
-                f"{edge.target_name!r} raised {type(e).__name__}: {e} on {x!r:.200}"
+                f"the key selector ({fn}) of the key_by before operator "
+                f"{edge.target_name!r}{of_uid} raised {type(e).__name__}: {e} on {x!r:.200}"
             )
-            return UserFunctionError(msg)
-    return UserFunctionError(str(e))
+            return user_function_error(msg, e, operator=edge.target_name, uid=edge.target_uid or None, function=fn, record=x)
+    msg = f"the key selector ({fn}) of the key_by before operator {edge.target_name!r}{of_uid} raised {type(e).__name__}: {e}"
+    return user_function_error(msg, e, operator=edge.target_name, uid=edge.target_uid or None, function=fn)
 
 
 def _invalid_key(edge: Any, reason: str, value: Any) -> InvalidKeyError:
@@ -833,7 +848,10 @@ class CustomWriter(ExchangeWriter):
             raise
         except Exception as e:
             msg = f"the custom partitioner of the exchange into {self.edge.target_name!r} raised {type(e).__name__}: {e} for {value!r:.100}"
-            raise UserFunctionError(msg) from e
+            raise user_function_error(
+                msg, e, operator=self.edge.target_name, uid=self.edge.target_uid or None,
+                function=describe_function(partitioner), record=value,
+            ) from e
         for dest, idx in sorted(by_dest.items()):
             chunk = [rows[i] for i in idx]
             self._send(dest, (*origin, dest), chunk, None if ts is None else [ts[i] for i in idx])

@@ -22,6 +22,7 @@ class EdgeSpec:
     upstream_source_uid: str | None = None
     upstream_head_uid: str = ""
     upstream_parallelism: int = 1
+    target_uid: str = ""  # of the receiving operator (named in a key selector's error)
 
 
 @dataclass
@@ -78,7 +79,7 @@ def _edge_spec(graph: JobGraph, e: Any) -> EdgeSpec:
         e.edge_id, e.index, e.partitioning, e.key_selector, target.parallelism, target.max_parallelism,
         upstream.t.output_type, target.name,
         upstream_source_uid=up_head.uid if up_stage.is_source else None,
-        upstream_head_uid=up_head.uid, upstream_parallelism=up_stage.parallelism,
+        upstream_head_uid=up_head.uid, upstream_parallelism=up_stage.parallelism, target_uid=target.uid,
     )
 
 

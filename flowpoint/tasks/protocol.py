@@ -71,7 +71,7 @@ class EpochSpec:
 
 @dataclass
 class ContinuousSpec:
-    """What every slot of a continuous run needs (DESIGN 4b), shipped once per run."""
+    """What every slot of a continuous run needs (docs/architecture.md, section 4b), shipped once per run."""
 
     run_key: str
     location: StateLocation

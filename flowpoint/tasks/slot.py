@@ -1,12 +1,13 @@
 """A slot of a continuous job: one Spark barrier task hosting partition ``i`` of every stage
-whose parallelism exceeds ``i`` (Flink's slot sharing, DESIGN 4b).
+whose parallelism exceeds ``i`` (Flink's slot sharing, docs/architecture.md, section 4b).
 
 The slot listens for its input channels on its executor's own address, learns its peers'
 addresses through the barrier stage (``allGather``), connects one channel per (edge, upstream
 partition, downstream partition) to each peer (partitions in the same slot hand frames over in
 memory), connects its control channel to the driver, and runs its subtasks until the driver
-says finish, a subtask fails (the slot then fails, and with it the Spark stage and the run), or
-the driver goes away.
+says finish, a subtask fails (its error goes to the driver, which ends the run; an error that
+could not reach it fails the slot, and with it the Spark stage and the run), or the driver goes
+away.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from flowpoint.tasks.subtask import Subtask, SubtaskFailed
 log = logging.getLogger("flowpoint")
 
 METRICS_INTERVAL_S = 1.0
+DRIVER_ENDS_RUN_S = 60.0  # a slot whose failure reached the driver waits this long for the run's end
 
 
 class Slot:
@@ -41,6 +43,8 @@ class Slot:
         self.control: Channel | None = None
         self.failed = threading.Event()
         self.finished = threading.Event()
+        self.reported = threading.Event()  # a subtask's failure reached the driver
+        self._commands_thread: threading.Thread | None = None
         for sid, plan in plans.items():
             for e in plan.input_edges:
                 self.edge_stage[e.edge_id] = sid
@@ -108,6 +112,8 @@ class Slot:
         try:
             if self.control is not None:
                 self.control.send(message)
+                if message[0] == "failed":
+                    self.reported.set()
         except ChannelError:
             self.failed.set()
 
@@ -116,12 +122,15 @@ class Slot:
     def run(self) -> None:
         for st in self.subtasks.values():
             st.start()
-        threading.Thread(target=self._commands, name=f"flowpoint-slot-{self.index}-control", daemon=True).start()
+        self._commands_thread = threading.Thread(target=self._commands, name=f"flowpoint-slot-{self.index}-control", daemon=True)
+        self._commands_thread.start()
         next_metrics = time.monotonic() + METRICS_INTERVAL_S
         try:
             while True:
                 if self.failed.is_set():
                     errors = [st.error for st in self.subtasks.values() if st.error is not None]
+                    if errors and self._driver_ends_the_run():
+                        return
                     if errors:
                         raise errors[0]
                     msg = f"slot {self.index} lost its control channel to the driver"
@@ -134,6 +143,18 @@ class Slot:
                     self._report(("metrics", self.index, self.metrics()))
         finally:
             self.close()
+
+    def _driver_ends_the_run(self) -> bool:
+        """The driver has the subtask's error (it raises it and ends the run: it closes the
+        control channel, then cancels the Spark job): wait for that and end quietly, so the
+        error is not printed again by Spark (a user function's traceback with Java's). False
+        when the error did not reach the driver, or the driver did not end the run in time:
+        the slot then fails the Spark task with the error."""
+        thread = self._commands_thread
+        if not self.reported.is_set() or thread is None:
+            return False
+        thread.join(DRIVER_ENDS_RUN_S)
+        return not thread.is_alive()
 
     def _commands(self) -> None:
         """The driver's commands, routed to the subtasks."""

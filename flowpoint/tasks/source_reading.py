@@ -1,4 +1,4 @@
-"""How a continuous source subtask reads (DESIGN 4b): the assignments the driver sends (planned
+"""How a continuous source subtask reads (docs/architecture.md, section 4b): the assignments the driver sends (planned
 read specs, in order, with the barriers between them) and the splits it keeps open (Kafka),
 polled between two looks at its commands. A mixin of :class:`~flowpoint.tasks.subtask.Subtask`:
 it uses the subtask's chain (``rt``), its ``commands`` queue, ``report`` and its output and

@@ -18,7 +18,7 @@ from flowpoint.api.operator_state import (
 from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK
 from flowpoint.api.watermarks import Watermark
 from flowpoint.connectors.source import SourceMetric, TimestampedBatch
-from flowpoint.errors import FlowpointError
+from flowpoint.errors import FlowpointError, UserFunctionError
 from flowpoint.metrics.group import MetricGroup
 from flowpoint.metrics.report import ChainMeter
 from flowpoint.state.backend import partition_backend
@@ -268,8 +268,9 @@ def keyed_uids(plan: StagePlan) -> list[str]:
 def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int, token: str, inputs: Any) -> tuple[list, TaskAck]:
     """Run one epoch of a stage partition. Returns ``([(edge_id, dest, blob)], ack)``.
 
-    Errors that a retry cannot fix (invalid keys, state misuse, missing state) come back in the
-    ack so the driver fails the job at once; any other exception propagates and Spark retries.
+    Errors that a retry cannot fix come back in the ack: invalid keys, state misuse, missing
+    state (the driver fails the job at once) and a user function's error (Spark does not retry
+    it; the driver's restart strategy decides). Any other exception propagates and Spark retries.
     """
     started = time.perf_counter()
     partition = s.partition
@@ -340,8 +341,11 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
             rt.close()
             ts.operators = None
     except FlowpointError as e:
-        if getattr(e, "recoverable", True):
-            raise  # Spark retries the task; a user function's error too, as Flink restarts on them
+        if getattr(e, "recoverable", True) and not isinstance(e, UserFunctionError):
+            raise  # Spark retries the task
+        # a retry would fail the same way (no restart can get past a non-recoverable error; a
+        # user function fails again on the same record): the error goes to the driver in the
+        # ack, whose restart strategy decides about a user function's error (docs/errors.md)
         if ts is not None:
             ts.operators = None
         ack.error = e

@@ -1,4 +1,4 @@
-"""One parallel instance of one stage on the continuous runtime (DESIGN 4b).
+"""One parallel instance of one stage on the continuous runtime (docs/architecture.md, section 4b).
 
 A subtask is a thread of its slot (the Spark barrier task) that runs the stage's operator chain
 (:class:`~flowpoint.tasks.stage_task.ChainRuntime`, the same operators as the epoch runtime)

@@ -34,7 +34,7 @@ from flowpoint.api.state import (
 )
 from flowpoint.api.time import MAX_WATERMARK
 from flowpoint.api.windowed_stream import call_collecting, takes_collector
-from flowpoint.api.windows import TimestampedValue, TriggerResult
+from flowpoint.api.windows import TimestampedValue, Trigger, TriggerResult, WindowAssigner
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.tasks.batches import KeyedBatch
@@ -42,6 +42,7 @@ from flowpoint.tasks.columnar_window import process_columnar, supports_columnar
 from flowpoint.tasks.keyed_process import OutputBuffer, TimerOp
 from flowpoint.tasks.namespaced import NamespacedStateStore, namespaced_state
 from flowpoint.tasks.timers import InternalTimerService
+from flowpoint.tasks.user_errors import user_function_error
 
 CONTENTS_STATE = "_window-contents"
 MERGING_SET_STATE = "_window-merging-set"
@@ -105,7 +106,7 @@ class MergingWindowSet:
         return result_window
 
 
-class WindowTriggerContext:
+class WindowTriggerContext(Trigger.OnMergeContext, WindowAssigner.WindowAssignerContext):
     """The ``ctx`` of triggers (and of assigners and evictors): the clocks, timers and state of
     one key and window. In ``on_merge``, ``merged`` holds the windows being merged."""
 
@@ -520,7 +521,7 @@ class WindowOperator(TimerOp):
             f"operator {spec.name!r} (uid {spec.uid!r}, function {desc}) raised {type(e).__name__}: {e} "
             f"while {during} of key {key!r:.100}"
         )
-        return UserFunctionError(msg)
+        return user_function_error(msg, e, operator=spec.name, uid=spec.uid, function=desc)
 
     def _blame(self, e: BaseException) -> Any:
         """The user function whose code raised: the first of them in the traceback."""

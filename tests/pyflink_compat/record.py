@@ -25,7 +25,7 @@ VENV = HERE.parents[1] / "benchmarks" / ".venv-pyflink"
 def programs(names: list[str]) -> list[Path]:
     if names:
         return [Path(n).resolve() for n in names]
-    return sorted(p for p in HERE.glob("*.py") if p.name not in ("record.py", "test_compat.py", "__init__.py", "conftest.py"))
+    return sorted(p for p in HERE.glob("*.py") if not p.name.startswith(("record", "test_", "__init__", "conftest")))
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,5 @@
 # Records typed by type_info / output_type: Row field access, Types.FLOAT, Row printing.
+# compat: sorted (five print sinks: the order of their lines between sinks is not defined)
 from pyflink.common import Row, Types
 from pyflink.datastream import StreamExecutionEnvironment
 

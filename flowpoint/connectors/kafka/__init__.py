@@ -3,8 +3,11 @@ broker (``EmbeddedKafka``). See docs/kafka.md."""
 
 from flowpoint.connectors.kafka.broker import BrokerStartError, EmbeddedKafka
 from flowpoint.connectors.kafka.deserialization import (
+    ByteArraySchema,
     DeserializationSchema,
     JsonRowDeserializationSchema,
+    JsonRowSerializationSchema,
+    RowFieldExtractorSchema,
     SerializationSchema,
     SimpleStringSchema,
 )
@@ -26,15 +29,18 @@ from flowpoint.connectors.kafka.sink import (
     KafkaRecordSerializationSchemaBuilder,
     KafkaSink,
     KafkaSinkBuilder,
+    KafkaTopicSelector,
 )
 from flowpoint.connectors.kafka.source import KafkaSource, KafkaSourceBuilder
 
 __all__ = [
     "BrokerStartError",
+    "ByteArraySchema",
     "DeliveryGuarantee",
     "DeserializationSchema",
     "EmbeddedKafka",
     "JsonRowDeserializationSchema",
+    "JsonRowSerializationSchema",
     "KafkaDeserializationError",
     "KafkaError",
     "KafkaOffsetOutOfRangeError",
@@ -48,7 +54,9 @@ __all__ = [
     "KafkaSource",
     "KafkaSourceBuilder",
     "KafkaTopicPartition",
+    "KafkaTopicSelector",
     "KafkaUnreachableError",
+    "RowFieldExtractorSchema",
     "SerializationSchema",
     "SimpleStringSchema",
 ]

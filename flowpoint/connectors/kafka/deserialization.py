@@ -1,8 +1,9 @@
 """Value (de)serialization schemas with PyFlink's names.
 
-``SimpleStringSchema`` (UTF-8 text both ways, as ``pyflink.common.serialization``) and
-``JsonRowDeserializationSchema.builder().type_info(Types.ROW_NAMED(...)).build()`` (a JSON
-object per record -> ``Row``). A schema raises on bytes it cannot read; the Kafka reader turns
+``SimpleStringSchema`` (UTF-8 text both ways, as ``pyflink.common.serialization``),
+``ByteArraySchema`` (bytes as they are), ``RowFieldExtractorSchema(i)`` (field ``i`` of a row,
+which must be bytes), ``JsonRowDeserializationSchema.builder().type_info(Types.ROW_NAMED(...)).build()``
+(a JSON object per record -> ``Row``) and ``JsonRowSerializationSchema`` (a row -> a JSON object). A schema raises on bytes it cannot read; the Kafka reader turns
 that into an error naming topic, partition and offset, or skips the record when asked to.
 Schemas are small picklable objects: they travel to the executors inside the reader.
 """
@@ -53,6 +54,88 @@ class SimpleStringSchema(DeserializationSchema, SerializationSchema):
 
     def get_produced_type(self) -> TypeInformation:
         return Types.STRING()
+
+
+class ByteArraySchema(DeserializationSchema, SerializationSchema):
+    """Bytes as they are, both ways."""
+
+    def deserialize(self, message: bytes | None) -> bytes:
+        if message is None:
+            msg = "the record has no value (a tombstone); ByteArraySchema needs bytes"
+            raise ValueError(msg)
+        return bytes(message)
+
+    def serialize(self, element: Any) -> bytes:
+        if not isinstance(element, (bytes, bytearray)):
+            msg = f"ByteArraySchema serializes bytes; got {type(element).__name__} (encode it first)"
+            raise TypeError(msg)
+        return bytes(element)
+
+    def get_produced_type(self) -> TypeInformation:
+        return Types.PRIMITIVE_ARRAY(Types.BYTE())
+
+
+class RowFieldExtractorSchema(SerializationSchema):
+    """Field ``field_index`` of a row (or tuple), which must already be bytes: e.g. a Kafka
+    record's key (``set_key_serialization_schema(RowFieldExtractorSchema(0))``)."""
+
+    def __init__(self, field_index: int):
+        if not isinstance(field_index, int) or isinstance(field_index, bool) or field_index < 0:
+            msg = f"Field index must be non-negative, got: {field_index}"
+            raise ValueError(msg)
+        self.field_index = field_index
+
+    def serialize(self, element: Any) -> bytes:
+        if not isinstance(element, (tuple, list)) or self.field_index >= len(element):
+            msg = f"RowFieldExtractorSchema({self.field_index}) needs a row with a field {self.field_index}; got {element!r:.80}"
+            raise ValueError(msg)
+        field = element[self.field_index]
+        if not isinstance(field, (bytes, bytearray)):
+            msg = f"RowFieldExtractorSchema({self.field_index}): the field must be bytes; got {type(field).__name__} (encode it first)"
+            raise TypeError(msg)
+        return bytes(field)
+
+
+class JsonRowSerializationSchema(SerializationSchema):
+    """A row -> a JSON object of the fields of ``type_info`` (a named row type), compact, in the
+    type's field order; values JSON cannot hold (decimals, dates, times) are written as their
+    ``str``. ``JsonRowSerializationSchema.builder().with_type_info(type_info).build()``."""
+
+    def __init__(self, type_info: RowType):
+        self.type_info = type_info
+        self.field_names = tuple(type_info.field_names)
+
+    class Builder:
+        def __init__(self) -> None:
+            self._type_info: RowType | None = None
+
+        def with_type_info(self, type_info: TypeInformation) -> JsonRowSerializationSchema.Builder:
+            if not isinstance(type_info, RowType):
+                msg = f"JsonRowSerializationSchema needs a row type (Types.ROW_NAMED([...], [...])); got {type_info!r}"
+                raise KafkaConfigurationError(msg)
+            self._type_info = type_info
+            return self
+
+        def build(self) -> JsonRowSerializationSchema:
+            if self._type_info is None:
+                msg = "JsonRowSerializationSchema.builder() needs .with_type_info(Types.ROW_NAMED([...], [...])) before build()"
+                raise KafkaConfigurationError(msg)
+            return JsonRowSerializationSchema(self._type_info)
+
+    @staticmethod
+    def builder() -> JsonRowSerializationSchema.Builder:
+        return JsonRowSerializationSchema.Builder()
+
+    def serialize(self, element: Any) -> bytes:
+        if isinstance(element, dict):
+            values = [element.get(n) for n in self.field_names]
+        elif isinstance(element, (tuple, list)) and len(element) == len(self.field_names):
+            values = list(element)
+        else:
+            msg = f"JsonRowSerializationSchema needs a row of the fields {list(self.field_names)}; got {element!r:.80}"
+            raise ValueError(msg)
+        obj = dict(zip(self.field_names, values, strict=True))
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8")
 
 
 class JsonRowDeserializationSchema(DeserializationSchema):
@@ -116,3 +199,6 @@ class JsonRowDeserializationSchemaBuilder:
             msg = "JsonRowDeserializationSchema.builder() needs .type_info(Types.ROW_NAMED([...], [...])) before build()"
             raise KafkaConfigurationError(msg)
         return JsonRowDeserializationSchema(self._type_info, self._fail_on_missing_field, self._ignore_parse_errors)
+
+
+JsonRowDeserializationSchema.Builder = JsonRowDeserializationSchemaBuilder  # type: ignore[attr-defined] - PyFlink's nested name

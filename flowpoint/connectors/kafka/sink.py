@@ -33,6 +33,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +56,14 @@ class DeliveryGuarantee(enum.Enum):
 
 
 # -- record serialization --------------------------------------------------------------------
+
+
+class KafkaTopicSelector(ABC):
+    """Picks a record's topic: ``apply(record) -> str`` (``set_topic_selector`` also takes a
+    plain function)."""
+
+    @abstractmethod
+    def apply(self, data: Any) -> str: ...
 
 
 class KafkaRecordSerializationSchema:
@@ -88,8 +97,8 @@ class KafkaRecordSerializationSchemaBuilder:
         self._topic = topic
         return self
 
-    def set_topic_selector(self, selector: Callable[[Any], str]) -> KafkaRecordSerializationSchemaBuilder:
-        self._selector = selector
+    def set_topic_selector(self, selector: KafkaTopicSelector | Callable[[Any], str]) -> KafkaRecordSerializationSchemaBuilder:
+        self._selector = selector.apply if isinstance(selector, KafkaTopicSelector) else selector
         return self
 
     def set_value_serialization_schema(self, schema: SerializationSchema) -> KafkaRecordSerializationSchemaBuilder:
@@ -442,5 +451,5 @@ def _check_producer_config(config: dict) -> None:
         raise KafkaConfigurationError(msg) from None
 
 
-__all__ = ["DeliveryGuarantee", "KafkaRecordSerializationSchema", "KafkaRecordSerializationSchemaBuilder",
+__all__ = ["DeliveryGuarantee", "KafkaRecordSerializationSchema", "KafkaRecordSerializationSchemaBuilder", "KafkaTopicSelector",
            "KafkaSink", "KafkaSinkBuilder"]

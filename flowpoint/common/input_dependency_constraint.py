@@ -1,0 +1,10 @@
+"""PyFlink's ``pyflink.common.input_dependency_constraint``: a PyFlink program ports by renaming ``pyflink`` to ``flowpoint``
+(docs/pyflink.md). The names that cannot work on Spark raise an ImportError that says why and
+what to use instead (:mod:`flowpoint.refused`).
+"""
+
+from flowpoint.refused import INPUT_DEPENDENCY, refusing
+
+__all__ = []
+
+__getattr__ = refusing(__name__, {"InputDependencyConstraint": INPUT_DEPENDENCY})

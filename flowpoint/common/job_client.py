@@ -1,0 +1,7 @@
+"""PyFlink's ``pyflink.common.job_client``: a PyFlink program ports by renaming ``pyflink`` to ``flowpoint``
+(docs/pyflink.md).
+"""
+
+from flowpoint.runtime.job import JobClient
+
+__all__ = ["JobClient"]

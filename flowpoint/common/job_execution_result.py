@@ -1,0 +1,7 @@
+"""PyFlink's ``pyflink.common.job_execution_result``: a PyFlink program ports by renaming ``pyflink`` to ``flowpoint``
+(docs/pyflink.md).
+"""
+
+from flowpoint.runtime.job import JobExecutionResult
+
+__all__ = ["JobExecutionResult"]

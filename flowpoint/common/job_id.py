@@ -1,0 +1,10 @@
+"""PyFlink's ``pyflink.common.job_id``: a PyFlink program ports by renaming ``pyflink`` to ``flowpoint``
+(docs/pyflink.md). The names that cannot work on Spark raise an ImportError that says why and
+what to use instead (:mod:`flowpoint.refused`).
+"""
+
+from flowpoint.refused import JOB_ID, refusing
+
+__all__ = []
+
+__getattr__ = refusing(__name__, {"JobID": JOB_ID})

@@ -1,0 +1,7 @@
+"""PyFlink's ``pyflink.common.job_status``: a PyFlink program ports by renaming ``pyflink`` to ``flowpoint``
+(docs/pyflink.md).
+"""
+
+from flowpoint.runtime.job import JobStatus
+
+__all__ = ["JobStatus"]

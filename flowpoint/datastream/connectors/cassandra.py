@@ -1,0 +1,20 @@
+"""PyFlink's ``pyflink.datastream.connectors.cassandra``: a PyFlink program ports by renaming ``pyflink`` to ``flowpoint``
+(docs/pyflink.md). The names that cannot work on Spark raise an ImportError that says why and
+what to use instead (:mod:`flowpoint.refused`).
+"""
+
+from flowpoint.refused import CASSANDRA, refusing
+
+__all__ = []
+
+__getattr__ = refusing(
+    __name__,
+    {
+        "CassandraSink": CASSANDRA,
+        "ConsistencyLevel": CASSANDRA,
+        "MapperOptions": CASSANDRA,
+        "ClusterBuilder": CASSANDRA,
+        "CassandraCommitter": CASSANDRA,
+        "CassandraFailureHandler": CASSANDRA,
+    },
+)

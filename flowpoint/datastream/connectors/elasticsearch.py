@@ -1,0 +1,19 @@
+"""PyFlink's ``pyflink.datastream.connectors.elasticsearch``: a PyFlink program ports by renaming ``pyflink`` to ``flowpoint``
+(docs/pyflink.md). The names that cannot work on Spark raise an ImportError that says why and
+what to use instead (:mod:`flowpoint.refused`).
+"""
+
+from flowpoint.refused import ELASTICSEARCH, refusing
+
+__all__ = []
+
+__getattr__ = refusing(
+    __name__,
+    {
+        "FlushBackoffType": ELASTICSEARCH,
+        "ElasticsearchEmitter": ELASTICSEARCH,
+        "Elasticsearch6SinkBuilder": ELASTICSEARCH,
+        "Elasticsearch7SinkBuilder": ELASTICSEARCH,
+        "ElasticsearchSink": ELASTICSEARCH,
+    },
+)

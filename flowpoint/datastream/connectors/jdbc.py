@@ -1,0 +1,12 @@
+"""PyFlink's ``pyflink.datastream.connectors.jdbc``: a PyFlink program ports by renaming ``pyflink`` to ``flowpoint``
+(docs/pyflink.md). The names that cannot work on Spark raise an ImportError that says why and
+what to use instead (:mod:`flowpoint.refused`).
+"""
+
+from flowpoint.refused import JDBC, refusing
+
+__all__ = []
+
+__getattr__ = refusing(
+    __name__, {"JdbcSink": JDBC, "JdbcConnectionOptions": JDBC, "JdbcExecutionOptions": JDBC}
+)

@@ -1,0 +1,97 @@
+"""Which runtime a job runs on (``execution.runtime``, docs/execution.md): ``auto``, the default,
+runs a STREAMING job continuously when Spark offers every slot it needs at once and in epochs
+otherwise, saying why; ``continuous`` insists and fails by name; BATCH runs in epochs; the
+default local master gives a job the slots it needs, as Flink's local mini cluster does."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from flowpoint import DataGeneratorSource, RuntimeExecutionMode
+from flowpoint.api.config import Configuration
+from flowpoint.connectors.sinks import CollectSink
+from flowpoint.errors import ConfigurationError
+from flowpoint.spark.continuous_executor import slots_available
+from flowpoint.spark.session import DEFAULT_MASTER, default_master
+
+EVENTS = 300
+
+
+def counting(env, parallelism: int):
+    sink = CollectSink()
+    (
+        env.from_source(DataGeneratorSource(lambda i: (i % 7, i), count=EVENTS), source_name="numbers").uid("numbers")
+        .key_by(lambda t: t[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sum").set_parallelism(parallelism)
+        .sink_to(sink).uid("out")
+    )
+    return sink
+
+
+def final_sums(sink) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for k, v in sink.results:
+        out[k] = max(out.get(k, 0), v)
+    return out
+
+
+def expected_sums() -> dict[int, int]:
+    return {k: sum(i for i in range(EVENTS) if i % 7 == k) for k in range(7)}
+
+
+def test_the_default_is_auto():
+    assert Configuration().get("execution.runtime") == "auto"
+
+
+def test_auto_runs_a_streaming_job_continuously_when_the_slots_are_there(make_env, spark):
+    env = make_env(parallelism=2, **{"execution.runtime": "auto", "execution.buffer-timeout": 5})
+    sink = counting(env, 2)
+    client = env.execute_async("auto with enough slots")
+    client.wait(120)
+    assert client.progress().runtime == "continuous"
+    assert final_sums(sink) == expected_sums()
+
+
+def test_auto_falls_back_to_epochs_and_says_why(make_env, spark, capfd):
+    slots = slots_available(spark)
+    env = make_env(parallelism=2, **{"execution.runtime": "auto", "execution.progress.interval": 0})
+    sink = counting(env, slots + 1)
+    client = env.execute_async("auto short of slots")
+    client.wait(120)
+    assert client.progress().runtime == "epoch"
+    assert final_sums(sink) == expected_sums()
+    err = capfd.readouterr().err
+    lines = [ln for ln in err.splitlines() if "running in epochs" in ln]
+    assert len(lines) == 1, err
+    assert f"needs {slots + 1} task slots" in lines[0] and f"Spark offers {slots}" in lines[0]
+
+
+def test_continuous_insists_and_fails_by_name(make_env, spark):
+    slots = slots_available(spark)
+    env = make_env(parallelism=2, **{"execution.runtime": "continuous"})
+    counting(env, slots + 1)
+    with pytest.raises(ConfigurationError, match=f"needs {slots + 1} task slots .* Spark offers {slots}"):
+        env.execute("continuous short of slots")
+
+
+def test_batch_runs_in_epochs_whatever_the_runtime_says(make_env):
+    env = make_env(parallelism=2, **{"execution.runtime": "continuous"})
+    env.set_runtime_mode(RuntimeExecutionMode.BATCH)
+    sink = counting(env, 2)
+    client = env.execute_async("batch")
+    client.wait(120)
+    assert client.progress().runtime == "epoch"
+    assert dict(sink.results) == expected_sums()  # BATCH: one final result per key
+
+
+def test_the_default_local_master_has_a_slot_per_parallel_instance():
+    cores = os.cpu_count() or 1
+    assert default_master(1) == DEFAULT_MASTER
+    assert default_master(cores) == DEFAULT_MASTER
+    assert default_master(cores + 3) == f"local[{cores + 3},4]"
+
+
+def test_an_unknown_runtime_is_refused_by_name():
+    with pytest.raises(ConfigurationError, match="execution.runtime"):
+        Configuration({"execution.runtime": "streaming"}).get("execution.runtime")
