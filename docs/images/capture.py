@@ -75,13 +75,13 @@ def main() -> None:
                 return json.loads(page.request.get(ui.base + path).text())
 
             wait_for(lambda: (get(f"/jobs/{jid}").get("flowpoint") or {}).get("restarts", 0) >= 1, 240, "the restart")
-            wait_for(lambda: get(f"/jobs/{jid}/checkpoints").get("counts", {}).get("completed", 0) >= 6, 240, "six checkpoints")
+            wait_for(lambda: get(f"/jobs/{jid}/checkpoints").get("counts", {}).get("completed", 0) >= 8, 240, "eight checkpoints")
             page.goto(f"{ui.base}/#/jobs/{jid}")
             page.locator('button[data-action="savepoint"]').click()
             page.locator("#modal-confirm").click()
             expect(page.locator("code.savepoint-path")).to_have_count(1, timeout=180_000)
             page.locator(".note-close").click()
-            time.sleep(12)  # a few more checkpoints and throughput samples after the savepoint
+            page.locator("#toasts .toast").click()
 
             def shot(route: str, name: str, ready: str, height: int = 800) -> None:
                 page.set_viewport_size({"width": 1280, "height": height})
@@ -92,9 +92,10 @@ def main() -> None:
                 page.screenshot(path=str(out / name))
                 print("wrote", out / name)
 
+            # first while the savepoint is among the checkpoints the history keeps
+            shot(f"/jobs/{jid}/checkpoints", "checkpoints.png", "tr.ck-row", height=1100)
             shot("/overview", "overview.png", "#ov-completed tr.job-row")
             shot(f"/jobs/{jid}", "job.png", "svg.job-graph g.vertex")
-            shot(f"/jobs/{jid}/checkpoints", "checkpoints.png", "tr.ck-row", height=1100)
             shot(f"/jobs/{jid}/exceptions", "exceptions.png", "#ex-history .exception")
             browser.close()
     finally:

@@ -217,6 +217,12 @@
 <span class="meter-fill" style="width:${p.toFixed(1)}%;background:${kind === 'busy' ? busyColor(msPerSecond) : '#434343'}"></span></span><span class="meter-num">${fmt.pct(msPerSecond)}</span>`;
   }
 
+  /** A time in a table cell: it may break between the date and the time of day, nowhere else. */
+  function timeCell(ms) {
+    const [date, time] = fmt.time(ms).split(' ');
+    return time ? h`<span class="nowrap">${date}</span> <span class="nowrap">${time}</span>` : date;
+  }
+
   /** A watermark in a table cell: the time of day, the date under it when it is not today. */
   function watermarkCell(ms) {
     const text = fmt.watermark(ms);
@@ -463,10 +469,10 @@
             const s = obj(byJid.get(j.jid));
             const c = s.lastCheckpoint;
             return h`<tr class="job-row" data-href="${jobHash(j.jid)}" data-jid="${j.jid}">
-              <td><a class="job-link" href="${jobHash(j.jid)}">${j.name || '(unnamed)'}</a><div class="sub mono">${j.jid}</div></td>
+              <td><a class="job-link" href="${jobHash(j.jid)}">${j.name || '(unnamed)'}</a><div class="sub mono" title="${j.jid}">${clip(j.jid, 13)}</div></td>
               <td>${badge(j.state)}</td>
-              <td class="nowrap">${fmt.time(j['start-time'])}</td>
-              ${withEnd ? h`<td class="nowrap">${fmt.time(j['end-time'])}</td>` : ''}
+              <td>${timeCell(j['start-time'])}</td>
+              ${withEnd ? h`<td>${timeCell(j['end-time'])}</td>` : ''}
               <td>${fmt.duration(j.duration)}</td>
               <td class="num">${fmt.count(s.recordsIn)}</td>
               <td class="num">${fmt.count(s.recordsOut)}</td>
@@ -1305,6 +1311,8 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
     const el = document.createElement('div');
     el.className = `toast toast-${kind}`;
     el.textContent = text;
+    el.title = 'click to dismiss';
+    el.addEventListener('click', () => el.remove());
     $('#toasts').appendChild(el);
     setTimeout(() => el.remove(), kind === 'error' ? 12000 : 7000);
   }
