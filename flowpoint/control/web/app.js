@@ -869,7 +869,8 @@
       const fp = obj(d.flowpoint);
       const running = String(d.state) === 'RUNNING';
       const rec = jobRecords(d);
-      const spark = safeUrl(fp['spark-ui']);
+      // Spark's UI lives as long as the job's process: no link once the job has ended
+      const spark = TERMINAL.has(String(d.state)) ? null : safeUrl(fp['spark-ui']);
       const busy = (app.ops.get(this.jid) || []).some((o) => o.status === 'IN_PROGRESS');
       const lc = this.lastCheckpoint || obj(app.summaries.get(this.jid)).lastCheckpoint;
       const runtime = fp.runtime ? `${fp.runtime} runtime` : '';
@@ -1009,6 +1010,8 @@
       const el = $('#job-epochs', this.root);
       const fp = obj(details.flowpoint);
       const epochs = arr(obj(data).epochs).filter((e) => e && isNum(e.epoch));
+      const live = !TERMINAL.has(String(details.state)); // Spark's UI went with the job's process
+      const link = (url) => (live ? safeUrl(url) : null);
       if (!epochs.length) {
         setHtml(el, empty(fp.runtime === 'continuous'
           ? 'This job runs on the continuous runtime: one long-running Spark job, no epochs.'
@@ -1026,7 +1029,7 @@
         const jobs = arr(e['spark-jobs']);
         const title = `epoch ${e.epoch}: ${fmt.count(e.records)} records in ${fmt.duration(e.duration)}${jobs.length ? `, Spark job ${jobs.map((j) => j.id).join(', ')}` : ''}`;
         const rect = h`<rect class="epoch-bar ${e.records ? '' : 'epoch-idle'}" x="${i * step + 1}" y="${H - bottom - bh}" width="${Math.max(1, step - 2)}" height="${bh}"><title>${title}</title></rect>`;
-        const url = jobs.length ? safeUrl(jobs[0].url) : null;
+        const url = jobs.length ? link(jobs[0].url) : null;
         return url ? h`<a href="${url}" target="_blank" rel="noopener noreferrer">${rect}</a>` : rect;
       });
       const svg = h`<svg class="epoch-timeline" viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" role="img" aria-label="epoch durations">
@@ -1037,11 +1040,11 @@
       const rows = epochs.slice(-8).reverse().map((e) => h`<tr class="epoch-row">
           <td class="num mono">${e.epoch}</td><td class="num">${fmt.count(e.records)}</td><td class="num">${fmt.duration(e.duration)}</td>
           <td>${arr(e['spark-jobs']).map((j) => {
-            const url = safeUrl(j.url);
+            const url = link(j.url);
             return url ? h`<a class="spark-job" href="${url}" target="_blank" rel="noopener noreferrer">job ${j.id}</a> ` : h`<span class="spark-job">job ${j.id}</span> `;
           })}</td></tr>`);
       const avg = sum(recent.map((e) => e.duration)) / recent.length;
-      setHtml(el, h`<div class="note">last ${recent.length} epochs: bar height is the duration (average ${fmt.duration(avg)}); click a bar for its Spark job</div>${svg}
+      setHtml(el, h`<div class="note">last ${recent.length} epochs: bar height is the duration (average ${fmt.duration(avg)})${live ? '; click a bar for its Spark job' : ''}</div>${svg}
         <table class="table table-compact"><thead><tr><th class="num">Epoch</th><th class="num">Records</th><th class="num">Duration</th><th>Spark jobs</th></tr></thead><tbody>${rows}</tbody></table>`);
     }
 
