@@ -316,6 +316,7 @@ RECOVERABLE = {  # by class name: every error class must be here (its flag decid
     "StateDecodeError": False,
     "CorruptSinkFileError": False,
     "StateIOError": True,
+    "UnsupportedApiError": False,
 }
 
 
