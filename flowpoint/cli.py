@@ -26,12 +26,71 @@ from typing import Any
 from flowpoint import __version__
 from flowpoint.errors import FlowpointError
 
+MAIN_EXAMPLES = """examples:
+  flowpoint run job.py --input in.txt          # run a job script (its own arguments follow it)
+  flowpoint run -d -p 4 job.py                 # detached: print the job id once it runs, and return
+  flowpoint run -s /tmp/sp/savepoint-0f4e9a-1a2b3c4d5e6f job.py   # restore from a savepoint
+  flowpoint info job.py                        # the job's execution plan as JSON, without running it
+  flowpoint list                               # running and scheduled jobs (-r, -s, -a)
+  flowpoint checkpoint 0f4e9a6b                # trigger a checkpoint now
+  flowpoint savepoint 0f4e9a6b /tmp/sp         # take a savepoint
+  flowpoint stop 0f4e9a6b                      # savepoint, then stop
+  flowpoint cancel 0f4e9a6b                    # cancel
+  flowpoint ui                                 # dashboard and REST API of every job
+
+`flowpoint COMMAND --help` shows each command's options and examples."""
+
+RUN_EXAMPLES = """examples:
+  flowpoint run job.py --input in.txt                  # job.py's own arguments follow it
+  flowpoint run -p 4 -m local[4] job.py                # parallelism 4 on a local Spark with 4 cores
+  flowpoint run -d job.py                              # detached: prints `Job has been submitted with JobID ...`
+  flowpoint run -D execution.runtime=epoch job.py      # any configuration setting
+  flowpoint run -s /tmp/sp/savepoint-0f4e9a-1a2b3c4d5e6f job.py   # restore a savepoint or checkpoint
+  flowpoint run --resume job.py                        # restore the newest checkpoint of the job's last run
+  flowpoint run -pyfs util.py,lib/ -pyreq requirements.txt -pyarch venv.zip#venv job.py
+  flowpoint run -pyfs src/ -pym mypackage.job          # run a module (found in src/) instead of a script"""
+
+
+def _python_options(run: Any) -> None:
+    """Flink's Python dependency options, stored under Flink's keys (so -D and flowpoint.yaml work too)."""
+    run.add_argument(
+        "-pyfs", "--pyFiles", dest="py_files", metavar="FILES",
+        help="comma-separated Python files, packages (directories) or zips put on the job's Python path, on the driver and "
+        "every executor (python.files)",
+    )
+    run.add_argument(
+        "-pyreq", "--pyRequirements", dest="py_requirements", metavar="REQUIREMENTS.TXT",
+        help="a requirements file: `pip install --target` into a directory on the driver (pip's own configuration decides "
+        "the index: PIP_INDEX_URL, PIP_FIND_LINKS, ...), shipped to every executor and put on its Python path "
+        "(python.requirements)",
+    )
+    run.add_argument(
+        "-pyarch", "--pyArchives", dest="py_archives", metavar="ARCHIVES",
+        help="comma-separated archives (zip, tar.gz, ...) unpacked on every executor, each in the directory named after "
+        "`#`: archive.zip#alias (python.archives; Spark's addArchive)",
+    )
+    run.add_argument(
+        "-pym", "--pyModule", dest="py_module", metavar="MODULE",
+        help="run this Python module (as `python -m MODULE`) instead of a script; arguments after it go to the job",
+    )
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flowpoint", description="Flink-style stateful stream processing on Apache Spark")
+    parser = argparse.ArgumentParser(
+        prog="flowpoint", description="Flink-style stateful stream processing on Apache Spark",
+        epilog=MAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"flowpoint {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a job script", description="Run a job script as `python job.py args` would.")
+    run = sub.add_parser(
+        "run", help="run a job script", description="Run a job script as `python job.py args` would.",
+        epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "-d", "--detached", action="store_true",
+        help="start the job in a background process, print its id once it runs and return (its output goes to a log "
+        "file under $FLOWPOINT_HOME/logs, printed too)",
+    )
     run.add_argument("-p", "--parallelism", type=int, help="default parallelism of the job's operators")
     run.add_argument("-m", "--master", help="Spark master URL (default local[*,4])")
     run.add_argument(
@@ -59,12 +118,32 @@ def _parser() -> argparse.ArgumentParser:
         help="when restoring, drop state of operators (uids) the job no longer has instead of failing",
     )
     run.add_argument("--conf", metavar="FILE_OR_DIR", help="a flowpoint.yaml file (or the directory holding it)")
+    _python_options(run)
     run.add_argument("script", nargs="?", help="the job's Python file")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the job")
+    info = sub.add_parser(
+        "info", help="print a job's execution plan (JSON) without running it",
+        description="Run the job script up to its first execute()/execute_async() and print the job's plan as Flink's\n"
+        "JSON (nodes with id, type, pact, contents, parallelism, predecessors and their ship_strategy) instead of\n"
+        "running it. No Spark application is started.",
+        epilog="examples:\n"
+        "  flowpoint info job.py                      # the plan of job.py\n"
+        "  flowpoint info -p 4 job.py --input in.txt  # with a default parallelism of 4 and the job's own arguments",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    info.add_argument("-p", "--parallelism", type=int, help="default parallelism of the job's operators")
+    info.add_argument("-D", dest="dynamic", action="append", default=[], metavar="key=value", help="a configuration setting (repeatable)")
+    info.add_argument("--conf", metavar="FILE_OR_DIR", help="a flowpoint.yaml file (or the directory holding it)")
+    info.add_argument("script", help="the job's Python file")
+    info.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the job")
     checkpoints = sub.add_parser(
         "checkpoints", help="list a job's checkpoints",
         description="List the checkpoints in a job's checkpoint directory (<state.checkpoints.dir>/<job-id>): "
         "id, completion time, size, whether complete, path to restore from.",
+        epilog="examples:\n"
+        "  flowpoint checkpoints /tmp/checkpoints/0f4e9a6b2c1d4e5f8a7b6c5d4e3f2a1b\n"
+        "  flowpoint checkpoints s3://bucket/checkpoints/0f4e9a6b2c1d4e5f8a7b6c5d4e3f2a1b",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     checkpoints.add_argument("job_dir", metavar="DIR/JOB-ID", help="the job's checkpoint directory (a path or URI: file://, s3://, hdfs://)")
     _control_commands(sub)
@@ -73,15 +152,48 @@ def _parser() -> argparse.ArgumentParser:
 
 def _control_commands(sub: Any) -> None:
     job_help = "the job's id (32 hex characters) or a unique prefix of it, as `flowpoint list` shows"
+    raw = argparse.RawDescriptionHelpFormatter
     listing = sub.add_parser(
         "list", help="list running jobs",
-        description="List the jobs of this machine's job registry: id, name, status, start time, last checkpoint.",
+        description="List the jobs of this machine's job registry: id, name, status, start time, last checkpoint.\n"
+        "Without an option: the running and scheduled jobs (as Flink's `flink list`).",
+        epilog="examples:\n"
+        "  flowpoint list      # running and scheduled jobs\n"
+        "  flowpoint list -r   # running jobs only (RUNNING, RESTARTING, FAILING, CANCELLING)\n"
+        "  flowpoint list -s   # scheduled jobs only (registered, not yet RUNNING: CREATED, INITIALIZING)\n"
+        "  flowpoint list -a   # every job, also those that ended",
+        formatter_class=raw,
     )
-    listing.add_argument("-a", "--all", action="store_true", help="also list jobs that have ended")
+    shown = listing.add_mutually_exclusive_group()
+    shown.add_argument("-r", "--running", action="store_true", help="only running jobs")
+    shown.add_argument("-s", "--scheduled", action="store_true", help="only scheduled jobs (not yet RUNNING)")
+    shown.add_argument("-a", "--all", action="store_true", help="also list jobs that have ended")
+    checkpoint = sub.add_parser(
+        "checkpoint", help="trigger a checkpoint of a running job now",
+        description="Trigger a checkpoint of a running job now, wait for it to complete and print its path. The job must\n"
+        "have checkpointing enabled. -full makes it a full checkpoint: it references no state of earlier\n"
+        "checkpoints (an incremental backend writes all of its state again).",
+        epilog="examples:\n"
+        "  flowpoint checkpoint 0f4e9a6b              # by a unique prefix of the job id\n"
+        "  flowpoint checkpoint -full 0f4e9a6b        # a full (non-incremental) checkpoint",
+        formatter_class=raw,
+    )
+    checkpoint.add_argument("-full", "--full", dest="full", action="store_true", help="a full checkpoint, not an incremental one")
+    checkpoint.add_argument("job_id", metavar="JOB-ID", help=job_help)
     savepoint = sub.add_parser(
         "savepoint", help="take a savepoint of a running job, or dispose of one",
         description="`flowpoint savepoint JOB-ID [DIR]` takes a savepoint (default DIR: state.savepoints.dir) and prints its path; "
         "`flowpoint savepoint --dispose PATH` deletes a savepoint.",
+        epilog="examples:\n"
+        "  flowpoint savepoint 0f4e9a6b /tmp/savepoints               # a canonical savepoint into /tmp/savepoints\n"
+        "  flowpoint savepoint -type native 0f4e9a6b /tmp/savepoints  # in the state backend's own (checkpoint) format\n"
+        "  flowpoint savepoint --dispose /tmp/savepoints/savepoint-0f4e9a-1a2b3c4d5e6f",
+        formatter_class=raw,
+    )
+    savepoint.add_argument(
+        "-type", "--type", dest="format_type", type=str.lower, choices=("canonical", "native"), default="canonical",
+        help="canonical (default): flowpoint's backend-independent format; native: the state backend's own format, as a "
+        "checkpoint writes it (self-contained in the savepoint's directory)",
     )
     savepoint.add_argument("job_id", nargs="?", metavar="JOB-ID", help=job_help)
     savepoint.add_argument("target", nargs="?", metavar="DIR", help="directory to write savepoint-<id[:6]>-<hex> into")
@@ -89,6 +201,10 @@ def _control_commands(sub: Any) -> None:
     stop = sub.add_parser(
         "stop", help="take a savepoint of a running job and stop it",
         description="Take a savepoint of a running job, then end it (FINISHED); prints the savepoint's path.",
+        epilog="examples:\n"
+        "  flowpoint stop 0f4e9a6b                      # savepoint into state.savepoints.dir, then stop\n"
+        "  flowpoint stop --drain -p /tmp/sp 0f4e9a6b   # fire every window and timer first, savepoint into /tmp/sp",
+        formatter_class=raw,
     )
     stop.add_argument(
         "-p", "--savepoint-path", "--savepointPath", dest="target", metavar="DIR",
@@ -96,11 +212,18 @@ def _control_commands(sub: Any) -> None:
     )
     stop.add_argument("-d", "--drain", action="store_true", help="first send a final watermark so that every window and event-time timer fires")
     stop.add_argument("job_id", metavar="JOB-ID", help=job_help)
-    cancel = sub.add_parser("cancel", help="cancel a running job", description="Cancel a running job (no savepoint).")
+    cancel = sub.add_parser(
+        "cancel", help="cancel a running job", description="Cancel a running job (no savepoint).",
+        epilog="examples:\n  flowpoint cancel 0f4e9a6b", formatter_class=raw,
+    )
     cancel.add_argument("job_id", metavar="JOB-ID", help=job_help)
     inspect = sub.add_parser(
         "inspect", help="summarize a savepoint or checkpoint",
         description="Print a savepoint's or retained checkpoint's operators, state names, key counts and sizes.",
+        epilog="examples:\n"
+        "  flowpoint inspect /tmp/savepoints/savepoint-0f4e9a-1a2b3c4d5e6f\n"
+        "  flowpoint inspect file:///tmp/checkpoints/0f4e9a6b2c1d4e5f8a7b6c5d4e3f2a1b/chk-12/_metadata",
+        formatter_class=raw,
     )
     inspect.add_argument("path", metavar="PATH", help="savepoint or chk-<n> directory, or its _metadata file (path or URI)")
     ui = sub.add_parser(
@@ -165,6 +288,10 @@ def _settings(args: argparse.Namespace) -> dict:
         settings["execution.state-recovery.fallback-on-corruption"] = True
     if args.allow_non_restored_state:
         settings["execution.savepoint.ignore-unclaimed-state"] = True
+    for option, key in (("py_files", "python.files"), ("py_requirements", "python.requirements"), ("py_archives", "python.archives")):
+        value = getattr(args, option, None)
+        if value:
+            settings[key] = value
     return settings
 
 
@@ -186,15 +313,69 @@ def _script_after_resume(args: argparse.Namespace) -> None:
 
 def run_script(script: str, argv: list[str], settings: dict) -> None:
     from flowpoint.api.environment import set_cli_defaults
+    from flowpoint.python_deps import prepare_python_dependencies
 
     path = os.path.abspath(script)
     if not os.path.isfile(path):
         msg = f"job file {script!r} not found"
         raise FlowpointError(msg)
-    set_cli_defaults(settings)
+    set_cli_defaults(prepare_python_dependencies(settings))
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(path))
     runpy.run_path(path, run_name="__main__")
+
+
+def run_module(module: str, argv: list[str], settings: dict) -> None:
+    """``run -pym MODULE``: as ``python -m MODULE args`` (the module found on the Python path,
+    which -pyfs extends)."""
+    from flowpoint.api.environment import set_cli_defaults
+    from flowpoint.python_deps import prepare_python_dependencies
+
+    set_cli_defaults(prepare_python_dependencies(settings))
+    sys.argv = [module, *argv]
+    sys.path.insert(0, os.getcwd())
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except ImportError as e:
+        if getattr(e, "name", None) and module.startswith(str(e.name)):
+            msg = f"-pym {module}: no such module on the Python path ({e}); ship its package with -pyfs"
+            raise FlowpointError(msg) from None
+        raise
+
+
+def info_command(args: argparse.Namespace) -> int:
+    """``flowpoint info job.py``: the script runs up to its first execute(), which prints the
+    plan instead of submitting the job."""
+    from flowpoint.api.environment import PlanPrinted, print_plan_instead_of_running
+
+    settings = _dynamic_settings(args.dynamic)
+    if args.parallelism is not None:
+        if args.parallelism < 1:
+            msg = f"-p/--parallelism must be >= 1; got {args.parallelism}"
+            raise FlowpointError(msg)
+        settings["parallelism.default"] = args.parallelism
+    if args.conf:
+        from flowpoint.api.config_file import set_conf_path
+
+        set_conf_path(args.conf)
+    print_plan_instead_of_running(True)
+    try:
+        from flowpoint.api.environment import set_cli_defaults
+
+        path = os.path.abspath(args.script)
+        if not os.path.isfile(path):
+            msg = f"job file {args.script!r} not found"
+            raise FlowpointError(msg)
+        set_cli_defaults(settings)
+        sys.argv = [args.script, *args.args]
+        sys.path.insert(0, os.path.dirname(path))
+        runpy.run_path(path, run_name="__main__")
+    except PlanPrinted:
+        return 0
+    finally:
+        print_plan_instead_of_running(False)
+    msg = f"{args.script} defined no job: it never called execute() or execute_async()"
+    raise FlowpointError(msg)
 
 
 def _human_size(n: int) -> str:
@@ -249,7 +430,9 @@ def _control(args: argparse.Namespace) -> int:
     from flowpoint.control import commands
 
     if args.command == "list":
-        return commands.list_command(args.all)
+        return commands.list_command(args.all, which="running" if args.running else "scheduled" if args.scheduled else None)
+    if args.command == "checkpoint":
+        return commands.checkpoint_command(args.job_id, args.full)
     if args.command == "savepoint":
         if args.dispose:
             if args.job_id:
@@ -259,7 +442,7 @@ def _control(args: argparse.Namespace) -> int:
         if not args.job_id:
             msg = "flowpoint savepoint needs a JOB-ID (see `flowpoint list`), or --dispose PATH"
             raise FlowpointError(msg)
-        return commands.savepoint_command(args.job_id, args.target)
+        return commands.savepoint_command(args.job_id, args.target, args.format_type)
     if args.command == "stop":
         return commands.stop_command(args.job_id, args.target, args.drain)
     if args.command == "cancel":
@@ -296,8 +479,23 @@ def main(argv: list[str] | None = None) -> int:
                 from flowpoint.api.config_file import set_conf_path
 
                 set_conf_path(args.conf)
-            _script_after_resume(args)
-            run_script(args.script, args.args, _settings(args))
+            if args.py_module:
+                if args.script is not None:  # with -pym, every word after the options is the module's
+                    args.args = [args.script, *args.args]
+                    args.script = None
+            else:
+                _script_after_resume(args)
+            settings = _settings(args)
+            if args.detached:
+                from flowpoint.control.detached import run_detached
+
+                return run_detached(argv, settings)
+            if args.py_module:
+                run_module(args.py_module, args.args, settings)
+            else:
+                run_script(args.script, args.args, settings)
+        elif args.command == "info":
+            return info_command(args)
         elif args.command == "checkpoints":
             return list_checkpoints_command(args.job_dir)
         else:

@@ -35,6 +35,19 @@ log = logging.getLogger("flowpoint")
 _CLI_DEFAULTS: dict[str, Any] = {}
 
 
+_PRINT_PLAN = [False]  # `flowpoint info`: execute() prints the plan and stops the script
+
+
+class PlanPrinted(BaseException):  # noqa: N818 - not an error: stops the script like SystemExit
+    """Raised by ``execute()``/``execute_async()`` under ``flowpoint info`` once the plan is
+    printed: the script stops there, as Flink's ``info`` stops a program at its first execute.
+    A BaseException so that a script's ``except Exception`` does not swallow it."""
+
+
+def print_plan_instead_of_running(on: bool) -> None:
+    _PRINT_PLAN[0] = on
+
+
 def set_cli_defaults(values: dict[str, Any]) -> None:
     _CLI_DEFAULTS.clear()
     _CLI_DEFAULTS.update({k: v for k, v in values.items() if v is not None})
@@ -464,9 +477,12 @@ class StreamExecutionEnvironment:
     def execute_async(self, job_name: str | None = None):
         """Start the job in the background and return its :class:`~flowpoint.runtime.job.JobClient`.
         Like PyFlink, the next ``execute`` runs only what is defined after this call."""
+        graph = self.get_stream_graph(job_name, clear_transformations=True)
+        if _PRINT_PLAN[0]:
+            print(graph.execution_plan(), flush=True)
+            raise PlanPrinted
         from flowpoint.runtime.job import submit
 
-        graph = self.get_stream_graph(job_name, clear_transformations=True)
         return submit(graph, self)
 
     def execute(self, job_name: str | None = None):

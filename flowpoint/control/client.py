@@ -102,8 +102,10 @@ class ControlClient:
     def details(self) -> dict:
         return self.request("GET", f"/jobs/{self.job_id}")[1]
 
-    def trigger_savepoint(self, target_directory: str | None) -> str:
+    def trigger_savepoint(self, target_directory: str | None, format_type: str = "canonical") -> str:
         body = owner_target(target_directory)
+        if format_type != "canonical":
+            body["formatType"] = format_type.upper()
         trigger = self.request("POST", f"/jobs/{self.job_id}/savepoints", body)[1]["request-id"]
         return self.wait_for_savepoint(trigger)
 
@@ -135,6 +137,25 @@ class ControlClient:
                 return operation["location"]
             time.sleep(POLL_S)
         msg = f"the savepoint of job {self.job_id} ({self.entry.job_name!r}) did not complete within {timeout:.0f} s"
+        raise FlowpointError(msg)
+
+    def trigger_checkpoint(self, checkpoint_type: str = "CONFIGURED", timeout: float = ACTION_TIMEOUT_S) -> tuple[int, str]:
+        """``POST /jobs/:jid/checkpoints`` (Flink 1.19), then poll its trigger until the
+        checkpoint completes: its id and path, or FlowpointError with the failure's message."""
+        trigger = self.request("POST", f"/jobs/{self.job_id}/checkpoints", {"checkpointType": checkpoint_type})[1]["request-id"]
+        path = f"/jobs/{self.job_id}/checkpoints/{trigger}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            answer = self.request("GET", path)[1]
+            if answer.get("status", {}).get("id") == "COMPLETED":
+                operation = answer.get("operation") or {}
+                cause = operation.get("failure-cause")
+                if cause:
+                    message = (cause.get("flowpoint") or {}).get("message") or cause.get("class") or "unknown failure"
+                    raise FlowpointError(message)
+                return int(operation["checkpointId"]), str(operation.get("location") or "")
+            time.sleep(POLL_S)
+        msg = f"the checkpoint of job {self.job_id} ({self.entry.job_name!r}) did not complete within {timeout:.0f} s"
         raise FlowpointError(msg)
 
     def _archived(self, path: str) -> dict:

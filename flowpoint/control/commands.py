@@ -43,18 +43,28 @@ def _checkpoint_cell(e: JobEntry) -> str:
     return f"{e.last_checkpoint_id} at {local_time(e.last_checkpoint_time_ms)}"
 
 
-def list_command(show_all: bool, registry: JobRegistry | None = None) -> int:
-    """``flowpoint list [--all]``: running jobs (and with ``--all`` ended ones), oldest first."""
+SCHEDULED = frozenset(("CREATED", "INITIALIZING"))  # registered, not yet RUNNING
+
+
+def list_command(show_all: bool, registry: JobRegistry | None = None, which: str | None = None) -> int:
+    """``flowpoint list [-r|-s|-a]``: running and scheduled jobs (``which="running"``: only
+    those past scheduling; ``"scheduled"``: only those not yet RUNNING; ``show_all``: also the
+    ended ones), oldest first."""
     registry = registry or JobRegistry()
     entries = registry.entries()
     lost = [e for e in entries if e.is_stale()]
     for e in lost:
         registry.mark_lost(e)  # shown once as LOST below, then only under --all
     shown = [e for e in entries if show_all or not e.ended or e in lost]
+    if which == "running":
+        shown = [e for e in shown if e.status not in SCHEDULED]
+    elif which == "scheduled":
+        shown = [e for e in shown if e.status in SCHEDULED]
     if not shown:
         ended = sum(1 for e in entries if e.ended)
         more = f" ({ended} ended: `flowpoint list --all`)" if ended and not show_all else ""
-        print(f"No running jobs{more}." if not show_all else f"No jobs in {registry.dir}.")
+        what = {"running": "running", "scheduled": "scheduled"}.get(which or "", "running")
+        print(f"No {what} jobs{more}." if not show_all else f"No jobs in {registry.dir}.")
         return 0
     header = ("JOB ID", "NAME", "STATUS", "START TIME", "LAST CHECKPOINT")
     if show_all:
@@ -86,11 +96,24 @@ def restart_advice(e: JobEntry) -> str:
     return "it completed no checkpoint, so it has none to restart from: run it again (from the beginning)"
 
 
-def savepoint_command(job_id: str, target_directory: str | None, registry: JobRegistry | None = None) -> int:
+def checkpoint_command(job_id: str, full: bool, registry: JobRegistry | None = None) -> int:
+    """``flowpoint checkpoint JOB-ID [-full]``: trigger one now, wait, print its path."""
     client = ControlClient.for_job(job_id, registry)
-    print(f"Triggering savepoint for job {client.job_id}.")
+    kind = "full checkpoint" if full else "checkpoint"
+    print(f"Triggering {kind} for job {client.job_id}.")
     print("Waiting for response...")
-    path = client.trigger_savepoint(target_directory)
+    checkpoint_id, path = client.trigger_checkpoint("FULL" if full else "CONFIGURED")
+    print(f"Checkpoint({checkpoint_id}) completed. Path: {path}")
+    print(f"You can resume your program from this checkpoint with the run command: flowpoint run -s {path} <job.py>")
+    return 0
+
+
+def savepoint_command(job_id: str, target_directory: str | None, format_type: str = "canonical", registry: JobRegistry | None = None) -> int:
+    client = ControlClient.for_job(job_id, registry)
+    native = " in the native format" if format_type == "native" else ""
+    print(f"Triggering savepoint for job {client.job_id}{native}.")
+    print("Waiting for response...")
+    path = client.trigger_savepoint(target_directory, format_type)
     print(f"Savepoint completed. Path: {path}")
     print(f"You can resume your program from this savepoint with the run command: flowpoint run -s {path} <job.py>")
     return 0

@@ -8,6 +8,8 @@
     GET   /jobs/:jid/checkpoints/config           CheckpointConfigInfo
     GET   /jobs/:jid/exceptions[?maxExceptions=n] JobExceptionsInfoWithHistory
     GET   /jobs/:jid/throughput  /jobs/:jid/epochs               (flowpoint's own)
+    POST  /jobs/:jid/checkpoints {"checkpointType"?: CONFIGURED|FULL|INCREMENTAL}  202 {"request-id"}
+    GET   /jobs/:jid/checkpoints/:triggerid       {"status": {"id"}, "operation": {"checkpointId", "location"}}
     POST  /jobs/:jid/savepoints  {"target-directory"?, "cancel-job"?, "formatType"?, "triggerId"?}
     POST  /jobs/:jid/stop        {"targetDirectory"?, "drain"?, "formatType"?, "triggerId"?}
                                                   202 {"request-id"}
@@ -93,6 +95,34 @@ def trigger_savepoint(job: JobControl, body: dict) -> tuple[int, dict]:
     return HTTPStatus.ACCEPTED, {"request-id": job.operations.start("savepoint", run, _trigger_id(body))}
 
 
+CHECKPOINT_TYPES = ("CONFIGURED", "FULL", "INCREMENTAL")
+
+
+def trigger_checkpoint(job: JobControl, body: dict) -> tuple[int, dict]:
+    """Flink 1.19's ``POST /jobs/:jid/checkpoints`` {"checkpointType"?: CONFIGURED|FULL|INCREMENTAL}:
+    a checkpoint now. INCREMENTAL is what the job's backend is configured with (CONFIGURED);
+    FULL references no file of an earlier checkpoint."""
+    kind = body.get("checkpointType", "CONFIGURED")
+    if kind not in CHECKPOINT_TYPES:
+        msg = f'"checkpointType" must be one of {", ".join(CHECKPOINT_TYPES)}; got {kind!r}'
+        raise ApiError(HTTPStatus.BAD_REQUEST, msg)
+    job.require_running("trigger a checkpoint of")
+    if not job.client._coordinator.settings.enabled:
+        msg = f"cannot trigger a checkpoint of job {job.job_id}: checkpointing is not enabled for it (execution.checkpointing.interval)"
+        raise ApiError(HTTPStatus.CONFLICT, msg)
+    client = job.client
+    trigger = job.operations.start("checkpoint", lambda: client.trigger_checkpoint(full=kind == "FULL"), _trigger_id(body))
+    return HTTPStatus.ACCEPTED, {"request-id": trigger}
+
+
+def checkpoint_status(job: JobControl, trigger_id: str) -> tuple[int, dict]:
+    answer = job.operations.status(trigger_id)
+    if answer is None:
+        msg = f"no checkpoint operation {trigger_id} of job {job.job_id}"
+        raise ApiError(HTTPStatus.NOT_FOUND, msg)
+    return HTTPStatus.OK, answer
+
+
 def stop(job: JobControl, body: dict) -> tuple[int, dict]:
     target = savepoint_target(body, job)
     drain = _flag(body, "drain")
@@ -159,6 +189,8 @@ JOB_ROUTES: dict[tuple[str, tuple[str, ...]], Callable[[JobControl, Request, lis
     ("GET", ("exceptions",)): lambda j, r, p: (HTTPStatus.OK, exceptions.job_exceptions(j.client, _max_exceptions(r))),
     ("GET", ("throughput",)): lambda j, r, p: (HTTPStatus.OK, timeline.throughput(j.client)),
     ("GET", ("epochs",)): lambda j, r, p: (HTTPStatus.OK, timeline.epochs(j.client, j.spark_ui)),
+    ("POST", ("checkpoints",)): lambda j, r, p: trigger_checkpoint(j, r.json()),
+    ("GET", ("checkpoints", ":triggerid")): lambda j, r, p: checkpoint_status(j, p[0]),
     ("POST", ("savepoints",)): lambda j, r, p: trigger_savepoint(j, r.json()),
     ("GET", ("savepoints", ":triggerid")): lambda j, r, p: savepoint_status(j, p[0]),
     ("POST", ("stop",)): lambda j, r, p: stop(j, r.json()),

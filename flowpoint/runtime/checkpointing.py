@@ -75,6 +75,15 @@ class CheckpointStats:
 
 
 @dataclass
+class CheckpointRequest:
+    """A checkpoint asked for now (``flowpoint checkpoint``, ``POST /jobs/:jid/checkpoints``):
+    the next checkpoint the loop triggers is it (at once, not after the interval)."""
+
+    full: bool = False
+    checkpoint_id: int | None = None
+
+
+@dataclass
 class CutState:
     """The synchronous part of a checkpoint on the driver: everything but the state, frozen."""
 
@@ -178,8 +187,29 @@ class CheckpointCoordinator:
         # "<uid>/<DB lineage>/<file>/<size>" -> "<path in shared/>|<sha256>", and HashMap's
         # "hashmap-chain/<uid>" -> its chain of parts (see backend.py)
         self.shared: dict[tuple[str, int], dict[str, str]] = {}
+        self.requests: list[CheckpointRequest] = []  # asked for now, not yet triggered
+        self.full_ids: set[int] = set()  # checkpoints that reference no earlier checkpoint's files
 
     # -- triggering ----------------------------------------------------------------------------
+
+    def request_now(self, full: bool = False) -> CheckpointRequest:
+        """Trigger a checkpoint at the next opportunity (the next epoch boundary; the continuous
+        runtime injects its barrier at once), regardless of the interval; ``full``: it writes
+        every state file again instead of referencing those of earlier checkpoints."""
+        request = CheckpointRequest(full)
+        self.requests.append(request)
+        return request
+
+    def requested(self) -> bool:
+        return any(r.checkpoint_id is None for r in list(self.requests))
+
+    def _assign(self, cid: int) -> None:
+        for r in list(self.requests):
+            if r.checkpoint_id is None:
+                r.checkpoint_id = cid
+                if r.full:
+                    self.full_ids.add(cid)
+        self.requests = [r for r in self.requests if r.checkpoint_id is None]
 
     @property
     def enabled(self) -> bool:
@@ -188,6 +218,8 @@ class CheckpointCoordinator:
     def due(self) -> bool:
         if not self.enabled or self.pending is not None:
             return False
+        if self.requested():
+            return True
         now = time.monotonic()
         return (now - self._last_trigger) * 1000 >= self.settings.interval_ms and (now - self._last_end) * 1000 >= self.settings.min_pause_ms
 
@@ -196,6 +228,8 @@ class CheckpointCoordinator:
         barrier carried (:meth:`take_id`) and when it injected it."""
         cid = self.next_id if checkpoint_id is None else checkpoint_id
         self.next_id = max(self.next_id, cid + 1)
+        if checkpoint_id is None:
+            self._assign(cid)
         stats = self._flying.pop(cid, None)
         if stats is None:
             stats = CheckpointStats(cid, epoch, now_ms() if trigger_ms is None else trigger_ms)
@@ -219,6 +253,7 @@ class CheckpointCoordinator:
         show it IN_PROGRESS while the barrier flows."""
         cid = self.next_id
         self.next_id += 1
+        self._assign(cid)
         stats = self._flying[cid] = CheckpointStats(cid, 0, now_ms())
         self.history.append(stats)
         return cid
@@ -233,7 +268,13 @@ class CheckpointCoordinator:
         self.store.continue_after(cid)
         return cid
 
-    def shared_files(self, uid: str, partition: int) -> dict[str, str]:
+    def shared_files(self, uid: str, partition: int, checkpoint_id: int | None = None) -> dict[str, str]:
+        """The files of earlier checkpoints the checkpoint ``checkpoint_id`` (default: the
+        pending one) may reference; none for a full checkpoint."""
+        if checkpoint_id is None and self.pending is not None:
+            checkpoint_id = self.pending.checkpoint_id
+        if checkpoint_id in self.full_ids:
+            return {}
         return self.shared.get((uid, partition), {})
 
     def attach_snapshots(self, checkpoint_id: int, acks: list) -> None:

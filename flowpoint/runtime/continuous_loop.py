@@ -222,13 +222,14 @@ class ContinuousLoop(CommittedLoop):
         target = None
         shared: dict = {}
         if cp is not None:
-            target = CheckpointTarget(cp.take_id(), cp.store.job_dir_uri(), inline=self.settings.storage != "filesystem")
+            cid = cp.take_id()
+            target = CheckpointTarget(cid, cp.store.job_dir_uri(), inline=self.settings.storage != "filesystem")
             for stage in self.graph.stages:
                 for n in stage.nodes:
                     node = self.graph.nodes[n]
                     if node.keyed:
                         for p in range(stage.parallelism):
-                            files = cp.shared_files(node.uid, p)
+                            files = cp.shared_files(node.uid, p, cid)
                             if files:
                                 shared[(node.uid, p)] = files
         barrier = Barrier(self.segment, target, shared, final)
@@ -383,5 +384,7 @@ def checkpoint_due(settings: Any, cp: CheckpointCoordinator, inflight: dict[int,
     flying = sum(1 for f in inflight.values() if f.barrier.target is not None and not f.expired) + (cp.pending is not None)
     if flying >= max(1, settings.max_concurrent) or (settings.min_pause_ms > 0 and flying):
         return False
+    if cp.requested():  # flowpoint checkpoint: now, not after the interval
+        return True
     return (now - last_injected) * 1000 >= settings.interval_ms and cp.ms_since_last_end() >= settings.min_pause_ms
 

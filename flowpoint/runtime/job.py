@@ -209,6 +209,42 @@ class JobClient:
         ``target_directory`` None: ``state.savepoints.dir`` (``env.set_default_savepoint_directory``)."""
         return self._coordinator.savepoint(target_directory, stop=False, drain=False)
 
+    def trigger_checkpoint(self, full: bool = False, timeout: float | None = None) -> tuple[int, str]:
+        """Trigger a checkpoint now (the next epoch boundary; the continuous runtime injects a
+        barrier at once) and wait for it: its id and path. ``full``: it references no file of an
+        earlier (incremental) checkpoint. CheckpointError when checkpointing is not enabled or
+        the checkpoint fails."""
+        import time
+
+        from flowpoint.errors import CheckpointError
+
+        c = self._coordinator
+        if not c.settings.enabled:
+            msg = f"cannot trigger a checkpoint of job {c.job_id} ({c.job_name!r}): checkpointing is not enabled (execution.checkpointing.interval)"
+            raise CheckpointError(msg)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while c.checkpoints is None and not c.done.is_set():  # the job is still starting
+            c.done.wait(0.1)
+        cp = c.checkpoints
+        if cp is None:
+            msg = f"job {c.job_id} ({c.job_name!r}) ended before the checkpoint was triggered"
+            raise CheckpointError(msg)
+        request = cp.request_now(full)
+        while deadline is None or time.monotonic() < deadline:
+            cid = request.checkpoint_id
+            stats = next((s for s in reversed(cp.history) if s.checkpoint_id == cid), None) if cid is not None else None
+            if stats is not None and stats.status == "COMPLETED":
+                return cid, str(stats.path or cp.store.job_dir_uri())
+            if stats is not None and stats.status == "FAILED":
+                msg = f"checkpoint {cid} of job {c.job_id} failed: {stats.failure_reason}"
+                raise CheckpointError(msg)
+            if c.done.is_set():
+                msg = f"job {c.job_id} ({c.job_name!r}) ended ({c.status.value}) before the checkpoint completed"
+                raise CheckpointError(msg)
+            c.done.wait(0.1)
+        msg = f"the checkpoint of job {c.job_id} did not complete within {timeout} s"
+        raise CheckpointError(msg)
+
     def stop_with_savepoint(self, target_directory: str | None = None, drain: bool = False) -> str:
         """Take a savepoint at the next epoch boundary, then end the job (status FINISHED).
         ``drain=True`` first sends a final +infinity watermark so every window and event-time
@@ -243,7 +279,7 @@ def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
     from flowpoint.control.endpoint import attach_job
     from flowpoint.metrics import exporter
     from flowpoint.runtime.coordinator import Coordinator
-    from flowpoint.spark.session import get_spark_session, ship_python_files
+    from flowpoint.spark.session import get_spark_session, ship_python_dependencies
 
     config = env.get_configuration()
     # metrics.reporter.prom.port: the Prometheus endpoint (a taken port fails the submission here)
@@ -253,7 +289,7 @@ def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
         # the caller's active one (``SparkSession.getActiveSession()`` finds it after the job).
         slots = max((s.parallelism for s in graph.stages), default=1)
         spark = get_spark_session(config.get("spark.master"), graph.job_name, env._spark, config, slots=slots)
-        ship_python_files(spark, config.get("python.files"))
+        ship_python_dependencies(spark, config)
         coordinator = Coordinator(graph, env, spark)
         thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
         coordinator.thread = thread

@@ -230,6 +230,25 @@ def _check_classic(spark: Any) -> None:
         raise ConfigurationError(msg)
 
 
+def ship_python_dependencies(spark: Any, config: Any) -> None:
+    """``python.files`` (directories zipped), ``python.requirements`` (installed, zipped) and
+    ``python.archives`` (``addArchive``: unpacked under their alias) to every executor."""
+    from flowpoint.python_deps import check_archives, executor_py_files
+
+    if not hasattr(spark, "sparkContext"):
+        return
+    files, requirements = config.get("python.files"), config.get("python.requirements")
+    shipped = executor_py_files(files, requirements) if (files or requirements) else []
+    ship_python_files(spark, ",".join(shipped))
+    sc = spark.sparkContext
+    archives = getattr(sc, "_flowpoint_archives", set())
+    for archive in check_archives(config.get("python.archives")):
+        if archive not in archives:
+            sc.addArchive(archive)
+            archives.add(archive)
+    sc._flowpoint_archives = archives
+
+
 def ship_python_files(spark: Any, files: str | None) -> None:
     """``add_python_file()``: ship each file, package or zip to every executor (once per session)."""
     if not files or not hasattr(spark, "sparkContext"):

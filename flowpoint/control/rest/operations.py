@@ -35,6 +35,7 @@ class Operation:
     trace: str | None = None
     done_at: float | None = None  # time.monotonic() when it completed
     claimed: bool = False  # its COMPLETED status was read
+    checkpoint_id: int | None = None  # a triggered checkpoint's id
     done: threading.Event = field(default_factory=threading.Event)
 
     def status(self) -> dict:
@@ -46,6 +47,8 @@ class Operation:
             name = f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
             cause = {"class": name, "stack-trace": self.trace or "", "flowpoint": {"message": str(self.failure)}}
             return {"status": {"id": "COMPLETED"}, "operation": {"failure-cause": cause}}
+        if self.checkpoint_id is not None:  # Flink's CheckpointInfo (+ where it is)
+            return {"status": {"id": "COMPLETED"}, "operation": {"checkpointId": self.checkpoint_id, "location": self.location}}
         return {"status": {"id": "COMPLETED"}, "operation": {"location": self.location}}
 
 
@@ -70,7 +73,11 @@ class Operations:
     @staticmethod
     def _run(op: Operation, run: Callable[[], str]) -> None:
         try:
-            op.location = run()
+            result: object = run()
+            if isinstance(result, tuple):  # a checkpoint: (id, location)
+                op.checkpoint_id, op.location = result
+            else:
+                op.location = result
         except BaseException as e:  # noqa: BLE001 - reported through the operation's status
             op.failure = e
             op.trace = "".join(traceback.format_exception(type(e), e, e.__traceback__))
