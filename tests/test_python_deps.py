@@ -208,6 +208,14 @@ def test_a_missing_or_unreadable_requirements_file_is_refused(tmp_path):
     assert "-pyreq" in err and str(unreadable) in err and "cannot be read" in err
 
 
+def test_a_failing_pip_install_is_refused(tmp_path):
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("no-such-distribution-flowpoint-test==1.0\n")  # PIP_NO_INDEX: nowhere to find it
+    err = refused(run(tmp_path, "-pyreq", str(reqs), job_script(tmp_path), "x"))
+    assert "-pyreq" in err and str(reqs) in err and "failed" in err
+    assert "no-such-distribution-flowpoint-test" in err  # pip's own reason
+
+
 def test_a_missing_archive_is_refused(tmp_path):
     missing = tmp_path / "env.zip"
     err = refused(run(tmp_path, "-pyarch", f"{missing}#env", job_script(tmp_path), "x"))
