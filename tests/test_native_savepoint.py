@@ -109,6 +109,10 @@ def test_a_native_savepoint_is_self_contained_and_restores_exactly(tmp_path):
         before, after = counts(meta), counts(meta2)
         assert all(after[s] >= before[s] for s in before) and sum(after.values()) > sum(before.values())
         assert sums2 == expected_sums(meta2)  # restored state plus what came after: nothing lost or doubled
+
+        r = flowpoint(home, "savepoint", "-d", path)  # disposed like any savepoint: nothing left
+        assert r.returncode == 0, r.stderr
+        assert f"Savepoint '{path}' disposed." in r.stdout and not os.path.exists(local)
     finally:
         for p in (a, b):
             if p is not None and p.poll() is None:

@@ -533,7 +533,8 @@ def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> li
         with contextlib.suppress(CheckpointError):  # a path that is not plain and relative stays
             if directory.exists(rel) and not directory.is_dir(rel):
                 directory.delete(rel)
-    for rel in sorted({r.rpartition("/")[0] for r in listed if "/" in r}, key=len, reverse=True) + [""]:
+    parents = {"/".join(r.split("/")[:i]) for r in listed for i in range(1, r.count("/") + 1)}  # every ancestor (a native savepoint's chk-<n>/..., shared/...)
+    for rel in sorted(parents, key=len, reverse=True) + [""]:
         with contextlib.suppress(CheckpointError):
             directory.delete_empty_dir(rel)
     if not directory.exists():
