@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from flowpoint import __version__
-from flowpoint.errors import FlowpointError
+from flowpoint.errors import ConfigurationError, FlowpointError
 
 MAIN_EXAMPLES = """examples:
   flowpoint run job.py --input in.txt          # run a job script (its own arguments follow it)
@@ -321,8 +321,17 @@ def run_script(script: str, argv: list[str], settings: dict) -> None:
         raise FlowpointError(msg)
     set_cli_defaults(prepare_python_dependencies(settings))
     sys.argv = [script, *argv]
-    sys.path.insert(0, os.path.dirname(path))
+    _driver_and_executor_path(os.path.dirname(path))
     runpy.run_path(path, run_name="__main__")
+
+
+def _driver_and_executor_path(path: str) -> None:
+    """The script's folder (or the working directory for -pym) goes on the executors' path too,
+    even when a -pyfs file made it a driver-only path."""
+    from flowpoint.python_deps import DRIVER_ONLY_PATHS
+
+    sys.path.insert(0, path)
+    DRIVER_ONLY_PATHS.discard(path)
 
 
 def run_module(module: str, argv: list[str], settings: dict) -> None:
@@ -333,14 +342,18 @@ def run_module(module: str, argv: list[str], settings: dict) -> None:
 
     set_cli_defaults(prepare_python_dependencies(settings))
     sys.argv = [module, *argv]
-    sys.path.insert(0, os.getcwd())
+    _driver_and_executor_path(os.getcwd())
+    import importlib.util
+
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except ImportError as e:
-        if getattr(e, "name", None) and module.startswith(str(e.name)):
-            msg = f"-pym {module}: no such module on the Python path ({e}); ship its package with -pyfs"
-            raise FlowpointError(msg) from None
-        raise
+        found = importlib.util.find_spec(module) is not None
+        reason = ""
+    except ImportError as e:  # a missing parent package
+        found, reason = False, f" ({e})"
+    if not found:
+        msg = f"-pym {module}: no such module on the Python path{reason}; ship its package with -pyfs"
+        raise ConfigurationError(msg)
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 def info_command(args: argparse.Namespace) -> int:

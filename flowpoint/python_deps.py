@@ -22,11 +22,17 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from flowpoint.errors import FlowpointError
+from flowpoint.errors import ConfigurationError
 
 
-class PythonDependencyError(FlowpointError):
-    """A -pyfs/-pyreq/-pyarch entry that is missing or cannot be installed."""
+class PythonDependencyError(ConfigurationError):
+    """A -pyfs/-pyreq/-pyarch entry that is missing or cannot be installed (refused before Spark
+    starts)."""
+
+
+# paths put on the driver's sys.path for python.files/python.requirements: not handed on to the
+# executors' PYTHONPATH (flowpoint/spark/session.py), which must import Spark's shipped copies
+DRIVER_ONLY_PATHS: set[str] = set()
 
 
 def split(value: object) -> list[str]:
@@ -61,10 +67,15 @@ def install_requirements(requirements: str) -> str:
     """``pip install --target`` the requirements file into a directory reused while the file is
     unchanged; its path. Relative paths in the file are read from the file's folder."""
     path = Path(requirements).expanduser().resolve()
-    if not path.is_file():
-        msg = f"python.requirements: requirements file {requirements!r} not found"
+    if not path.exists():
+        msg = f"python.requirements (-pyreq): requirements file {requirements!r} not found"
         raise PythonDependencyError(msg)
-    digest = hashlib.sha256(path.read_bytes() + str(path).encode()).hexdigest()[:16]
+    try:
+        content = path.read_bytes()
+    except OSError as e:
+        msg = f"python.requirements (-pyreq): requirements file {requirements!r} cannot be read: {e.strerror or e}"
+        raise PythonDependencyError(msg) from None
+    digest = hashlib.sha256(content + str(path).encode()).hexdigest()[:16]
     target = _home() / "python-requirements" / digest
     done = target / ".flowpoint-installed"
     if done.is_file():
@@ -73,7 +84,7 @@ def install_requirements(requirements: str) -> str:
     cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input", "--target", str(target), "-r", str(path)]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=str(path.parent), check=False)  # noqa: S603
     if result.returncode != 0:
-        msg = f"python.requirements: `pip install -r {path}` failed ({result.returncode}):\n{(result.stderr or result.stdout)[-3000:]}"
+        msg = f"python.requirements (-pyreq): `pip install -r {path}` failed ({result.returncode}):\n{(result.stderr or result.stdout)[-3000:]}"
         raise PythonDependencyError(msg)
     done.write_text(str(path))
     return str(target)
@@ -85,7 +96,7 @@ def driver_paths(files: object, requirements: object) -> list[str]:
     for f in split(files):
         p = os.path.abspath(os.path.expanduser(f))
         if not os.path.exists(p):
-            msg = f"python.files: {f!r} not found"
+            msg = f"python.files (-pyfs): {f!r} not found"
             raise PythonDependencyError(msg)
         out.append(p if os.path.isdir(p) or p.endswith((".zip", ".egg")) else os.path.dirname(p))
     if requirements:
@@ -112,7 +123,7 @@ def check_archives(archives: object) -> list[str]:
         path, sep, alias = a.partition("#")
         p = os.path.abspath(os.path.expanduser(path))
         if not os.path.isfile(p):
-            msg = f"python.archives: archive {path!r} not found"
+            msg = f"python.archives (-pyarch): archive {path!r} not found"
             raise PythonDependencyError(msg)
         out.append(p + (sep + alias if alias else ""))
     return out
@@ -124,6 +135,7 @@ def prepare_python_dependencies(settings: dict) -> dict:
     out = dict(settings)
     files, requirements = settings.get("python.files"), settings.get("python.requirements")
     for p in reversed(driver_paths(files, requirements)):
+        DRIVER_ONLY_PATHS.add(p)
         if p not in sys.path:
             sys.path.insert(0, p)
     if files:

@@ -265,8 +265,10 @@ def test_endpoint_routes_of_a_running_job(make_env, tmp_path, monkeypatch):
         assert status == 400 and "not JSON" in err["errors"][0]
         status, err = call(address, "POST", f"/jobs/{job_id}/stop", {"drain": "yes"})
         assert status == 400 and '"drain" must be true or false' in err["errors"][0]
-        status, err = call(address, "POST", f"/jobs/{job_id}/savepoints", {"formatType": "NATIVE"})
-        assert status == 400 and "canonical format" in err["errors"][0]
+        status, err = call(address, "POST", f"/jobs/{job_id}/savepoints", {"formatType": "BINARY"})
+        assert status == 400 and "'BINARY' is not supported here: CANONICAL or NATIVE" in err["errors"][0]
+        status, err = call(address, "POST", f"/jobs/{job_id}/stop", {"formatType": "NATIVE"})
+        assert status == 400 and "a stop-with-savepoint is canonical" in err["errors"][0]
         status, err = call(address, "GET", f"/jobs/{job_id}/savepoints/{'0' * 32}")
         assert status == 404 and f"no savepoint operation with triggerId={'0' * 32}" in err["errors"][0]
 

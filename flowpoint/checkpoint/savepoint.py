@@ -342,6 +342,39 @@ def complete_savepoint(
     return access.uri()
 
 
+NATIVE = "NATIVE"  # _metadata stats["savepoint_format"] of a native savepoint
+
+
+def native_savepoint(checkpoint_uri: str, target: str, job_id: str, options: Mapping[str, Any] | None = None) -> str:
+    """A native savepoint (Flink's ``formatType: NATIVE``) from the completed FULL checkpoint at
+    ``checkpoint_uri`` (its ``chk-<n>`` directory): every file its ``_metadata`` names (the
+    backend's own files) copied into a new savepoint directory below ``target``, then
+    ``_metadata`` as a savepoint marked NATIVE; self-contained, restored by ``-s`` as a
+    checkpoint of the same backend is. FileNotFoundError/CheckpointError when the checkpoint is
+    gone (retention removed it) before every file was copied; the incomplete savepoint is removed."""
+    chk = CheckpointStorageAccess(checkpoint_uri, options)
+    meta = read_metadata(chk, "")
+    if meta.kind != "checkpoint":
+        msg = f"{checkpoint_uri} is a {meta.kind}, not a checkpoint"
+        raise CheckpointError(msg)
+    job_dir = CheckpointStorageAccess(split_uri(chk.uri())[0], options)
+    access = create_savepoint_dir(target, job_id, options)
+    try:
+        for rel in sorted(meta.referenced_files()):
+            parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
+            if parent:
+                access.make_dirs(parent)
+            access.write_bytes(rel, job_dir.read_bytes(rel))
+        meta.kind = "savepoint"
+        meta.completed_time_ms = now_ms()
+        meta.stats = {**meta.stats, "savepoint_format": NATIVE, "from_checkpoint": meta.checkpoint_id}
+        write_metadata(access, "", meta)
+    except BaseException:
+        discard_incomplete(access)
+        raise
+    return access.uri()
+
+
 def discard_incomplete(access: CheckpointStorageAccess) -> None:
     try:
         access.delete("")
@@ -500,7 +533,8 @@ def dispose_savepoint(path: str, options: Mapping[str, Any] | None = None) -> li
         with contextlib.suppress(CheckpointError):  # a path that is not plain and relative stays
             if directory.exists(rel) and not directory.is_dir(rel):
                 directory.delete(rel)
-    for rel in sorted({r.rpartition("/")[0] for r in listed if "/" in r}, key=len, reverse=True) + [""]:
+    parents = {"/".join(r.split("/")[:i]) for r in listed for i in range(1, r.count("/") + 1)}  # every ancestor (a native savepoint's chk-<n>/..., shared/...)
+    for rel in sorted(parents, key=len, reverse=True) + [""]:
         with contextlib.suppress(CheckpointError):
             directory.delete_empty_dir(rel)
     if not directory.exists():

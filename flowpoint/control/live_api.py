@@ -50,7 +50,7 @@ def _flag(body: dict, name: str) -> bool:
     return value
 
 
-def savepoint_target(body: dict, job: JobControl) -> str | None:
+def savepoint_target(body: dict, job: JobControl, native_allowed: bool = False) -> str | None:
     """The body's savepoint target, checked; None: the job's ``state.savepoints.dir`` (400 when
     there is none, as Flink answers)."""
     target = body.get("target-directory", body.get("targetDirectory"))
@@ -59,8 +59,9 @@ def savepoint_target(body: dict, job: JobControl) -> str | None:
         raise ApiError(HTTPStatus.BAD_REQUEST, msg)
     explicit = _flag(body, "explicit")
     fmt = body.get("formatType", "CANONICAL")
-    if fmt not in (None, "CANONICAL"):
-        msg = f'"formatType" {fmt!r} is not supported: flowpoint writes savepoints in the canonical format (CANONICAL)'
+    if fmt not in (None, "CANONICAL") and not (fmt == "NATIVE" and native_allowed):
+        allowed = "CANONICAL or NATIVE" if native_allowed else "CANONICAL (a stop-with-savepoint is canonical)"
+        msg = f'"formatType" {fmt!r} is not supported here: {allowed}'
         raise ApiError(HTTPStatus.BAD_REQUEST, msg)
     try:
         checked = auth.check_target(target, explicit, job.config)
@@ -81,13 +82,18 @@ def _trigger_id(body: dict) -> str | None:
 
 
 def trigger_savepoint(job: JobControl, body: dict) -> tuple[int, dict]:
-    target = savepoint_target(body, job)
+    target = savepoint_target(body, job, native_allowed=True)
     cancel = _flag(body, "cancel-job")
     job.require_running("take a savepoint of")
     client = job.client
+    native = body.get("formatType") == "NATIVE"
+    if native and not client._coordinator.settings.enabled:
+        msg = (f"cannot take a native savepoint of job {job.job_id}: it is a full checkpoint in the savepoint directory, "
+               "and checkpointing is not enabled for the job (execution.checkpointing.interval); take a canonical one")
+        raise ApiError(HTTPStatus.CONFLICT, msg)
 
     def run() -> str:
-        location = client.trigger_savepoint(target)
+        location = client.trigger_savepoint(target, native=native)
         if cancel:
             client.cancel()
         return location

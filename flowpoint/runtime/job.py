@@ -203,11 +203,31 @@ class JobClient:
 
         return spark_ui_url(self._coordinator.spark)
 
-    def trigger_savepoint(self, target_directory: str | None = None) -> str:
+    def trigger_savepoint(self, target_directory: str | None = None, native: bool = False) -> str:
         """Take a savepoint at the next epoch boundary and return its directory
         (``<target>/savepoint-<job-id[:6]>-<12 hex>``) once its ``_metadata`` is written.
-        ``target_directory`` None: ``state.savepoints.dir`` (``env.set_default_savepoint_directory``)."""
+        ``target_directory`` None: ``state.savepoints.dir`` (``env.set_default_savepoint_directory``).
+        ``native``: in the state backend's own format (Flink's NATIVE): a full checkpoint's
+        files copied into the savepoint directory (needs checkpointing enabled)."""
+        if native:
+            return self._native_savepoint(target_directory)
         return self._coordinator.savepoint(target_directory, stop=False, drain=False)
+
+    def _native_savepoint(self, target_directory: str | None, attempts: int = 3) -> str:
+        from flowpoint.checkpoint.savepoint import native_savepoint, resolve_target
+        from flowpoint.errors import CheckpointError
+
+        c = self._coordinator
+        target = resolve_target(target_directory, c.config)
+        for attempt in range(attempts):
+            _, path = self.trigger_checkpoint(full=True)
+            try:
+                return native_savepoint(path, target, c.job_id, c._savepoints.files.location().options)
+            except (FileNotFoundError, CheckpointError):
+                # retention removed the checkpoint while its files were copied: take another
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError  # pragma: no cover - the loop returns or raises
 
     def trigger_checkpoint(self, full: bool = False, timeout: float | None = None) -> tuple[int, str]:
         """Trigger a checkpoint now (the next epoch boundary; the continuous runtime injects a

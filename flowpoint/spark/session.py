@@ -40,9 +40,12 @@ LOOPBACK = "127.0.0.1"
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 def _python_path() -> str:
-    """The driver's import path, so executors' Python workers import the same modules."""
-    existing = [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]
-    here = [p for p in sys.path if p and os.path.isdir(p)]
+    """The driver's import path, so executors' Python workers import the same modules (but not
+    the driver's paths of python.files/python.requirements: executors import what Spark shipped)."""
+    from flowpoint.python_deps import DRIVER_ONLY_PATHS
+
+    existing = [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x and x not in DRIVER_ONLY_PATHS]
+    here = [p for p in sys.path if p and os.path.isdir(p) and p not in DRIVER_ONLY_PATHS]
     return os.pathsep.join(dict.fromkeys([*existing, *here]))
 
 

@@ -1,0 +1,229 @@
+"""``flowpoint run -pyfs/-pyreq/-pyarch/-pym`` end to end: a job whose map function needs a module
+(or a data file) that exists only in what was shipped, run by the CLI in a subprocess from a
+directory where it is not importable, on separate executor processes (local-cluster)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MASTER = "local-cluster[2,1,1024]"
+
+# the map function imports the module named on the command line, on the executor; the result
+# says where the module was found, so the test sees it was Spark's shipped copy
+JOB = textwrap.dedent(
+    """
+    import json
+    import sys
+
+    from flowpoint import StreamExecutionEnvironment
+
+
+    def where(x, name=sys.argv[1]):
+        import importlib
+        import os
+
+        m = importlib.import_module(name)
+        return json.dumps([x, m.VALUE, os.path.abspath(m.__file__), os.getpid()])
+
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    rows = [json.loads(r) for r in env.from_collection(list(range(6))).map(where).execute_and_collect()]
+    print("RESULT " + json.dumps({"rows": sorted(rows), "driver_pid": os.getpid()}))
+    """
+).replace("import json\n", "import json\nimport os\n", 1)
+
+
+def run(tmp_path, *args, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, FLOWPOINT_HOME=str(tmp_path / "home"), PIP_NO_INDEX="1",
+               PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]))
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir(exist_ok=True)
+    return subprocess.run([sys.executable, "-m", "flowpoint.cli", "run", "-m", MASTER, *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=str(workdir))
+
+
+def result(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def job_script(tmp_path) -> str:
+    scripts = tmp_path / "scripts"
+    scripts.mkdir(exist_ok=True)
+    path = scripts / "job.py"
+    path.write_text(JOB)
+    return str(path)
+
+
+def assert_from_executors(out: dict, value, not_under: str) -> list[str]:
+    rows = out["rows"]
+    assert [r[0] for r in rows] == list(range(6))
+    assert {r[1] for r in rows} == {value}
+    files = [r[2] for r in rows]
+    for f in files:  # Spark's copy, not the original on the driver's disk
+        assert not f.startswith(not_under), f
+    assert out["driver_pid"] not in {r[3] for r in rows}  # computed in executor processes
+    return files
+
+
+def module(directory, name: str, value) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.py").write_text(f"VALUE = {value!r}\n")
+
+
+@pytest.mark.slow
+def test_pyfs_ships_a_file_and_a_directory(tmp_path):
+    module(tmp_path / "deps", "shippedfile", 11)
+    module(tmp_path / "lib" / "shippedpkg", "__init__", 12)
+    script = job_script(tmp_path)
+    files = [str(tmp_path / "deps" / "shippedfile.py"), str(tmp_path / "lib")]
+    out = result(run(tmp_path, "-pyfs", ",".join(files), script, "shippedfile"))
+    assert_from_executors(out, 11, str(tmp_path))
+    out = result(run(tmp_path, "-pyfs", ",".join(files), script, "shippedpkg"))
+    found = assert_from_executors(out, 12, str(tmp_path))
+    assert all(".zip" in f for f in found), found  # the directory travels zipped
+
+
+def test_without_pyfs_the_module_is_not_found(tmp_path):
+    module(tmp_path / "deps", "shippedfile", 11)
+    proc = run(tmp_path, job_script(tmp_path), "shippedfile")
+    assert proc.returncode != 0
+    assert "No module named 'shippedfile'" in proc.stderr
+
+
+def wheel(directory, name: str, value) -> str:
+    """A pure-Python wheel made by hand (pip installs it offline; no build step)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}-0.1-py3-none-any.whl"
+    info = f"{name}-0.1.dist-info"
+    files = {
+        f"{name}/__init__.py": f"VALUE = {value!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{k},,\n" for k in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+        z.writestr(f"{info}/RECORD", record)
+    return path.name
+
+
+@pytest.mark.slow
+def test_pyreq_installs_the_requirements_for_the_executors(tmp_path):
+    reqs = tmp_path / "reqs"
+    name = wheel(reqs / "wheels", "reqmod", 21)
+    (reqs / "requirements.txt").write_text(f"./wheels/{name}\n")  # relative to the file's folder
+    out = result(run(tmp_path, "-pyreq", str(reqs / "requirements.txt"), job_script(tmp_path), "reqmod"))
+    files = assert_from_executors(out, 21, str(tmp_path))
+    assert all(".zip" in f for f in files), files
+    assert not any(f.startswith(str(tmp_path / "home")) for f in files)  # not the driver's install
+
+
+ARCHIVE_JOB = textwrap.dedent(
+    """
+    import json
+    import os
+
+    from flowpoint import StreamExecutionEnvironment
+
+
+    def read(x):
+        with open(os.path.join("mydata", "table", "values.txt")) as f:  # the executor's working dir
+            return json.dumps([x, f.read().strip(), os.getcwd(), os.getpid()])
+
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    rows = [json.loads(r) for r in env.from_collection(list(range(4))).map(read).execute_and_collect()]
+    print("RESULT " + json.dumps({"rows": sorted(rows), "driver_pid": os.getpid()}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_pyarch_unpacks_the_archive_under_its_alias(tmp_path):
+    archive = tmp_path / "data.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("table/values.txt", "from the archive\n")
+    script = tmp_path / "scripts" / "archive_job.py"
+    script.parent.mkdir()
+    script.write_text(ARCHIVE_JOB)
+    out = result(run(tmp_path, "-pyarch", f"{archive}#mydata", str(script)))
+    rows = out["rows"]
+    assert [r[0] for r in rows] == list(range(4))
+    assert {r[1] for r in rows} == {"from the archive"}
+    assert out["driver_pid"] not in {r[3] for r in rows}
+    assert not any(r[2].startswith(str(tmp_path)) for r in rows)
+
+
+@pytest.mark.slow
+def test_pym_runs_a_module_shipped_with_pyfs(tmp_path):
+    src = tmp_path / "src" / "jobpkg"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "helper.py").write_text("VALUE = 31\n")
+    (src / "job.py").write_text(JOB)
+    out = result(run(tmp_path, "-pyfs", str(tmp_path / "src"), "-pym", "jobpkg.job", "jobpkg.helper"))
+    files = assert_from_executors(out, 31, str(tmp_path))
+    assert all(".zip" in f for f in files), files
+
+
+def test_pym_without_the_module_is_a_clear_error(tmp_path):
+    proc = run(tmp_path, "-pym", "nosuchpkg.job")
+    assert proc.returncode == 1
+    assert "-pym nosuchpkg.job: no such module" in proc.stderr
+
+
+# -- refused before Spark starts --------------------------------------------------------------
+
+def refused(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "Spark" not in proc.stderr and "started Spark" not in proc.stdout
+    return proc.stderr
+
+
+def test_a_missing_pyfs_path_is_refused_naming_option_and_path(tmp_path):
+    missing = tmp_path / "nope" / "util.py"
+    err = refused(run(tmp_path, "-pyfs", str(missing), job_script(tmp_path), "x"))
+    assert "-pyfs" in err and str(missing) in err and "not found" in err
+
+
+def test_a_missing_or_unreadable_requirements_file_is_refused(tmp_path):
+    missing = tmp_path / "requirements.txt"
+    err = refused(run(tmp_path, "-pyreq", str(missing), job_script(tmp_path), "x"))
+    assert "-pyreq" in err and str(missing) in err and "not found" in err
+    unreadable = tmp_path / "reqdir"
+    unreadable.mkdir()  # (a folder: root reads a file without read permission)
+    err = refused(run(tmp_path, "-pyreq", str(unreadable), job_script(tmp_path), "x"))
+    assert "-pyreq" in err and str(unreadable) in err and "cannot be read" in err
+
+
+def test_a_failing_pip_install_is_refused(tmp_path):
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("no-such-distribution-flowpoint-test==1.0\n")  # PIP_NO_INDEX: nowhere to find it
+    err = refused(run(tmp_path, "-pyreq", str(reqs), job_script(tmp_path), "x"))
+    assert "-pyreq" in err and str(reqs) in err and "failed" in err
+    assert "no-such-distribution-flowpoint-test" in err  # pip's own reason
+
+
+def test_a_missing_archive_is_refused(tmp_path):
+    missing = tmp_path / "env.zip"
+    err = refused(run(tmp_path, "-pyarch", f"{missing}#env", job_script(tmp_path), "x"))
+    assert "-pyarch" in err and str(missing) in err and "not found" in err
+
+
+def test_the_errors_are_configuration_errors():
+    from flowpoint.errors import ConfigurationError
+    from flowpoint.python_deps import PythonDependencyError
+
+    assert issubclass(PythonDependencyError, ConfigurationError)
