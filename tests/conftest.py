@@ -15,9 +15,19 @@ sys.path.insert(0, os.path.dirname(__file__))  # test helper modules import on e
 # every job registers itself (flowpoint list): keep the suite's jobs out of the user's ~/.flowpoint
 os.environ.setdefault("FLOWPOINT_HOME", tempfile.mkdtemp(prefix="flowpoint-tests-home-"))
 
+import dataclasses  # noqa: E402
+
 from flowpoint import StreamExecutionEnvironment  # noqa: E402
+from flowpoint.api import config as _config  # noqa: E402
 
 MASTER = os.environ.get("FLOWPOINT_TEST_MASTER", "local[2,4]")
+
+# Jobs built in this process run in epochs unless a test chooses (most tests were written for
+# the epoch runtime's timing and assert its epochs); FLOWPOINT_TEST_RUNTIME=continuous (or auto,
+# the default users get) runs them on another runtime. Jobs a test starts as a subprocess
+# (`flowpoint run ...`) get the user's default, `auto`.
+TEST_RUNTIME = os.environ.get("FLOWPOINT_TEST_RUNTIME", "epoch")
+_config.OPTIONS["execution.runtime"] = dataclasses.replace(_config.OPTIONS["execution.runtime"], default=TEST_RUNTIME)
 OTHER_USER = "flowpoint-other"
 
 
@@ -70,9 +80,7 @@ def standalone_cluster(tmp_path_factory):
 def build_env(spark, working_dir, parallelism: int = 2, max_records: int | None = None, **config):
     """A quiet StreamExecutionEnvironment on the test session; ``config`` keys use ``_`` for ``.``."""
     settings = {"execution.progress.interval": -1, "state.working.dir": str(working_dir)}
-    # the tests written for one runtime's timing run on epochs unless they choose; run a test file
-    # on another runtime with FLOWPOINT_TEST_RUNTIME=continuous (or auto, the default users get)
-    settings["execution.runtime"] = os.environ.get("FLOWPOINT_TEST_RUNTIME", "epoch")
+    settings["execution.runtime"] = TEST_RUNTIME  # see TEST_RUNTIME above
     settings.update({k.replace("_", "."): v for k, v in config.items()})
     env = StreamExecutionEnvironment.get_execution_environment(settings, spark_session=spark)
     env.set_parallelism(parallelism)

@@ -6,6 +6,8 @@ default local master gives a job the slots it needs, as Flink's local mini clust
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -41,7 +43,10 @@ def expected_sums() -> dict[int, int]:
 
 
 def test_the_default_is_auto():
-    assert Configuration().get("execution.runtime") == "auto"
+    """As a user's process sees it (the tests' own process runs its jobs in epochs: conftest)."""
+    code = "from flowpoint.api.config import Configuration; print(Configuration().get('execution.runtime'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "FLOWPOINT_TEST_RUNTIME": ""})
+    assert out.stdout.strip() == "auto"
 
 
 def test_auto_runs_a_streaming_job_continuously_when_the_slots_are_there(make_env, spark):
@@ -62,7 +67,7 @@ def test_auto_falls_back_to_epochs_and_says_why(make_env, spark, capfd):
     assert client.progress().runtime == "epoch"
     assert final_sums(sink) == expected_sums()
     err = capfd.readouterr().err
-    lines = [ln for ln in err.splitlines() if "running in epochs" in ln]
+    lines = [ln for ln in err.splitlines() if "running in epochs:" in ln]
     assert len(lines) == 1, err
     assert f"needs {slots + 1} task slots" in lines[0] and f"Spark offers {slots}" in lines[0]
 
