@@ -87,6 +87,9 @@ def main() -> None:
     conf = {
         "spark.master": args.master, "state.working.dir": args.working_dir, "execution.progress.interval": 0,
         "state.backend.type": args.backend, "state.checkpoints.dir": args.checkpoints, "state.backend.incremental": True,
+        # the multi-host tests are about epochs: working files between epochs, tasks moving between
+        # hosts (tests/test_continuous_failures.py runs the continuous runtime on the same cluster)
+        "execution.runtime": "epoch",
     }
     if args.s3_endpoint:
         conf.update({"s3.endpoint": args.s3_endpoint, "s3.access-key": "testing", "s3.secret-key": "testing", "s3.region": "us-east-1"})
