@@ -163,13 +163,14 @@ def test_savepoints_move_between_the_cluster_and_one_host(standalone_cluster, s3
 
 
 def test_without_shared_storage_a_moved_partition_fails_naming_the_file(standalone_cluster, s3, tmp_path):
-    """Checkpoints on the driver's local disk and no state.working.remote-dir: the durable working
-    files are on each worker's private disk. As soon as a partition runs on the other worker (Spark
-    moves them freely; at the latest when a worker is lost) it cannot read them: the job fails with
-    the file's name, never a wrong count."""
+    """Durable working files on each worker's private disk (state.working.remote-dir at the
+    working path every process sees privately; a cluster's checkpoint directory would be the
+    shared default). As soon as a partition runs on the other worker (Spark moves them freely; at
+    the latest when a worker is lost) it cannot read them: the job fails with the file's name,
+    never a wrong count."""
     cluster = standalone_cluster
     args = _args(cluster, s3, "hashmap", "count", "-p", "2", "--events", "6000", "--rate", "400",
-                 "--conf=restart-strategy.type=none")
+                 "--conf=restart-strategy.type=none", f"--conf=state.working.remote-dir={cluster.working_dir}/durable")
     args[args.index("--checkpoints") + 1] = str(tmp_path / "ck")
     args[args.index("--s3-endpoint"):args.index("--s3-endpoint") + 2] = []
     proc = _start(args)

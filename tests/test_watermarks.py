@@ -215,6 +215,8 @@ def test_an_idle_split_stops_holding_the_watermark_back():
     op = TimestampsOp(spec)
 
     class Out:
+        num_in = 0  # the operator counts what its outputs receive
+
         def __init__(self):
             self.events = []
 

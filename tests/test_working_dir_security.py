@@ -261,7 +261,7 @@ def test_private_files_and_no_leftovers_after_kill_and_resume(tmp_path, other_ui
     script = tmp_path / "job.py"
     script.write_text(JOB)
     env = dict(os.environ, FLOWPOINT_HOME=str(home), XDG_RUNTIME_DIR=str(run_dir), HOME=str(tmp_path / "userhome"))
-    cmd = [sys.executable, "-m", "flowpoint.cli", "run", "-m", "local[2]"]
+    cmd = [sys.executable, "-m", "flowpoint.cli", "run", "-m", "local[2]", "-D", "execution.runtime=epoch"]  # its epochs' durable files
     args = [str(script), "kill-resume", f"file://{tmp_path}/ck"]
 
     def umask0():
