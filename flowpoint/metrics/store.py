@@ -126,20 +126,26 @@ class MetricStore:
             now = time.monotonic()
             ref = self._reference(now)
             dt = (now - ref[0]) if ref is not None else 0.0
+            # one pass over each table, grouped by (operator uid, subtask)
+            built: dict[tuple[str, int], SubtaskMetrics] = {}
+
+            def subtask(uid: str, p: int) -> SubtaskMetrics:
+                found = built.get((uid, p))
+                if found is None:
+                    found = built[(uid, p)] = SubtaskMetrics(p)
+                return found
+
+            for (uid, q, name), v in self._totals.items():
+                subtask(uid, q).counters[name] = v
+            for (uid, q, name), v in self._gauges.items():
+                subtask(uid, q).gauges[name] = v
+            for (uid, q, name), v in self._dists.items():
+                subtask(uid, q).distributions[name] = tuple(v)
             out = []
             for info in self.operators.values():
                 subtasks = []
                 for p in range(info.parallelism):
-                    s = SubtaskMetrics(p)
-                    for (uid, q, name), v in self._totals.items():
-                        if uid == info.uid and q == p:
-                            s.counters[name] = v
-                    for (uid, q, name), v in self._gauges.items():
-                        if uid == info.uid and q == p:
-                            s.gauges[name] = v
-                    for (uid, q, name), v in self._dists.items():
-                        if uid == info.uid and q == p:
-                            s.distributions[name] = tuple(v)
+                    s = subtask(info.uid, p)
                     if dt > 0 and ref is not None:
                         rated = [*RATED, *(n for (u, n), kind in self._user.items() if u == info.uid and kind == "meter")]
                         for name in rated:
