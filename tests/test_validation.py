@@ -387,6 +387,65 @@ def test_error_messages_name_the_function_location():
     assert describe_function(CountPerKey()).startswith(f"CountPerKey at {HERE}:")
 
 
+class _Doubler(MapFunction):
+    def open(self, ctx):  # first method of _Doubler: line-of-doubler-open
+        self.k = 2
+
+    def map(self, value):
+        return value * self.k
+
+
+def test_building_a_job_never_reads_or_parses_source_files(monkeypatch):
+    """Describing functions (for messages and the executors' stamps) uses code objects only:
+    ``inspect.getsourcelines`` parses the whole file with ``ast``, which CPython 3.11 does not do
+    safely while another thread parses (a build failed at random with "AST constructor recursion
+    depth mismatch")."""
+    import ast
+    import functools
+    import linecache
+
+    from flowpoint.graph.jobgraph import JobGraph
+    from flowpoint.graph.transformation import describe_function
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a job build read or parsed a source file")
+
+    for module, name in [(ast, "parse"), (inspect, "getsourcelines"), (inspect, "getsource"),
+                         (inspect, "findsource"), (linecache, "getlines"), (linecache, "updatecache")]:
+        monkeypatch.setattr(module, name, forbidden)
+
+    def plus(x, n):  # line-of-plus
+        return x + n
+
+    env = StreamExecutionEnvironment.get_execution_environment({"execution.progress.interval": -1})
+    s = env.from_collection([1, 2, 3])
+    s = s.map(lambda x: x + 1).name("lam").map(functools.partial(plus, n=1)).name("part").map(_Doubler()).name("cls")
+    s.key_by(lambda x: x % 2).process(CountPerKey()).uid("counts").sink_to(CollectSink())
+    graph = JobGraph.build(env._pipeline(), env, "no-parsing")
+    described = {n.t.name: describe_function(n.t.function) for n in graph.nodes.values() if n.t.function is not None}
+    assert re.fullmatch(rf".*<lambda> at {re.escape(HERE)}:\d+", described["lam"])
+    assert described["part"].endswith(f"plus at {HERE}:{line_of('line-of-plus')}")
+    assert described["cls"] == f"_Doubler at {HERE}:{line_of('line-of-doubler-open')}"
+    assert describe_function(CountPerKey()).startswith(f"CountPerKey at {HERE}:")
+    assert describe_function(len) == "len"  # a builtin: its name, no file
+
+
+def test_parallelism_error_is_formatted_only_when_raised(offline_env, monkeypatch):
+    from flowpoint.graph.transformation import Transformation
+
+    calls = []
+    real = Transformation.describe
+    monkeypatch.setattr(Transformation, "describe", lambda t: calls.append(t) or real(t))
+    offline_env.from_collection([1]).map(lambda x: x).sink_to(CollectSink())
+    from flowpoint.graph.jobgraph import JobGraph
+
+    JobGraph.build(offline_env._pipeline(), offline_env, "lazy")
+    assert calls == []  # nothing to report: no operator's message was formatted
+    offline_env.from_collection([1]).map(lambda x: x).set_parallelism(300).set_max_parallelism(256)
+    with pytest.raises(ConfigurationError, match=r"parallelism of operator 'Map'.*<lambda> at .*got 300"):
+        JobGraph.build(offline_env._pipeline(), offline_env, "lazy")
+
+
 @pytest.mark.parametrize("call", ["map", "flat_map", "filter", "key_by", "add_sink"])
 def test_non_callable_functions_are_rejected_with_flowpoint_errors(offline_env, call):
     s = offline_env.from_collection([1])

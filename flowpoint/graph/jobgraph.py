@@ -198,7 +198,7 @@ class _Builder:
             if t.kind == "source" and not t.source.is_parallel():
                 p = 1
             maxp = t.max_parallelism or default_maxp or compute_default_max_parallelism(p)
-            check_parallelism(p, maxp, f"operator {t.describe()}")
+            check_parallelism(p, maxp, lambda t=t: f"operator {t.describe()}")
             nodes[t.id] = Node(t, "", p, maxp)
         self._assign_uids(nodes, inputs)
         periodic = int(self.env.get_configuration().get("pipeline.auto-watermark-interval")) > 0
@@ -225,9 +225,10 @@ class _Builder:
     def _batch(self, nodes: dict[int, Node]) -> bool:
         """Whether the job runs with batch semantics (``execution.runtime-mode``)."""
         mode = str(self.env.get_configuration().get("execution.runtime-mode")).upper()
-        unbounded = [n.describe() for n in nodes.values() if n.kind == "source" and not n.t.source.is_bounded()]
+        unbounded = [n for n in nodes.values() if n.kind == "source" and not n.t.source.is_bounded()]
         if mode == "BATCH" and unbounded:
-            msg = (f"execution.runtime-mode is BATCH but these sources are unbounded: {', '.join(unbounded)}; "
+            names = ", ".join(n.describe() for n in unbounded)
+            msg = (f"execution.runtime-mode is BATCH but these sources are unbounded: {names}; "
                    f"make them bounded (e.g. KafkaSource.builder().set_bounded(...)) or run in STREAMING mode")
             raise JobGraphError(msg)
         return mode == "BATCH" or (mode == "AUTOMATIC" and not unbounded)

@@ -6,9 +6,10 @@ every other kind is a physical operator that runs in a task.
 
 from __future__ import annotations
 
-import inspect
+import functools
 import itertools
 import re
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,26 +82,45 @@ def remember_where(function: Any) -> None:
 
 
 def describe_function(function: Any) -> str:
-    """A user function as ``name at file:line`` (lambdas, functions, methods and class instances)."""
+    """A user function as ``name at file:line`` (lambdas, functions, methods, partials and class
+    instances), from code objects only: a function's or method's own code, a class instance's
+    earliest method defined in its class (or, failing that, in the nearest class of its MRO
+    outside flowpoint). Source files are never read or parsed: ``inspect.getsourcelines`` parses
+    a whole file with ``ast``, which is slow and, on CPython 3.11, not safe while another thread
+    parses too."""
     fn = unwrap(function)
     stamped = getattr(getattr(fn, "__func__", fn), _WHERE, None)
     if isinstance(stamped, str):
         return stamped
-    target = fn
-    if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
-        target = type(fn)
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    code = _code_of(fn)
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    try:
-        file = inspect.getsourcefile(target) or inspect.getfile(target)
-        line = inspect.getsourcelines(target)[1]
-        return f"{name} at {file}:{line}"
-    except (TypeError, OSError):
-        code = getattr(target, "__code__", None)
-        if code is None and inspect.isclass(target):
-            # a class whose source cannot be found (e.g. from a job's __main__, pickled by value
-            # to an executor): its first method's code still names the file and a line in it
-            codes = [f.__code__ for f in vars(target).values() if inspect.isfunction(f)]
-            code = min(codes, key=lambda c: c.co_firstlineno) if codes else None
-        if code is not None:
-            return f"{name} at {code.co_filename}:{code.co_firstlineno}"
+    if code is None:
         return name
+    return f"{name} at {code.co_filename}:{code.co_firstlineno}"
+
+
+def _is_routine(fn: Any) -> bool:
+    return isinstance(fn, (types.FunctionType, types.MethodType))
+
+
+def _code_of(fn: Any) -> types.CodeType | None:
+    """The code object that says where ``fn`` was written, or None (a builtin, a C type)."""
+    if _is_routine(fn):
+        return getattr(fn, "__func__", fn).__code__
+    cls = fn if isinstance(fn, type) else type(fn)
+    for klass in cls.__mro__:
+        if klass.__module__ in ("builtins", "abc") or klass.__module__.startswith("flowpoint."):
+            continue
+        codes = [c for c in map(_method_code, vars(klass).values()) if c is not None]
+        if codes:
+            return min(codes, key=lambda c: c.co_firstlineno)
+    return None
+
+
+def _method_code(member: Any) -> types.CodeType | None:
+    member = getattr(member, "__func__", member)  # staticmethod, classmethod
+    if isinstance(member, property):
+        member = member.fget
+    return member.__code__ if isinstance(member, types.FunctionType) else None

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mmh3
 
 from flowpoint.errors import ConfigurationError, InvalidKeyError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 UPPER_BOUND_MAX_PARALLELISM = 1 << 15
 DEFAULT_LOWER_BOUND_MAX_PARALLELISM = 1 << 7
@@ -208,13 +211,19 @@ def compute_default_max_parallelism(parallelism: int) -> int:
     )
 
 
-def check_parallelism(parallelism: int, max_parallelism: int, what: str = "operator") -> None:
+def check_parallelism(parallelism: int, max_parallelism: int, what: str | Callable[[], str] = "operator") -> None:
+    """Refuse a parallelism outside ``1..max_parallelism`` or a max parallelism outside Flink's
+    bounds. ``what`` names the operator; a callable is called only to format an error."""
     if not 1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
-        msg = f"max parallelism of {what} must be between 1 and {UPPER_BOUND_MAX_PARALLELISM}; got {max_parallelism}"
+        msg = f"max parallelism of {_name(what)} must be between 1 and {UPPER_BOUND_MAX_PARALLELISM}; got {max_parallelism}"
         raise ConfigurationError(msg)
     if not 1 <= parallelism <= max_parallelism:
         msg = (
-            f"parallelism of {what} must be between 1 and its max parallelism {max_parallelism}; "
+            f"parallelism of {_name(what)} must be between 1 and its max parallelism {max_parallelism}; "
             f"got {parallelism}"
         )
         raise ConfigurationError(msg)
+
+
+def _name(what: str | Callable[[], str]) -> str:
+    return what if isinstance(what, str) else what()
