@@ -119,9 +119,11 @@ class JobExecutionError(FlowpointError):
 
 class UserFunctionError(JobExecutionError):
     """A user function raised; the message names the operator, the function (file:line), the
-    exception and the record. Restartable, as in Flink: the restart strategy applies, but Spark
-    does not retry the task (the task returns the error to the driver), and the same error on
-    the same record again after a restart fails the job (``runtime/failures.failure_identity``).
+    exception and the record. Restartable, as in Flink: the restart strategy applies, whatever
+    the user's exception's class. Spark does not retry the task (the task returns the error to
+    the driver). The same error on the same record again after a restart is counted and named
+    (``runtime/failures.failure_identity``); whether it fails the job at once is the user's choice
+    (``restart-strategy.repeated-failure.fail-fast``, docs/errors.md).
 
     Built in the task by ``flowpoint.tasks.user_errors``, it carries as data what the driver
     shows and logs: ``operator``, ``uid``, ``function`` (``name at file:line``), ``record``
@@ -141,9 +143,10 @@ class UserFunctionError(JobExecutionError):
         self.record: str | None = details.get("record")
         self.exception: str | None = details.get("exception")
         self.exception_type: str | None = details.get("exception_type")
-        #: the user's exception is an OSError (I/O, network, a timeout): the environment may
-        #: change, so a recurrence after a restart is not taken for a deterministic failure
-        self.transient: bool = bool(details.get("transient"))
+        #: the user's exception is one of Python's data errors (KeyError, IndexError, TypeError,
+        #: ValueError, AttributeError, ZeroDivisionError, UnicodeError or a subclass): what a
+        #: record's content causes, as opposed to an outage of something the function calls
+        self.data_error: bool = bool(details.get("data_error"))
         self.frames: tuple[tuple[str, int, str, str], ...] = tuple(details.get("frames") or ())
         self.trace: str | None = details.get("trace")
 

@@ -258,6 +258,8 @@ def test_the_error_output_of_a_failing_key_selector_is_under_40_lines_and_names_
     assert "WARNING: Using incubator modules" not in output and "ERROR Executor" not in output and "\tat " not in output
     assert "pyspark" not in output and "flowpoint/tasks" not in output
     assert len([ln for ln in lines if "Restarting" in ln]) == 1 and "failed again" in output
+    # without a restart strategy set, a repeated KeyError fails fast; the line says how to change it
+    assert "restart-strategy.repeated-failure.fail-fast is data-errors (the default when no restart strategy is set)" in output
     assert len([ln for ln in lines if "no uid" in ln]) == 1  # one line for the two operators
     log_path = re.search(r"The full report \(every traceback\): (\S+)", output)[1]
     report = open(log_path).read()
@@ -280,13 +282,15 @@ class FailsAt(ProcessFunction):
 
 
 @pytest.mark.parametrize("runtime", ["epoch", "continuous"])
-def test_a_deterministic_error_does_not_restart_without_end(make_env, tmp_path, runtime):
-    """Checkpointing on and a restart strategy of a million attempts: the user function fails on
-    the same record twice (once, then once after the restart), and the job fails with its error."""
+def test_a_deterministic_error_does_not_restart_without_end_when_the_user_chose_to_fail_fast(make_env, tmp_path, runtime):
+    """Checkpointing on, a restart strategy of a million attempts and
+    ``restart-strategy.repeated-failure.fail-fast: data-errors``: the user function fails on the
+    same record twice (once, then once after the restart), and the job fails with its error."""
     failures = str(tmp_path / "failures")
     env = make_env(parallelism=2, max_records=100, state_checkpoints_dir=str(tmp_path / "ck"), execution_runtime=runtime)
     env.enable_checkpointing(50)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1_000_000, 10))
+    env.get_configuration().set("restart-strategy.repeated-failure.fail-fast", "data-errors")
     env.from_source(DataGeneratorSource(lambda i: i, count=400), source_name="numbers").uid("numbers") \
         .process(FailsAt(250, failures)).name("picky").uid("picky").key_by(lambda v: v % 3).reduce(lambda a, b: a + b).uid("sum") \
         .sink_to(CollectSink())

@@ -317,6 +317,7 @@ OPTIONS = {
         Option("execution.state-recovery.fallback-on-corruption", False, bool, "with --resume: when the newest retained checkpoint does not verify (a checksum or size mismatch), restore the newest one that does (--resume-fallback); false: fail naming the file and the previous checkpoint", parse_bool),
         # -- restart strategies --
         Option("restart-strategy.type", None, str, "none | fixed-delay | failure-rate | exponential-delay (also off, disable, fixeddelay, failurerate, exponentialdelay); unset: exponential-delay with checkpointing, else none", _choice(RESTART_STRATEGY_TYPES)),
+        Option("restart-strategy.repeated-failure.fail-fast", None, str, "none | data-errors | all: whether a user function failing again on the same record the same way after a restart fails the job at once instead of restarting as the strategy allows; data-errors: only when the exception is one of Python's data errors (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError, UnicodeError); unset: data-errors when no restart strategy is set (in code or restart-strategy.type), none when one is", _choice(_names("none", "data-errors", "all"))),
         Option("restart-strategy.fixed-delay.attempts", 1, int, "restarts before the job fails", _int(0)),
         Option("restart-strategy.fixed-delay.delay", 1000, int, "delay before each restart", _duration(0)),
         Option("restart-strategy.failure-rate.max-failures-per-interval", 1, int, "failures tolerated within the interval; one more fails the job", _int(1)),

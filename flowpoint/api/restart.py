@@ -364,6 +364,10 @@ def restart_strategy_from_config(config: Configuration) -> RestartStrategyConfig
         return FailureRateRestartStrategyConfiguration(
             config.get(_RATE + "max-failures-per-interval"), config.get(_RATE + "failure-rate-interval"), config.get(_RATE + "delay")
         )
+    return _exponential_from_config(config)
+
+
+def _exponential_from_config(config: Configuration) -> ExponentialDelayRestartStrategyConfiguration:
     return ExponentialDelayRestartStrategyConfiguration(
         config.get(_EXP + "initial-backoff"),
         config.get(_EXP + "max-backoff"),
@@ -377,8 +381,23 @@ def restart_strategy_from_config(config: Configuration) -> RestartStrategyConfig
 def resolve_restart_backoff(env: StreamExecutionEnvironment, checkpointing_enabled: bool, rng: random.Random | None = None) -> RestartBackoff:
     """The restart decisions for one run of a job built on ``env``: the strategy set in code,
     else the configured one, else exponential delay (Flink's defaults) when checkpointing is
-    enabled and no restart when it is not. ``rng`` draws the exponential strategy's jitter."""
+    enabled (with the ``restart-strategy.exponential-delay.*`` keys, as Flink's default does) and
+    no restart when it is not. ``rng`` draws the exponential strategy's jitter."""
     strategy = env.get_restart_strategy()
     if isinstance(strategy, FallbackRestartStrategyConfiguration):
-        strategy = ExponentialDelayRestartStrategyConfiguration() if checkpointing_enabled else NoRestartStrategyConfiguration()
+        strategy = _exponential_from_config(env.get_configuration()) if checkpointing_enabled else NoRestartStrategyConfiguration()
     return strategy.create_backoff(rng)
+
+
+def resolve_repeated_failure(env: StreamExecutionEnvironment) -> tuple[str, bool]:
+    """``(policy, chosen)``: what a user function failing again on the same record the same way
+    does (``restart-strategy.repeated-failure.fail-fast``: "none" restarts as the strategy
+    allows, "data-errors" fails the job at once when the exception is one of Python's data
+    errors, "all" fails it at once for any exception) and whether the user chose it. Unset, it
+    is "data-errors" when no restart strategy is set and "none" when one is: a strategy the
+    user set is honoured whatever the exception."""
+    policy = env.get_configuration().get("restart-strategy.repeated-failure.fail-fast")
+    if policy is not None:
+        return policy, True
+    chosen_strategy = not isinstance(env.get_restart_strategy(), FallbackRestartStrategyConfiguration)
+    return ("none" if chosen_strategy else "data-errors"), False

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("flowpoint")
 
 _SEGMENT_MS_WITHOUT_CHECKPOINTS = 1000  # sinks commit this often when checkpointing is off
+_REPORT_WAIT_S = 0.5  # how long a failed Spark job waits for the failing slot's own error (already on its way)
 
 
 @dataclass
@@ -144,6 +145,9 @@ class ContinuousLoop(CommittedLoop):
     def _spark_failure(self) -> BaseException:
         from flowpoint.spark.epoch_executor import spark_failure
 
+        reported = self.control.reported_failure(_REPORT_WAIT_S)
+        if reported is not None:  # the slot's own error keeps its class and details
+            return reported
         e = self.executor.error
         if e is None:
             return JobExecutionError("the continuous run's Spark job ended before the job finished")

@@ -30,7 +30,7 @@ from flowpoint.runtime.job import (
 )
 from flowpoint.runtime.plan_view import plan_view
 from flowpoint.runtime.progress import Progress, on_terminal, total_records
-from flowpoint.runtime.restarts import RestartManager
+from flowpoint.runtime.restarts import RepeatedFailures, RestartManager
 from flowpoint.runtime.resume import job_fingerprint
 from flowpoint.runtime.savepoints import SavepointService, state_partitions
 from flowpoint.runtime.splits import SplitPlanner
@@ -246,7 +246,7 @@ class Coordinator:
 
     def run(self) -> None:
         from flowpoint.api.checkpointing import resolve_checkpoint_settings
-        from flowpoint.api.restart import resolve_restart_backoff
+        from flowpoint.api.restart import resolve_repeated_failure, resolve_restart_backoff
         from flowpoint.api.storage_options import storage_options
         from flowpoint.spark.epoch_executor import SparkEpochExecutor
         from flowpoint.tasks.plan import build_stage_plans
@@ -257,6 +257,7 @@ class Coordinator:
             params = self.env.get_config().get_global_job_parameters()
             self.settings = resolve_checkpoint_settings(self.env)
             backoff = resolve_restart_backoff(self.env, self.settings.enabled)
+            self._restarts.repeats = RepeatedFailures(*resolve_repeated_failure(self.env))
             for node in self.graph.sinks():
                 node.t.sink.on_job_start(self.settings.interval_ms if self.settings.enabled else None)
             self._files.open(self.settings, storage_options(self.config))

@@ -11,7 +11,9 @@ its file:line. A value that cannot be pickled becomes a ``SerializationError``; 
 
 :func:`is_recoverable` tells the restart loop whether a restart may get past an error, and
 :func:`failure_identity` whether a failure after a restart is the one before it (a user function
-failing on the same record the same way: no restart gets past it). Pure Python: no pyspark import.
+failing on the same record the same way), which the restart manager counts and names; the restart
+strategy decides all the same, unless the user chose to fail fast on such a repeat.
+Pure Python: no pyspark import.
 """
 
 from __future__ import annotations
@@ -199,10 +201,9 @@ def is_recoverable(error: BaseException) -> bool:
 
 
 def failure_identity(error: BaseException) -> tuple | None:
-    """What makes two failures one deterministic failure: for a user function's error, its
-    operator and uid, the class and message of the user's exception and the record. None when a
-    recurrence says nothing: other errors, a user exception that is an OSError (I/O, network, a
-    timeout: the environment may change), an error rebuilt from Spark's text (no details)."""
-    if not isinstance(error, UserFunctionError) or error.transient or error.exception is None:
+    """What makes two failures the same failure on the same record: for a user function's
+    error, its operator and uid, the class and message of the user's exception and the record.
+    None for other errors and for an error rebuilt from Spark's text (no details)."""
+    if not isinstance(error, UserFunctionError) or error.exception is None:
         return None
     return (error.operator, error.uid, error.function, error.exception_type, error.exception, error.record)

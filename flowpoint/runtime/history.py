@@ -32,6 +32,7 @@ class FailureRecord:
     uid: str | None
     location: str | None  # the user function's file:line, when the error names it
     restarted: bool  # the job restarted after it (False: it ended the job)
+    repeat: int = 1  # the same failure on the same record this many times in a row (1: a new one)
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def _location_of(function: str) -> str | None:
     return m.group("where") if m else None
 
 
-def failure_record(error: BaseException, restarted: bool, timestamp_ms: int | None = None) -> FailureRecord:
+def failure_record(error: BaseException, restarted: bool, timestamp_ms: int | None = None, repeat: int = 1) -> FailureRecord:
     """What is kept of a failure. The operator, uid and file:line come from the error's
     attributes, else from its message as a user function's failure words it (an error rebuilt
     from Spark's text carries only its message)."""
@@ -92,6 +93,7 @@ def failure_record(error: BaseException, restarted: bool, timestamp_ms: int | No
         str(uid) if uid else None,
         location,
         restarted,
+        repeat,
     )
 
 
@@ -104,8 +106,8 @@ class JobHistory:
         self.total_failures = 0
         self.total_restores = 0
 
-    def failed(self, error: BaseException, restarted: bool) -> None:
-        record = failure_record(error, restarted)
+    def failed(self, error: BaseException, restarted: bool, repeat: int = 1) -> None:
+        record = failure_record(error, restarted, repeat=repeat)
         with self._lock:
             self._errors.append(error)
             del self._errors[:-KEEP]

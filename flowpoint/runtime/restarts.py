@@ -3,9 +3,12 @@
 When the job starts it restores from its restore point (``-s`` or ``--resume``'s choice), if
 any. After a failure that a restart can get past (runtime/failures.py), it waits as the restart
 strategy says, then restores the latest completed checkpoint, else the restore point, else the
-job starts from the beginning (Flink's full failover). A user function that fails on the same
-record the same way after a restart fails the job: it would fail so after every restart. The loop it restarts resets and restores
-its own state (:class:`RestartableLoop`), so every loop can use it.
+job starts from the beginning (Flink's full failover). The restart strategy decides, whatever the
+exception's class (as in Flink). A user function that fails on the same record the same way
+after a restart is counted and named as such; it fails the job at once only where the user chose
+so (``restart-strategy.repeated-failure.fail-fast``; by default, without a restart strategy set,
+for Python's data errors only). The loop it restarts resets and restores its own state
+(:class:`RestartableLoop`), so every loop can use it.
 """
 
 from __future__ import annotations
@@ -39,13 +42,40 @@ def restartable(error: BaseException) -> bool:
     return is_recoverable(error)
 
 
-def repeated(error: BaseException, previous: tuple | None) -> tuple[bool, tuple | None]:
-    """``(is it the failure before the last restart again, its identity)``: a user function that
-    failed on the same record the same way after a restart fails it every time."""
-    from flowpoint.runtime.failures import failure_identity
+def ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
-    identity = failure_identity(error)
-    return identity is not None and identity == previous, identity
+
+class RepeatedFailures:
+    """Counts a failure that recurs on the same record the same way (``failures.failure_identity``)
+    across consecutive restarts, and decides whether the user chose to fail fast on it."""
+
+    def __init__(self, policy: str = "data-errors", chosen: bool = False):
+        self.policy = policy  # none | data-errors | all (restart-strategy.repeated-failure.fail-fast)
+        self.chosen = chosen  # set by the user (else the default for the job's restart strategy)
+        self._last: tuple | None = None
+        self._count = 0
+
+    def count(self, error: BaseException) -> int:
+        """How many failures in a row, this one included, were this one (1: a new failure)."""
+        from flowpoint.runtime.failures import failure_identity
+
+        identity = failure_identity(error)
+        self._count = self._count + 1 if identity is not None and identity == self._last else 1
+        self._last = identity
+        return self._count
+
+    def fails_fast(self, error: BaseException, count: int) -> bool:
+        if count < 2:
+            return False
+        return self.policy == "all" or (self.policy == "data-errors" and bool(getattr(error, "data_error", False)))
+
+    def explain(self) -> str:
+        why = "" if self.chosen else " (the default when no restart strategy is set)"
+        return (
+            f"restart-strategy.repeated-failure.fail-fast is {self.policy}{why}; set it to none "
+            f"(-Drestart-strategy.repeated-failure.fail-fast=none) to restart as the restart strategy allows"
+        )
 
 
 class RestartableLoop(Protocol):
@@ -115,7 +145,7 @@ class RestartManager:
         self.resumed_from: tuple[str, int] | None = None  # (job id, checkpoint id) this run restored
         self.predecessor: str | None = None  # the job whose checkpoint this run restored
         self._restore_point: tuple[Any, str, bool] | None = None  # (metadata, job dir, allow non-restored)
-        self._last_failure: tuple | None = None  # what failed the run before the last restart (failures.failure_identity)
+        self.repeats = RepeatedFailures()  # the coordinator sets the job's policy
         self.history = JobHistory()  # failures and restores, for the REST API
 
     @property
@@ -165,26 +195,27 @@ class RestartManager:
                 if not restartable(e):
                     self.history.failed(e, restarted=False)
                     raise
-                again, self._last_failure = repeated(e, self._last_failure)
-                if again:
-                    self.history.failed(e, restarted=False)
+                repeat = self.repeats.count(e)
+                if self.repeats.fails_fast(e, repeat):
+                    self.history.failed(e, restarted=False, repeat=repeat)
                     self.progress.say(
-                        f"{loop.position()} failed again: the same error on the same record as before the restart. "
-                        "No restart gets past it; the job fails"
+                        f"{loop.position()} failed again on the same record the same way ({ordinal(repeat)} time in a row). "
+                        f"The job fails without restarting: {self.repeats.explain()}"
                     )
                     raise
                 delay = self.backoff.on_failure(now_ms())
                 if delay is None:
-                    self.history.failed(e, restarted=False)
+                    self.history.failed(e, restarted=False, repeat=repeat)
                     if self.restarts or self.settings.enabled:
-                        log.error("job %s failed and its restart strategy %s gives up", self.job_id, self.backoff.describe())
+                        again = f" (the {ordinal(repeat)} failure in a row on the same record)" if repeat > 1 else ""
+                        log.error("job %s failed%s and its restart strategy %s gives up", self.job_id, again, self.backoff.describe())
                     raise
-                self.history.failed(e, restarted=True)
-                self._restart(loop, e, delay)
+                self.history.failed(e, restarted=True, repeat=repeat)
+                self._restart(loop, e, delay, repeat)
                 if self.cancel.is_set():
                     return
 
-    def _restart(self, loop: RestartableLoop, error: BaseException, delay_ms: int) -> None:
+    def _restart(self, loop: RestartableLoop, error: BaseException, delay_ms: int, repeat: int = 1) -> None:
         latest = None
         if self.checkpoints is not None:
             self.checkpoints.abort_pending("job failover")
@@ -195,8 +226,9 @@ class RestartManager:
             origin = f"the {self._restore_point[0].kind} the job was started from ({self._restore_point[1]})"
         else:
             origin = "the beginning (no completed checkpoint)"
+        failed = f"failed again on the same record ({ordinal(repeat)} time in a row)" if repeat > 1 else "failed"
         self.progress.say(
-            f"{loop.position()} failed: {error}. Restarting from {origin} in {delay_ms} ms "
+            f"{loop.position()} {failed}: {error}. Restarting from {origin} in {delay_ms} ms "
             f"(restart strategy {self.backoff.describe()})"
         )
         self.restarting()

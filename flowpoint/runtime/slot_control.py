@@ -87,6 +87,21 @@ class SlotControl:
                 return
             handle(index, msg)
 
+    def reported_failure(self, wait: float) -> BaseException | None:
+        """The error a slot reported (a "failed" message), waiting up to ``wait`` seconds for
+        one: when the run's Spark job fails, the slot that failed it has already sent its own
+        error, which names the operator and record that Spark's text does not. Other messages
+        are dropped: the run is over."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                _, msg = self.messages.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            if msg[0] == "failed":
+                error = msg[3]
+                return error if isinstance(error, BaseException) else JobExecutionError(str(error))
+
     def send(self, index: int, cmd: tuple) -> None:
         channel = self.controls.get(index)
         if channel is None:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from flowpoint.state.compatibility import declared_states
+from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.protocol import TaskAck
 from flowpoint.tasks.state_values import unpicklable_operator_state_error
 
@@ -61,6 +62,9 @@ class BarrierSnapshot:
                 continue
             payload = op.finish(barrier.n)
             if payload is not None:
+                bad = unpicklable_sink_payload(plan, nid, payload)
+                if bad is not None:
+                    raise bad
                 ack.sink_payloads[nid] = payload
         write = None
         if self.uids:

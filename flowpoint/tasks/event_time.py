@@ -151,18 +151,17 @@ class TimestampsOp(Operator):
             return data, data.column(assigner.field).to_pylist()  # type: ignore[return-value]
         rows = as_rows(data, self.spec.input_type)
         extract = assigner.extract_timestamp
+        out: list = []
+        append = out.append
         x = None
-        try:
+        try:  # once per record: the record that failed is x, nothing is called again
             if ts is None:
-                out = [extract(x, None) for x in rows]
+                for x in rows:
+                    append(extract(x, None))
             else:
-                out = [extract(x, t) for x, t in zip(rows, ts, strict=True)]
+                for x, t in zip(rows, ts, strict=True):
+                    append(extract(x, t))
         except Exception as e:
-            for x in rows:
-                try:
-                    extract(x, None)
-                except Exception:  # noqa: BLE001
-                    break
             raise user_error(self.spec, e, x) from e
         for i, t in enumerate(out):
             if type(t) is not int:

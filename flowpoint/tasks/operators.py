@@ -25,6 +25,7 @@ from flowpoint.graph.transformation import describe_function
 from flowpoint.state.keygroups import canonical_bytes
 from flowpoint.tasks.batches import KeyedBatch, as_rows, dumps, encode, num_records
 from flowpoint.tasks.context import ProcessContext
+from flowpoint.tasks.pickling import unpicklable_record
 from flowpoint.tasks.user_errors import user_function_error
 
 Emit = Callable[[tuple, Any], None]
@@ -204,12 +205,24 @@ class SourceOp(Operator):
             self.emit_watermark(origin, wm)
 
 
+def apply_each(f: Any, rows: Any, failure: Callable[[Exception, Any], FlowpointError]) -> list:
+    """``[f(x) for x in rows]``, calling ``f`` once per record: when ``f`` raises, the record it
+    raised on is known without calling anything again, and ``failure(exception, record)`` is
+    raised (a user function's side effects must happen once per record per attempt)."""
+    out: list = []
+    append = out.append
+    x = None
+    try:
+        for x in rows:
+            append(f(x))
+    except Exception as e:
+        raise failure(e, x) from e
+    return out
+
+
 def map_records(spec: Any, f: Any, rows: list) -> list:
     """``f(record)`` for each record (a map function, or one side of a CoMapFunction)."""
-    try:
-        return [f(x) for x in rows]
-    except Exception as e:
-        raise _first_failure(spec, e, rows, f) from e
+    return apply_each(f, rows, lambda e, x: user_error(spec, e, x))
 
 
 def flat_map_records(spec: Any, f: Any, rows: list, ts: list | None) -> tuple[list, list | None]:
@@ -257,10 +270,8 @@ class FilterOp(Operator):
         rows = as_rows(data, self.spec.input_type)
         self.records_in += len(rows)
         f = self.spec.function.filter
-        try:
-            mask = [bool(f(x)) for x in rows]
-        except Exception as e:
-            raise _first_failure(self.spec, e, rows, f) from e
+        mask = apply_each(f, rows, lambda e, x: user_error(self.spec, e, x))
+        mask = [bool(m) for m in mask]
         kept_ts = None if ts is None else [t for t, keep in zip(ts, mask, strict=True) if keep]
         if isinstance(data, pa.RecordBatch):
             self.emit(origin, data.filter(pa.array(mask, pa.bool_())), kept_ts)
@@ -334,16 +345,6 @@ def split_tagged(values: list, stamps: list | None, tagged: list[int]) -> tuple[
     main = [x for i, x in enumerate(values) if i not in skip]
     main_ts = None if stamps is None else [t for i, t in enumerate(stamps) if i not in skip]
     return main, main_ts, side
-
-
-def _first_failure(spec: Any, e: BaseException, rows: list, f: Any) -> FlowpointError:
-    """Find the record a list comprehension failed on, for the error message."""
-    for x in rows:
-        try:
-            f(x)
-        except Exception:  # noqa: BLE001
-            return user_error(spec, e, x)
-    return user_error(spec, e, None)
 
 
 # -- keyed operators: their input is a list of (key, value) pairs ----------------------------
@@ -598,7 +599,17 @@ class ExchangeWriter:
         # several upstream tasks after a keyed exchange, and must not be ordered by fetch order
         if self.channel_of is not None:
             self._before(dest, origin)
-        self.out.append((dest, (self.edge.index, (*origin, self.partition), encode(data, ts))))
+        self.out.append((dest, (self.edge.index, (*origin, self.partition), self._encode(data, ts))))
+
+    def _encode(self, data: Any, ts: list | None, pickled: bool = False) -> tuple[str, Any]:
+        """``encode(data, ts)`` (``pickled``: the list as one pickle, as a keyed bucket goes); a
+        record that cannot be pickled fails the job once, naming the operator and the record."""
+        try:
+            if not pickled:
+                return encode(data, ts)
+            return ("pickle", dumps(data)) if ts is None else ("pickle+ts", dumps((data, ts)))
+        except Exception as e:
+            raise unpicklable_record(self.edge, data, e) from e
 
     def _before(self, dest: int, origin: tuple) -> None:
         """The watermarks ``dest`` must see before a record from ``origin``."""
@@ -702,10 +713,7 @@ class KeyedWriter(ExchangeWriter):
         p = self.edge.parallelism
         rows = as_rows(data, self.edge.input_type)
         get_key = self.selector.get_key
-        try:
-            keys = [get_key(x) for x in rows]
-        except Exception as e:
-            raise _key_error(self.edge, e, rows, get_key) from e
+        keys = apply_each(get_key, rows, lambda e, x: _key_error(self.edge, e, x))
         dests: list[int] = []
         append = dests.append
         hash_ = mmh3.hash
@@ -731,12 +739,7 @@ class KeyedWriter(ExchangeWriter):
     def _send_bucket(self, dest: int, origin: tuple, bucket: Any, ts: list | None) -> None:
         if self.channel_of is not None:
             self._before(dest, origin)
-        if isinstance(bucket, KeyedBatch):
-            blob = encode(bucket, ts)
-        elif ts is None:
-            blob = ("pickle", dumps(bucket))
-        else:
-            blob = ("pickle+ts", dumps((bucket, ts)))
+        blob = self._encode(bucket, ts, pickled=not isinstance(bucket, KeyedBatch))
         self.out.append((dest, (self.edge.index, (*origin, self.partition), blob)))
 
     def _process_columnar(self, origin: tuple, data: pa.RecordBatch, ts: list | None) -> None:
@@ -793,20 +796,16 @@ class KeyedWriter(ExchangeWriter):
             self._send_bucket(dest, origin, KeyedBatch(piece, fields), None if ts_np is None else ts_np[take].tolist())
 
 
-def _key_error(edge: Any, e: BaseException, rows: list, get_key: Any) -> FlowpointError:
+def _key_error(edge: Any, e: BaseException, x: Any) -> FlowpointError:
+    if isinstance(e, FlowpointError):
+        return e
     fn = describe_function(edge.key_selector)
     of_uid = f" (uid {edge.target_uid!r})" if edge.target_uid else ""
-    for x in rows:
-        try:
-            get_key(x)
-        except Exception:  # noqa: BLE001
-            msg = (
-                f"the key selector ({fn}) of the key_by before operator "
-                f"{edge.target_name!r}{of_uid} raised {type(e).__name__}: {e} on {x!r:.200}"
-            )
-            return user_function_error(msg, e, operator=edge.target_name, uid=edge.target_uid or None, function=fn, record=x)
-    msg = f"the key selector ({fn}) of the key_by before operator {edge.target_name!r}{of_uid} raised {type(e).__name__}: {e}"
-    return user_function_error(msg, e, operator=edge.target_name, uid=edge.target_uid or None, function=fn)
+    msg = (
+        f"the key selector ({fn}) of the key_by before operator "
+        f"{edge.target_name!r}{of_uid} raised {type(e).__name__}: {e} on {x!r:.200}"
+    )
+    return user_function_error(msg, e, operator=edge.target_name, uid=edge.target_uid or None, function=fn, record=x)
 
 
 def _invalid_key(edge: Any, reason: str, value: Any) -> InvalidKeyError:

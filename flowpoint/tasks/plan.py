@@ -23,6 +23,8 @@ class EdgeSpec:
     upstream_head_uid: str = ""
     upstream_parallelism: int = 1
     target_uid: str = ""  # of the receiving operator (named in a key selector's error)
+    upstream_name: str = ""  # the operator whose output the edge carries (named when a record cannot be pickled)
+    upstream_uid: str = ""
 
 
 @dataclass
@@ -80,6 +82,7 @@ def _edge_spec(graph: JobGraph, e: Any) -> EdgeSpec:
         upstream.t.output_type, target.name,
         upstream_source_uid=up_head.uid if up_stage.is_source else None,
         upstream_head_uid=up_head.uid, upstream_parallelism=up_stage.parallelism, target_uid=target.uid,
+        upstream_name=upstream.name, upstream_uid=upstream.uid,
     )
 
 

@@ -28,6 +28,7 @@ from flowpoint.tasks.batches import KeyedBatch, decode, num_records
 from flowpoint.tasks.context import TaskRuntimeContext
 from flowpoint.tasks.event_time import InputWatermarks, TimestampsOp
 from flowpoint.tasks.operators import EXCHANGE_WRITERS, ExchangeWriter, Operator, SinkOp, SourceOp
+from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import EpochSpec, OperatorPart, TaskAck, TaskSlice
 from flowpoint.tasks.registry import operator_class
@@ -319,6 +320,9 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
         for nid, op in rt.ops.items():
             payload = op.finish(spec.epoch)
             if payload is not None:
+                unpicklable = unpicklable_sink_payload(plan, nid, payload)
+                if unpicklable is not None:
+                    raise unpicklable  # before the ack holds it: Spark would crash the worker pickling it
                 ack.sink_payloads[nid] = payload
         if uids:
             try:

@@ -38,6 +38,7 @@ from flowpoint.errors import FlowpointError
 from flowpoint.state.backend import partition_backend
 from flowpoint.tasks.barrier_snapshot import Barrier, BarrierSnapshot, now_ms
 from flowpoint.tasks.input_gate import CONTROL, InputGate
+from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import ContinuousSpec, EpochSpec, TaskSlice
 from flowpoint.tasks.source_reading import SourceReading
@@ -257,7 +258,13 @@ class Subtask(SourceReading, BarrierSnapshot):
         for nid in self.live_sinks:
             payload = self.rt.ops[nid].finish(self.segment)
             if payload is not None:
-                self.report(("live", nid, self.partition, payload))
+                try:
+                    self.report(("live", nid, self.partition, payload))
+                except Exception as e:
+                    bad = None if isinstance(e, FlowpointError) else unpicklable_sink_payload(self.plan, nid, payload)
+                    if bad is None:
+                        raise
+                    raise bad from e
 
     def _flush(self) -> None:
         for _, w in self.rt.writers:

@@ -26,6 +26,8 @@ from flowpoint.errors import UserFunctionError
 _FLOWPOINT_DIR = os.path.dirname(os.path.abspath(flowpoint.__file__)) + os.sep
 _DYNAMIC = "<dynamic-code>"
 RECORD_CHARS = 200  # of a record's repr in the error
+# Python's data errors: what a record's content causes (restart-strategy.repeated-failure.fail-fast)
+DATA_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError, UnicodeError)
 NO_RECORD = object()  # the failure did not happen on one record (a timer, a window's contents)
 
 
@@ -49,7 +51,7 @@ def user_function_error(
         record=None if record is NO_RECORD else f"{record!r:.{RECORD_CHARS}}",
         exception=f"{kind.__name__}: {text}" if text else kind.__name__,
         exception_type=kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
-        transient=isinstance(e, OSError),
+        data_error=isinstance(e, DATA_ERRORS),
         frames=frames,
         trace=trace,
     )

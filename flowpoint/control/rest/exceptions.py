@@ -2,7 +2,8 @@
 failures, newest first, each with its exception's class, message and traceback, and the operator
 whose function raised. ``location`` is the user function's file:line (Flink puts the task
 manager's address there; flowpoint's failures are located in code). The ``flowpoint`` object of
-an entry says whether the job restarted after it."""
+an entry says whether the job restarted after it and ``repeatedOnSameRecord``, how many failures
+in a row, this one included, were the same error on the same record (1: a new failure)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ def _entry(r: Any) -> dict:
         "exceptionName": r.exception_name, "stacktrace": r.stacktrace, "timestamp": r.timestamp_ms,
         "taskName": r.operator, "location": r.location, "taskManagerId": None, "failureLabels": {},
         "concurrentExceptions": [],
-        "flowpoint": {"message": r.message, "operator": r.operator, "uid": r.uid, "restarted": r.restarted},
+        "flowpoint": {
+            "message": r.message, "operator": r.operator, "uid": r.uid, "restarted": r.restarted,
+            "repeatedOnSameRecord": r.repeat,
+        },
     }
 
 

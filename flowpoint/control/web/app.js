@@ -1211,6 +1211,7 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
             ['Operator', efp.operator || e.taskName ? h`${efp.operator || e.taskName}${efp.uid ? h` <span class="sub">uid <span class="mono">${efp.uid}</span></span>` : ''}` : DASH],
             ['User function', where(trace, e)],
             ...(e.location && !codeLocation(e.location) ? [['Location', e.location]] : []),
+            ...(Number(efp.repeatedOnSameRecord) > 1 ? [['Same record', `failed the same way on the same record ${Number(efp.repeatedOnSameRecord)} times in a row`]] : []),
             ...(typeof efp.restarted === 'boolean' ? [['Then', efp.restarted ? 'the job restarted from its last checkpoint' : 'the job failed']] : []),
             ...(arr(e.failureLabels).length || Object.keys(obj(e.failureLabels)).length ? [['Labels', JSON.stringify(e.failureLabels)]] : []),
             ...(concurrent.length ? [['Concurrent exceptions', String(concurrent.length)]] : []),
