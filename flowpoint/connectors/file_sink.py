@@ -324,8 +324,9 @@ def _write_piece(path: str, write: Any) -> tuple[int, str]:
 
 
 class _CheckedPiece:
-    """Reads a piece as recorded when it was written (``[path, size, sha256]``): :meth:`check`
-    raises CorruptSinkFileError naming the file unless the bytes read match both."""
+    """Reads a piece as recorded when it was written (``[path, size, sha256]``): :meth:`problem`
+    says how the bytes read differ from both (None: they match), :meth:`check` raises
+    CorruptSinkFileError naming the file and the part file ``final`` it was to be joined into."""
 
     def __init__(self, base: str, piece: list, final: str):
         rel, self.size, self.sha256 = piece
@@ -352,16 +353,34 @@ class _CheckedPiece:
         self.hash.update(data)
         return data
 
-    def check(self) -> None:
+    def problem(self) -> str | None:
         if self.read == self.size and self.hash.hexdigest() == self.sha256:
+            return None
+        return (f"has {self.read} bytes, {self.size} were written" if self.read != self.size
+                else "does not match the SHA-256 recorded when it was written")
+
+    def check(self) -> None:
+        """At the commit: the piece is part of a completed checkpoint."""
+        problem = self.problem()
+        if problem is None:
             return
-        problem = (f"has {self.read} bytes, {self.size} were written" if self.read != self.size
-                   else "does not match the SHA-256 recorded when it was written")
-        msg = (f"FileSink in-progress piece {self.path} {problem}: it was changed after its task wrote it, so part "
-               f"file {self.final} is not finished from it (nothing of it is committed). Find out who else writes into "
-               f"the sink's directory; the piece's records must be written again: rerun the job, or restore it from a "
-               f"checkpoint taken before the piece's epoch")
+        msg = (f"FileSink in-progress piece {self.path} {problem}: it was changed after a checkpoint recorded it (its "
+               f"pre-commit), so part file {self.final} is not finished from it (nothing of it is committed). No restart "
+               f"from that checkpoint can write the piece again: the job fails and keeps its checkpoints. Restore it from "
+               f"a checkpoint taken before the piece's epoch (`flowpoint checkpoints <its checkpoint directory>` lists them), "
+               f"or rerun it; and find out who else writes into the sink's directory")
         raise CorruptSinkFileError(msg, path=self.path)
+
+
+def _piece_problem(base: str, piece: list) -> str | None:
+    """How the piece ``[path, size, sha256]`` differs from what its task wrote (None: it does not)."""
+    try:
+        with _CheckedPiece(base, piece, "") as checked:
+            for _ in checked.chunks():
+                pass
+            return checked.problem()
+    except FileNotFoundError:
+        return "is gone"
 
 
 class _PieceWriter(SinkWriter):
@@ -575,6 +594,39 @@ class FileSink(Sink):
             for bucket, rel, size, sha256 in pieces:
                 self._driver_pending.append([subtask, bucket, rel, size, now, sha256])
 
+    def _verify_pending(self, at_end: bool = False) -> None:
+        """Flink's pre-commit: the pieces of the epochs committed since the last checkpoint must
+        still be as their tasks wrote them (size and SHA-256) before a checkpoint records them.
+        A piece changed, replaced or removed meanwhile raises CorruptSinkFileError naming it:
+        at a checkpoint a recoverable one (the job restarts from its last completed checkpoint,
+        which does not hold the piece, and writes its records again); ``at_end`` (a finishing job
+        commits the pieces after its last checkpoint) one that fails the job, which keeps its
+        checkpoints. None of the pieces visible: the driver does not see the executors' files."""
+        pending = self._driver_pending
+        if not pending:
+            return
+        if not any(os.path.exists(os.path.join(self.base_path, p[2])) for p in pending):
+            names = [p[2] for p in pending[:3]]
+            msg = (f"FileSink at {self.base_path!r}: the driver cannot see the in-progress pieces {names} its tasks wrote "
+                   f"(the driver must see the executors' files: use a shared directory)")
+            raise ConfigurationError(msg)
+        for _subtask, _bucket, rel, size, _at, sha256 in pending:
+            problem = _piece_problem(self.base_path, [rel, size, sha256])
+            if problem is None:
+                continue
+            path = os.path.join(self.base_path, rel)
+            if at_end:
+                msg = (f"FileSink in-progress piece {path} {problem}: it was changed after its task wrote it, so nothing of "
+                       f"it is committed and the job fails, keeping its checkpoints. Restore it from its latest checkpoint "
+                       f"(`flowpoint run --resume`, or -s <chk-n>): the piece's records are written again; and find out who "
+                       f"else writes into the sink's directory")
+                raise CorruptSinkFileError(msg, path=path)
+            msg = (f"FileSink in-progress piece {path} {problem}: it was changed after its task wrote it, before a "
+                   f"checkpoint recorded it, so nothing of it is committed. The job restarts from its last completed "
+                   f"checkpoint (as its restart strategy allows) and writes the piece's records again; find out who else "
+                   f"writes into the sink's directory")
+            raise CorruptSinkFileError(msg, path=path, recoverable=True)
+
     def _stage(self, now: int) -> None:
         """Committed pieces join their open part file; the rolling policy closes part files."""
         for subtask, bucket, rel, size, at, sha256 in self._driver_pending:
@@ -603,6 +655,7 @@ class FileSink(Sink):
             self._driver_closed.append({"bucket": part["bucket"], "pieces": list(group), "name": name})
 
     def snapshot_driver_state(self) -> Any:
+        self._verify_pending()
         self._stage(int(time.time() * 1000))
         return {"open": dict(self._driver_open), "closed": list(self._driver_closed),
                 "counters": dict(self._driver_counters), "uuids": dict(self._driver_uuids)}
@@ -638,15 +691,28 @@ class FileSink(Sink):
     def on_job_end(self, status: str) -> None:
         if status != "FINISHED":
             return  # in-progress pieces stay hidden; a restore finishes what its checkpoint closed
+        self._verify_pending(at_end=True)
         self._stage(0)
         for key in sorted(self._driver_open):
             self._close(key)
         self._finish_closed()
 
     def _finish_closed(self) -> None:
+        """Finish every closed part file whose pieces verify; then raise the first error (a
+        part file with a changed piece is not finished, the others are: the checkpoint that
+        closed them finds them done when it is restored)."""
         closed, self._driver_closed = self._driver_closed, []
+        first: Exception | None = None
         for part in closed:
-            self._finish(part)
+            try:
+                self._finish(part)
+            except (CorruptSinkFileError, ConfigurationError) as e:
+                if first is None:
+                    first = e  # raised below
+                else:
+                    log.error("%s", e)
+        if first is not None:
+            raise first
 
     def _finish(self, part: dict) -> None:
         bucket_dir = os.path.join(self.base_path, part["bucket"])
