@@ -54,6 +54,7 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from flowpoint import private_files
 from flowpoint.api.row import Row
 from flowpoint.api.types import RowType, TupleType, rows_to_arrow
 from flowpoint.connectors.files import (
@@ -69,6 +70,11 @@ from flowpoint.connectors.sinks import Sink, SinkWriter
 from flowpoint.errors import ConfigurationError, CorruptSinkFileError
 
 log = logging.getLogger("flowpoint")
+
+#: Sink directories flowpoint creates: readable by the output's readers, writable only by the
+#: job's user (whatever the umask); pieces and part files likewise.
+OUTPUT_DIR_MODE = 0o755
+OUTPUT_FILE_MODE = 0o644
 
 class Encoder:
     """How a row-format FileSink turns each record into a line of text."""
@@ -301,10 +307,14 @@ def _write_piece(path: str, write: Any) -> tuple[int, str]:
     ``path`` (readers never see a partial file). Returns the file's size and SHA-256, read
     back from the temporary file before the rename."""
     directory, name = os.path.split(path)
-    os.makedirs(directory, exist_ok=True)
+    private_files.makedirs(directory, OUTPUT_DIR_MODE)
     tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with open(tmp, "w+b") as f:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(tmp, flags, OUTPUT_FILE_MODE)
+        if private_files.POSIX:
+            os.fchmod(fd, OUTPUT_FILE_MODE)  # no one else may change it, whatever the umask
+        with os.fdopen(fd, "w+b") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -392,6 +402,7 @@ class _PieceWriter(SinkWriter):
         self.subtask = subtask
         self.context = context  # its clock (the sink operator) gives the epoch's processing time
         self.buckets: dict[str, list] = {}
+        self.checked_dirs: set[str] = set()  # bucket directories created or checked (FileSink.bucket_dir)
 
     def _bucket(self) -> str:
         clock = getattr(self.context, "clock", None)
@@ -411,7 +422,7 @@ class _PieceWriter(SinkWriter):
         prefix = self.sink.output_file_config.part_prefix
         for bucket, chunks in sorted(buckets.items()):
             rel = os.path.join(bucket, f".{prefix}-{self.sink.piece_token}-{self.subtask}-e{epoch}.inprogress")
-            path = os.path.join(self.sink.base_path, rel)
+            path = os.path.join(self.sink.bucket_dir(bucket, self.checked_dirs), os.path.basename(rel))
             size, sha256 = _write_piece(path, self._writer(chunks, epoch))
             out.append((bucket, rel, size, sha256))
         return out
@@ -584,6 +595,48 @@ class FileSink(Sink):
         self._driver_counters: dict[str, int] = {}  # "<subtask>/<bucket>" -> next part number
         self._driver_uuids: dict[str, str] = {}  # subtask -> the instance's uuid
 
+    def on_job_config(self, config: Any) -> None:
+        """Before the job starts: the base path (created if missing) and every directory below it
+        must be the job user's, writable by no one else, below directories no one else can
+        replace, as checkpoint directories are (docs/architecture.md, section 10a); else
+        InsecurePathError naming the directory. ``security.trust-shared-directories: true``
+        accepts them (here and in the tasks, which check each bucket directory they write to)."""
+        self.trust_shared_dirs = bool(config.get(private_files.TRUST_SHARED))
+        if self.trust_shared_dirs:
+            return
+        hint = self._trust_hint()
+        base = private_files.check_dir(self.base_path, "FileSink directory", hint, create=True, mode=OUTPUT_DIR_MODE)
+        for root, dirs, _files in os.walk(base):
+            for name in sorted(dirs):
+                private_files.check_private_dir(os.path.join(root, name), "FileSink bucket directory", hint)
+
+    @staticmethod
+    def _trust_hint() -> str:
+        return (f"use a sink directory only you can write (the FileSink's base path), or set "
+                f"{private_files.TRUST_SHARED}: true if you trust every user who can write it with the job's output")
+
+    def bucket_dir(self, bucket: str, checked: set[str]) -> str:
+        """The directory of ``bucket``, created if missing (mode 0755, whatever the umask) and, the
+        first time for ``checked``, refused with InsecurePathError if it or a directory between
+        it and the base path belongs to another user or others can write it (unless
+        ``security.trust-shared-directories``): the tasks write their pieces there, the driver
+        the part files."""
+        base = os.path.normpath(self.base_path)
+        directory = os.path.normpath(os.path.join(base, bucket)) if bucket else base
+        if directory in checked:
+            return directory
+        private_files.makedirs(directory, OUTPUT_DIR_MODE)
+        if not getattr(self, "trust_shared_dirs", False):
+            d = directory
+            while True:
+                what = "FileSink directory" if d == base else "FileSink bucket directory"
+                private_files.check_private_dir(d, what, self._trust_hint())
+                if d == base or len(d) <= len(base):
+                    break
+                d = os.path.dirname(d)
+        checked.add(directory)
+        return directory
+
     def on_job_start(self, checkpoint_interval_ms: int | None) -> None:
         if checkpoint_interval_ms is None:
             log.info("FileSink at %s: checkpointing is off, so part files are finished only when the bounded job finishes", self.base_path)
@@ -715,7 +768,9 @@ class FileSink(Sink):
             raise first
 
     def _finish(self, part: dict) -> None:
-        bucket_dir = os.path.join(self.base_path, part["bucket"])
+        if not hasattr(self, "_driver_dirs"):
+            self._driver_dirs: set[str] = set()
+        bucket_dir = self.bucket_dir(part["bucket"], self._driver_dirs)
         final = os.path.join(bucket_dir, part["name"])
         pieces = [os.path.join(self.base_path, p[0]) for p in part["pieces"]]
         present = [p for p in pieces if os.path.exists(p)]

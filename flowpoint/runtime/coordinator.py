@@ -258,6 +258,7 @@ class Coordinator:
             self.settings = resolve_checkpoint_settings(self.env)
             backoff = resolve_restart_backoff(self.env, self.settings.enabled)
             for node in self.graph.sinks():
+                node.t.sink.on_job_config(self.config)
                 node.t.sink.on_job_start(self.settings.interval_ms if self.settings.enabled else None)
             self._files.open(self.settings, storage_options(self.config))
             restore = self._restarts.initial_restore(self.settings, backoff)
