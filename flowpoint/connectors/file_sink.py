@@ -25,8 +25,14 @@ file at a checkpoint: ``on_checkpoint_rolling_policy()`` at every one (bulk form
 ``inactivity_interval`` ms. *Finished*: when that checkpoint completes, the closed part files'
 pieces are joined into ``<prefix>-<uuid>-<n><suffix>`` (written under a hidden name, renamed into
 place) and the pieces deleted. Every piece is checked against the size and SHA-256 its task
-recorded when it wrote it (kept with the part file in the checkpoint): a piece changed since
-raises CorruptSinkFileError naming it, and nothing of it is committed. The open and closed part files are part of the checkpoint, so a
+recorded when it wrote it (kept with the part file in the checkpoint), twice: at the checkpoint
+that pre-commits it (a piece changed, replaced or removed raises a recoverable
+CorruptSinkFileError: the job restarts from its last completed checkpoint and writes it again),
+and when its part file is committed (a piece changed after a checkpoint recorded it fails the
+job, which keeps its checkpoints); nothing of a changed piece is ever committed. The base path
+and every directory below it must be the job user's and writable by no one else (checked before
+the job starts, and by the task writing into a bucket directory; ``security.trust-shared-directories``
+accepts others); new directories are 0755, pieces and part files 0644. The open and closed part files are part of the checkpoint, so a
 restore finishes what the checkpoint closed (once: a part file already finished is not written
 again) and carries on with the open ones: output is exactly once. When a bounded job finishes,
 every part file is finished. Without checkpointing, part files are finished only then (as in
