@@ -194,11 +194,24 @@ class StateDecodeError(CorruptStateError):
 
 class CorruptSinkFileError(CorruptStateError):
     """A sink's file written before a checkpoint (a FileSink in-progress piece) no longer has
-    the size or SHA-256 recorded when it was written: changed, appended to or replaced before
-    it was committed. Names the file (``path``); nothing is committed from it, and no restart
-    can fix it."""
+    the size or SHA-256 recorded when it was written: changed, appended to, replaced or removed
+    before it was committed. Names the file (``path``); nothing is committed from it.
+
+    Found when the checkpoint pre-commits the piece (before any checkpoint records it), the
+    error is recoverable (``recoverable=True`` on that instance): the job restarts from its last
+    completed checkpoint, as its restart strategy allows, and writes the piece's records again.
+    Found when a completed checkpoint's part file is committed, no restart from that checkpoint
+    can fix it (the class's default): the job fails and keeps its checkpoints."""
 
     recoverable = False
+
+    def __init__(self, message: str, path: str | None = None, recoverable: bool | None = None):
+        super().__init__(message, path)
+        if recoverable is not None:
+            self.recoverable = bool(recoverable)
+
+    def __reduce__(self):  # keeps ``path`` and a recoverable instance's flag
+        return (type(self), (str(self), self.path, self.__dict__.get("recoverable")))
 
 
 class StateIOError(CheckpointError):

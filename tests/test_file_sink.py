@@ -142,14 +142,14 @@ def test_bad_settings_are_refused_clearly(tmp_path):
         RollingPolicy.default_rolling_policy(part_size=0)
 
 
-def test_a_driver_that_cannot_see_the_pieces_fails_naming_the_part_file(tmp_path):
+def test_a_driver_that_cannot_see_the_pieces_fails_naming_them(tmp_path):
     sink = row_sink(tmp_path, RollingPolicy.on_checkpoint_rolling_policy())
     epoch(sink, 1, 0, ["a"], tmp_path)
     for name in os.listdir(tmp_path):
         os.remove(tmp_path / name)  # as if the piece were on another host's disk
-    sink.snapshot_driver_state()
-    with pytest.raises(ConfigurationError, match="shared directory"):
-        sink.notify_checkpoint_complete(1)
+    # found at the checkpoint that would record it (its pre-commit), not later at the commit
+    with pytest.raises(ConfigurationError, match=r"cannot see the in-progress pieces \['\.part-.*-0-e1\.inprogress'\].*shared directory"):
+        sink.snapshot_driver_state()
 
 
 EVENTS = 900

@@ -178,7 +178,10 @@ def test_flowpoint_run_fails_once_on_a_forged_piece(tmp_path):
     job.write_text(textwrap.dedent(FORGING_JOB))
     out = tmp_path / "out"
     out.mkdir()
-    cli = [sys.executable, "-m", "flowpoint.cli", "run", "-m", "local[1]",
+    # in epochs, the pieces the job changes at record 25 are recorded by a checkpoint already
+    # (a piece changed before that is found at the checkpoint and restarts the job instead:
+    # test_file_sink_tampering.py)
+    cli = [sys.executable, "-m", "flowpoint.cli", "run", "-m", "local[1]", "-D", "execution.runtime=epoch",
            "-D", f"state.checkpoints.dir={tmp_path / 'ck'}", "-D", f"state.working.dir={tmp_path / 'w'}",
            "-D", "execution.epoch.max-records=10", str(job), str(out)]
     started = time.monotonic()
@@ -191,3 +194,73 @@ def test_flowpoint_run_fails_once_on_a_forged_piece(tmp_path):
     for name in _finished(out):
         assert "forged" not in (out / name).read_text()
     assert time.monotonic() - started < 120
+
+
+# -- issue 25, item 5: found at the pre-commit, not at the end ----------------------------------
+
+
+def test_a_piece_changed_before_the_checkpoint_records_it_is_found_there_and_is_recoverable(tmp_path):
+    sink = _sink(tmp_path)
+    _epoch(sink, 1, ["a"])
+    _epoch(sink, 2, ["b"])
+    forged = _pieces(tmp_path)[1]
+    _append(forged)
+    with pytest.raises(CorruptSinkFileError, match="before a checkpoint recorded it") as info:
+        sink.snapshot_driver_state()  # the checkpoint's pre-commit
+    assert info.value.path == forged and forged in str(info.value) and "restarts from its last completed checkpoint" in str(info.value)
+    assert is_recoverable(info.value)  # the restart strategy applies
+    assert sink._driver_open == {} and sink._driver_closed == []  # nothing recorded, nothing finished
+    assert _finished(tmp_path) == []
+
+
+def test_a_removed_piece_is_found_at_the_pre_commit_too(tmp_path):
+    sink = _sink(tmp_path)
+    _epoch(sink, 1, ["a"])
+    _epoch(sink, 2, ["b"])
+    gone = _pieces(tmp_path)[0]
+    os.remove(gone)
+    with pytest.raises(CorruptSinkFileError, match="is gone") as info:
+        sink.snapshot_driver_state()
+    assert info.value.path == gone and is_recoverable(info.value)
+
+
+def test_a_piece_changed_after_the_last_checkpoint_fails_a_finishing_job_naming_it(tmp_path):
+    sink = _sink(tmp_path)
+    _epoch(sink, 1, ["a"])
+    sink.snapshot_driver_state()
+    sink.notify_checkpoint_complete(1)
+    _epoch(sink, 2, ["b"])  # after the last checkpoint: committed when the job finishes
+    forged = [p for p in _pieces(tmp_path) if p.endswith("-e2.inprogress")][0]
+    _append(forged)
+    with pytest.raises(CorruptSinkFileError, match="keeping its checkpoints. Restore it from its latest checkpoint") as info:
+        sink.on_job_end("FINISHED")
+    assert info.value.path == forged and not is_recoverable(info.value)
+    assert all("forged" not in open(os.path.join(tmp_path, n)).read() for n in _finished(tmp_path))
+
+
+def test_one_changed_part_file_does_not_keep_the_others_from_being_finished(tmp_path):
+    sink = _sink(tmp_path)
+    for subtask, line in ((0, "zero"), (1, "one")):
+        _epoch(sink, 1, [line], subtask)
+    state = sink.snapshot_driver_state()  # closes one part file per subtask
+    forged = [p for p in _pieces(tmp_path) if "-0-e1" in p][0]
+    _append(forged)
+    with pytest.raises(CorruptSinkFileError) as info:
+        sink.notify_checkpoint_complete(1)
+    assert info.value.path == forged
+    [name] = _finished(tmp_path)
+    assert open(os.path.join(tmp_path, name)).read() == "one\n"
+    # a restore of that checkpoint finds subtask 1's part file done and refuses subtask 0's again
+    with pytest.raises(CorruptSinkFileError):
+        _sink(tmp_path).restore_driver_state(state)
+    assert _finished(tmp_path) == [name]
+
+
+def test_a_recoverable_sink_file_error_stays_recoverable_when_pickled():
+    import pickle
+
+    err = CorruptSinkFileError("piece changed", path="/o/.p", recoverable=True)
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is CorruptSinkFileError and again.path == "/o/.p" and is_recoverable(again)
+    plain = pickle.loads(pickle.dumps(CorruptSinkFileError("piece changed", path="/o/.p")))
+    assert not is_recoverable(plain)

@@ -308,7 +308,7 @@ OPTIONS = {
         Option("state.savepoints.dir", None, str, "default savepoint directory URI (absolute path or URI with a scheme)", parse_directory_uri),
         Option("state.checkpoints.num-retained", 1, int, "completed checkpoints kept (>= 1)", _int(1)),
         Option("state.checkpoints.file-mode", "0600", str, "mode of the checkpoint and savepoint files flowpoint creates on a local filesystem: 0600 (default) | 0640 | 0604 | 0644; directories get the same bits plus search where readable (0700, 0750, ...); other filesystems keep their own permissions", _file_mode),
-        Option("security.trust-shared-directories", False, bool, "true: accept local checkpoint, savepoint and remote working directories (and the run directories --resume considers) that other users own or can write; false: refuse them (whoever can write them can make the job run code)", parse_bool),
+        Option("security.trust-shared-directories", False, bool, "true: accept local checkpoint, savepoint and remote working directories (and the run directories --resume considers) and FileSink directories that other users own or can write; false: refuse them (whoever can write them can make the job run code, or change its output before it is committed)", parse_bool),
         Option("state.checkpoint-storage", None, str, "jobmanager | filesystem; default filesystem when state.checkpoints.dir is set, else jobmanager", _choice(_names("jobmanager", "filesystem"))),
         Option("execution.savepoint.path", None, str, "checkpoint or savepoint to restore the job from (-s)"),
         Option("execution.savepoint.ignore-unclaimed-state", False, bool, "restore even when some state has no operator (--allow-non-restored-state)", parse_bool),

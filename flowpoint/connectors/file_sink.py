@@ -25,8 +25,14 @@ file at a checkpoint: ``on_checkpoint_rolling_policy()`` at every one (bulk form
 ``inactivity_interval`` ms. *Finished*: when that checkpoint completes, the closed part files'
 pieces are joined into ``<prefix>-<uuid>-<n><suffix>`` (written under a hidden name, renamed into
 place) and the pieces deleted. Every piece is checked against the size and SHA-256 its task
-recorded when it wrote it (kept with the part file in the checkpoint): a piece changed since
-raises CorruptSinkFileError naming it, and nothing of it is committed. The open and closed part files are part of the checkpoint, so a
+recorded when it wrote it (kept with the part file in the checkpoint), twice: at the checkpoint
+that pre-commits it (a piece changed, replaced or removed raises a recoverable
+CorruptSinkFileError: the job restarts from its last completed checkpoint and writes it again),
+and when its part file is committed (a piece changed after a checkpoint recorded it fails the
+job, which keeps its checkpoints); nothing of a changed piece is ever committed. The base path
+and every directory below it must be the job user's and writable by no one else (checked before
+the job starts, and by the task writing into a bucket directory; ``security.trust-shared-directories``
+accepts others); new directories are 0755, pieces and part files 0644. The open and closed part files are part of the checkpoint, so a
 restore finishes what the checkpoint closed (once: a part file already finished is not written
 again) and carries on with the open ones: output is exactly once. When a bounded job finishes,
 every part file is finished. Without checkpointing, part files are finished only then (as in
@@ -54,6 +60,7 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from flowpoint import private_files
 from flowpoint.api.row import Row
 from flowpoint.api.types import RowType, TupleType, rows_to_arrow
 from flowpoint.connectors.files import (
@@ -69,6 +76,11 @@ from flowpoint.connectors.sinks import Sink, SinkWriter
 from flowpoint.errors import ConfigurationError, CorruptSinkFileError
 
 log = logging.getLogger("flowpoint")
+
+#: Sink directories flowpoint creates: readable by the output's readers, writable only by the
+#: job's user (whatever the umask); pieces and part files likewise.
+OUTPUT_DIR_MODE = 0o755
+OUTPUT_FILE_MODE = 0o644
 
 class Encoder:
     """How a row-format FileSink turns each record into a line of text."""
@@ -301,10 +313,14 @@ def _write_piece(path: str, write: Any) -> tuple[int, str]:
     ``path`` (readers never see a partial file). Returns the file's size and SHA-256, read
     back from the temporary file before the rename."""
     directory, name = os.path.split(path)
-    os.makedirs(directory, exist_ok=True)
+    private_files.makedirs(directory, OUTPUT_DIR_MODE)
     tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with open(tmp, "w+b") as f:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(tmp, flags, OUTPUT_FILE_MODE)
+        if private_files.POSIX:
+            os.fchmod(fd, OUTPUT_FILE_MODE)  # no one else may change it, whatever the umask
+        with os.fdopen(fd, "w+b") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -324,8 +340,9 @@ def _write_piece(path: str, write: Any) -> tuple[int, str]:
 
 
 class _CheckedPiece:
-    """Reads a piece as recorded when it was written (``[path, size, sha256]``): :meth:`check`
-    raises CorruptSinkFileError naming the file unless the bytes read match both."""
+    """Reads a piece as recorded when it was written (``[path, size, sha256]``): :meth:`problem`
+    says how the bytes read differ from both (None: they match), :meth:`check` raises
+    CorruptSinkFileError naming the file and the part file ``final`` it was to be joined into."""
 
     def __init__(self, base: str, piece: list, final: str):
         rel, self.size, self.sha256 = piece
@@ -352,16 +369,34 @@ class _CheckedPiece:
         self.hash.update(data)
         return data
 
-    def check(self) -> None:
+    def problem(self) -> str | None:
         if self.read == self.size and self.hash.hexdigest() == self.sha256:
+            return None
+        return (f"has {self.read} bytes, {self.size} were written" if self.read != self.size
+                else "does not match the SHA-256 recorded when it was written")
+
+    def check(self) -> None:
+        """At the commit: the piece is part of a completed checkpoint."""
+        problem = self.problem()
+        if problem is None:
             return
-        problem = (f"has {self.read} bytes, {self.size} were written" if self.read != self.size
-                   else "does not match the SHA-256 recorded when it was written")
-        msg = (f"FileSink in-progress piece {self.path} {problem}: it was changed after its task wrote it, so part "
-               f"file {self.final} is not finished from it (nothing of it is committed). Find out who else writes into "
-               f"the sink's directory; the piece's records must be written again: rerun the job, or restore it from a "
-               f"checkpoint taken before the piece's epoch")
+        msg = (f"FileSink in-progress piece {self.path} {problem}: it was changed after a checkpoint recorded it (its "
+               f"pre-commit), so part file {self.final} is not finished from it (nothing of it is committed). No restart "
+               f"from that checkpoint can write the piece again: the job fails and keeps its checkpoints. Restore it from "
+               f"a checkpoint taken before the piece's epoch (`flowpoint checkpoints <its checkpoint directory>` lists them), "
+               f"or rerun it; and find out who else writes into the sink's directory")
         raise CorruptSinkFileError(msg, path=self.path)
+
+
+def _piece_problem(base: str, piece: list) -> str | None:
+    """How the piece ``[path, size, sha256]`` differs from what its task wrote (None: it does not)."""
+    try:
+        with _CheckedPiece(base, piece, "") as checked:
+            for _ in checked.chunks():
+                pass
+            return checked.problem()
+    except FileNotFoundError:
+        return "is gone"
 
 
 class _PieceWriter(SinkWriter):
@@ -373,6 +408,7 @@ class _PieceWriter(SinkWriter):
         self.subtask = subtask
         self.context = context  # its clock (the sink operator) gives the epoch's processing time
         self.buckets: dict[str, list] = {}
+        self.checked_dirs: set[str] = set()  # bucket directories created or checked (FileSink.bucket_dir)
 
     def _bucket(self) -> str:
         clock = getattr(self.context, "clock", None)
@@ -392,7 +428,7 @@ class _PieceWriter(SinkWriter):
         prefix = self.sink.output_file_config.part_prefix
         for bucket, chunks in sorted(buckets.items()):
             rel = os.path.join(bucket, f".{prefix}-{self.sink.piece_token}-{self.subtask}-e{epoch}.inprogress")
-            path = os.path.join(self.sink.base_path, rel)
+            path = os.path.join(self.sink.bucket_dir(bucket, self.checked_dirs), os.path.basename(rel))
             size, sha256 = _write_piece(path, self._writer(chunks, epoch))
             out.append((bucket, rel, size, sha256))
         return out
@@ -565,6 +601,48 @@ class FileSink(Sink):
         self._driver_counters: dict[str, int] = {}  # "<subtask>/<bucket>" -> next part number
         self._driver_uuids: dict[str, str] = {}  # subtask -> the instance's uuid
 
+    def on_job_config(self, config: Any) -> None:
+        """Before the job starts: the base path (created if missing) and every directory below it
+        must be the job user's, writable by no one else, below directories no one else can
+        replace, as checkpoint directories are (docs/architecture.md, section 10a); else
+        InsecurePathError naming the directory. ``security.trust-shared-directories: true``
+        accepts them (here and in the tasks, which check each bucket directory they write to)."""
+        self.trust_shared_dirs = bool(config.get(private_files.TRUST_SHARED))
+        if self.trust_shared_dirs:
+            return
+        hint = self._trust_hint()
+        base = private_files.check_dir(self.base_path, "FileSink directory", hint, create=True, mode=OUTPUT_DIR_MODE)
+        for root, dirs, _files in os.walk(base):
+            for name in sorted(dirs):
+                private_files.check_private_dir(os.path.join(root, name), "FileSink bucket directory", hint)
+
+    @staticmethod
+    def _trust_hint() -> str:
+        return (f"use a sink directory only you can write (the FileSink's base path), or set "
+                f"{private_files.TRUST_SHARED}: true if you trust every user who can write it with the job's output")
+
+    def bucket_dir(self, bucket: str, checked: set[str]) -> str:
+        """The directory of ``bucket``, created if missing (mode 0755, whatever the umask) and, the
+        first time for ``checked``, refused with InsecurePathError if it or a directory between
+        it and the base path belongs to another user or others can write it (unless
+        ``security.trust-shared-directories``): the tasks write their pieces there, the driver
+        the part files."""
+        base = os.path.normpath(self.base_path)
+        directory = os.path.normpath(os.path.join(base, bucket)) if bucket else base
+        if directory in checked:
+            return directory
+        private_files.makedirs(directory, OUTPUT_DIR_MODE)
+        if not getattr(self, "trust_shared_dirs", False):
+            d = directory
+            while True:
+                what = "FileSink directory" if d == base else "FileSink bucket directory"
+                private_files.check_private_dir(d, what, self._trust_hint())
+                if d == base or len(d) <= len(base):
+                    break
+                d = os.path.dirname(d)
+        checked.add(directory)
+        return directory
+
     def on_job_start(self, checkpoint_interval_ms: int | None) -> None:
         if checkpoint_interval_ms is None:
             log.info("FileSink at %s: checkpointing is off, so part files are finished only when the bounded job finishes", self.base_path)
@@ -574,6 +652,39 @@ class FileSink(Sink):
         for subtask, pieces in payloads:
             for bucket, rel, size, sha256 in pieces:
                 self._driver_pending.append([subtask, bucket, rel, size, now, sha256])
+
+    def _verify_pending(self, at_end: bool = False) -> None:
+        """Flink's pre-commit: the pieces of the epochs committed since the last checkpoint must
+        still be as their tasks wrote them (size and SHA-256) before a checkpoint records them.
+        A piece changed, replaced or removed meanwhile raises CorruptSinkFileError naming it:
+        at a checkpoint a recoverable one (the job restarts from its last completed checkpoint,
+        which does not hold the piece, and writes its records again); ``at_end`` (a finishing job
+        commits the pieces after its last checkpoint) one that fails the job, which keeps its
+        checkpoints. None of the pieces visible: the driver does not see the executors' files."""
+        pending = self._driver_pending
+        if not pending:
+            return
+        if not any(os.path.exists(os.path.join(self.base_path, p[2])) for p in pending):
+            names = [p[2] for p in pending[:3]]
+            msg = (f"FileSink at {self.base_path!r}: the driver cannot see the in-progress pieces {names} its tasks wrote "
+                   f"(the driver must see the executors' files: use a shared directory)")
+            raise ConfigurationError(msg)
+        for _subtask, _bucket, rel, size, _at, sha256 in pending:
+            problem = _piece_problem(self.base_path, [rel, size, sha256])
+            if problem is None:
+                continue
+            path = os.path.join(self.base_path, rel)
+            if at_end:
+                msg = (f"FileSink in-progress piece {path} {problem}: it was changed after its task wrote it, so nothing of "
+                       f"it is committed and the job fails, keeping its checkpoints. Restore it from its latest checkpoint "
+                       f"(`flowpoint run --resume`, or -s <chk-n>): the piece's records are written again; and find out who "
+                       f"else writes into the sink's directory")
+                raise CorruptSinkFileError(msg, path=path)
+            msg = (f"FileSink in-progress piece {path} {problem}: it was changed after its task wrote it, before a "
+                   f"checkpoint recorded it, so nothing of it is committed. The job restarts from its last completed "
+                   f"checkpoint (as its restart strategy allows) and writes the piece's records again; find out who else "
+                   f"writes into the sink's directory")
+            raise CorruptSinkFileError(msg, path=path, recoverable=True)
 
     def _stage(self, now: int) -> None:
         """Committed pieces join their open part file; the rolling policy closes part files."""
@@ -603,6 +714,7 @@ class FileSink(Sink):
             self._driver_closed.append({"bucket": part["bucket"], "pieces": list(group), "name": name})
 
     def snapshot_driver_state(self) -> Any:
+        self._verify_pending()
         self._stage(int(time.time() * 1000))
         return {"open": dict(self._driver_open), "closed": list(self._driver_closed),
                 "counters": dict(self._driver_counters), "uuids": dict(self._driver_uuids)}
@@ -638,18 +750,33 @@ class FileSink(Sink):
     def on_job_end(self, status: str) -> None:
         if status != "FINISHED":
             return  # in-progress pieces stay hidden; a restore finishes what its checkpoint closed
+        self._verify_pending(at_end=True)
         self._stage(0)
         for key in sorted(self._driver_open):
             self._close(key)
         self._finish_closed()
 
     def _finish_closed(self) -> None:
+        """Finish every closed part file whose pieces verify; then raise the first error (a
+        part file with a changed piece is not finished, the others are: the checkpoint that
+        closed them finds them done when it is restored)."""
         closed, self._driver_closed = self._driver_closed, []
+        first: Exception | None = None
         for part in closed:
-            self._finish(part)
+            try:
+                self._finish(part)
+            except (CorruptSinkFileError, ConfigurationError) as e:
+                if first is None:
+                    first = e  # raised below
+                else:
+                    log.error("%s", e)
+        if first is not None:
+            raise first
 
     def _finish(self, part: dict) -> None:
-        bucket_dir = os.path.join(self.base_path, part["bucket"])
+        if not hasattr(self, "_driver_dirs"):
+            self._driver_dirs: set[str] = set()
+        bucket_dir = self.bucket_dir(part["bucket"], self._driver_dirs)
         final = os.path.join(bucket_dir, part["name"])
         pieces = [os.path.join(self.base_path, p[0]) for p in part["pieces"]]
         present = [p for p in pieces if os.path.exists(p)]

@@ -37,6 +37,10 @@ class Sink(ABC):
     @abstractmethod
     def create_writer(self, subtask_index: int, parallelism: int, context: Any) -> SinkWriter: ...
 
+    def on_job_config(self, config: Any) -> None:  # noqa: B027
+        """Driver side, before :meth:`on_job_start` and before the sink travels to executors: the
+        job's ``Configuration``; raise a ConfigurationError (or InsecurePathError) to refuse it."""
+
     def on_job_start(self, checkpoint_interval_ms: int | None) -> None:  # noqa: B027
         """Driver side, before the first epoch (``None``: checkpointing is off); raise a
         ConfigurationError to refuse a setting the sink cannot work with."""

@@ -259,6 +259,7 @@ class Coordinator:
             backoff = resolve_restart_backoff(self.env, self.settings.enabled)
             self._restarts.repeats = RepeatedFailures(*resolve_repeated_failure(self.env))
             for node in self.graph.sinks():
+                node.t.sink.on_job_config(self.config)
                 node.t.sink.on_job_start(self.settings.interval_ms if self.settings.enabled else None)
             self._files.open(self.settings, storage_options(self.config))
             restore = self._restarts.initial_restore(self.settings, backoff)
@@ -306,19 +307,36 @@ class Coordinator:
         if self.checkpoints is not None:
             try:
                 self.checkpoints.abort_pending(f"job {self.status.value.lower()}")
-                self.checkpoints.shutdown(self.status.value)
             except Exception:  # noqa: BLE001
-                log.exception("checkpoint shutdown of job %s failed", self.job_id)
+                log.exception("aborting the checkpoint in flight of job %s failed", self.job_id)
+        # the sinks first: a sink that cannot make the last output final turns FINISHED into
+        # FAILED, and a FAILED job keeps its checkpoints (the error says to restore one), so
+        # the checkpoints are kept or discarded only for the status the job ends with
         for node in self.graph.sinks():
             try:
                 node.t.sink.on_job_end(self.status.value)
             except Exception as e:  # noqa: BLE001
-                if self.status is JobStatus.FINISHED and isinstance(e, FlowpointError):
+                if self.status is JobStatus.FINISHED:
                     # a sink that could not make the job's last output final (a transaction
-                    # that did not commit): the job did not finish what it promised
+                    # that did not commit, a part file not finished): the job did not finish
+                    # what it promised, and keeps its checkpoints to be restored
+                    if not isinstance(e, FlowpointError):
+                        log.exception("sink %s failed at job end", node.name)
+                        error = JobExecutionError(
+                            f"sink {node.name!r} could not make the job's last output final: {type(e).__name__}: {e}. "
+                            "The job failed and keeps its checkpoints: fix the cause, then restore the latest one "
+                            "(`flowpoint run --resume`, or -s <chk-n>)"
+                        )
+                        error.__cause__ = e
+                        e = error
                     self.status, self.failure = JobStatus.FAILED, e
                 else:
                     log.exception("sink %s failed at job end", node.name)
+        if self.checkpoints is not None:
+            try:
+                self.checkpoints.shutdown(self.status.value)
+            except Exception:  # noqa: BLE001
+                log.exception("checkpoint shutdown of job %s failed", self.job_id)
         if self._executor is not None:
             self._executor.close()
             self._files.remove_local_state()
