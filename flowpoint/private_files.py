@@ -119,11 +119,12 @@ def check_private_dir(path: str, what: str = "directory", hint: str | None = Non
         raise InsecurePathError(msg)
 
 
-def check_dir(path: str, what: str, hint: str, create: bool = False, mode: int = DIR_MODE) -> str:
+def check_dir(path: str, what: str, hint: str, create: bool = False, mode: int = DIR_MODE, exact: bool = True) -> str:
     """``path`` (absolute, links resolved) if no other user owns it or can write it, nor replace
     it through a symbolic link or a parent directory; refused with :class:`InsecurePathError`
     naming it and saying ``hint`` otherwise. A missing ``path`` is created (mode ``mode``, its
-    missing parents too) when ``create``, else what exists of it is checked. Nothing is tightened."""
+    missing parents too; ``exact=False``: less the umask's bits) when ``create``, else what exists
+    of it is checked. Nothing is tightened."""
     path = os.path.abspath(os.path.expanduser(path))
     if not POSIX:
         return path
@@ -132,7 +133,7 @@ def check_dir(path: str, what: str, hint: str, create: bool = False, mode: int =
     try:
         _check_ancestors(real, what, hint)  # before anything is created in them
         if create:
-            makedirs(real, mode)
+            makedirs(real, mode, exact)
             _check_ancestors(real, what, hint)  # and as they are now
         if os.path.lexists(real):
             check_private_dir(real, what, hint)
@@ -169,9 +170,9 @@ def private_dir(path: str, what: str = "directory", tighten: bool = True) -> str
     return real
 
 
-def makedirs(path: str, mode: int = DIR_MODE) -> None:
+def makedirs(path: str, mode: int = DIR_MODE, exact: bool = True) -> None:
     """``os.makedirs`` whose new directories have mode ``mode`` (0700) whatever the umask
-    (existing ones are left as they are)."""
+    (existing ones are left as they are); ``exact=False``: ``mode`` less the umask's bits."""
     missing = []
     p = os.path.abspath(path)
     while not os.path.isdir(p):
@@ -183,7 +184,7 @@ def makedirs(path: str, mode: int = DIR_MODE) -> None:
     for d in reversed(missing):
         with contextlib.suppress(FileExistsError):
             os.mkdir(d, mode)
-            if POSIX:
+            if POSIX and exact:
                 os.chmod(d, mode)
 
 

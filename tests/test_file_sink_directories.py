@@ -2,7 +2,7 @@
 checkpoint directories are (docs/architecture.md, section 10a): before the job starts (the base
 path and every bucket directory below it), and by the tasks for a bucket directory they write
 into; ``security.trust-shared-directories: true`` accepts them. Pieces and part files are 0644
-and new directories 0755 whatever the umask, so no one else can change a piece before it is
+and new directories 0755 (a stricter umask narrows both; none widens them), so no one else can change a piece before it is
 committed.
 """
 
@@ -55,9 +55,10 @@ def test_a_sink_directory_below_a_world_writable_directory_is_refused(tmp_path):
         _sink(shared / "out").on_job_config(_config())
 
 
-def test_a_missing_sink_directory_is_created_0755_whatever_the_umask(tmp_path):
+@pytest.mark.parametrize(("umask", "dirs", "files"), [(0o000, 0o755, 0o644), (0o002, 0o755, 0o644), (0o077, 0o700, 0o600)])
+def test_a_missing_sink_directory_is_never_writable_by_others_and_a_strict_umask_is_kept(tmp_path, umask, dirs, files):
     out = tmp_path / "a" / "out"
-    old = os.umask(0)
+    old = os.umask(umask)
     try:
         sink = _sink(out)
         sink.on_job_config(_config())
@@ -68,12 +69,12 @@ def test_a_missing_sink_directory_is_created_0755_whatever_the_umask(tmp_path):
         sink.on_job_end("FINISHED")
     finally:
         os.umask(old)
-    assert _mode(out) == 0o755 and _mode(out.parent) == 0o755
+    assert _mode(out) == dirs and _mode(out.parent) == dirs
     [name] = [n for n in os.listdir(out) if not n.startswith(".")]
-    assert _mode(out / name) == 0o644  # the part file
+    assert _mode(out / name) == files  # the part file
 
 
-def test_pieces_are_0644_whatever_the_umask(tmp_path):
+def test_pieces_are_never_writable_by_others(tmp_path):
     sink = _sink(tmp_path, BucketAssigner.date_time_bucket_assigner("yyyy/MM", "UTC"))
     old = os.umask(0)
     try:

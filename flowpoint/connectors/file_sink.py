@@ -78,7 +78,8 @@ from flowpoint.errors import ConfigurationError, CorruptSinkFileError
 log = logging.getLogger("flowpoint")
 
 #: Sink directories flowpoint creates: readable by the output's readers, writable only by the
-#: job's user (whatever the umask); pieces and part files likewise.
+#: job's user; pieces and part files likewise. A umask only narrows these (077 keeps them
+#: private), and none makes them writable by others.
 OUTPUT_DIR_MODE = 0o755
 OUTPUT_FILE_MODE = 0o644
 
@@ -313,13 +314,11 @@ def _write_piece(path: str, write: Any) -> tuple[int, str]:
     ``path`` (readers never see a partial file). Returns the file's size and SHA-256, read
     back from the temporary file before the rename."""
     directory, name = os.path.split(path)
-    private_files.makedirs(directory, OUTPUT_DIR_MODE)
+    private_files.makedirs(directory, OUTPUT_DIR_MODE, exact=False)
     tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
-        fd = os.open(tmp, flags, OUTPUT_FILE_MODE)
-        if private_files.POSIX:
-            os.fchmod(fd, OUTPUT_FILE_MODE)  # no one else may change it, whatever the umask
+        fd = os.open(tmp, flags, OUTPUT_FILE_MODE)  # the umask only narrows it: never writable by others
         with os.fdopen(fd, "w+b") as f:
             write(f)
             f.flush()
@@ -611,7 +610,7 @@ class FileSink(Sink):
         if self.trust_shared_dirs:
             return
         hint = self._trust_hint()
-        base = private_files.check_dir(self.base_path, "FileSink directory", hint, create=True, mode=OUTPUT_DIR_MODE)
+        base = private_files.check_dir(self.base_path, "FileSink directory", hint, create=True, mode=OUTPUT_DIR_MODE, exact=False)
         for root, dirs, _files in os.walk(base):
             for name in sorted(dirs):
                 private_files.check_private_dir(os.path.join(root, name), "FileSink bucket directory", hint)
@@ -631,7 +630,7 @@ class FileSink(Sink):
         directory = os.path.normpath(os.path.join(base, bucket)) if bucket else base
         if directory in checked:
             return directory
-        private_files.makedirs(directory, OUTPUT_DIR_MODE)
+        private_files.makedirs(directory, OUTPUT_DIR_MODE, exact=False)
         if not getattr(self, "trust_shared_dirs", False):
             d = directory
             while True:
