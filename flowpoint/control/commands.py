@@ -76,9 +76,30 @@ def list_command(show_all: bool, registry: JobRegistry | None = None, which: str
             row += (local_time(e.end_time_ms),)
         rows.append(row)
     print(table(rows))
+    for line in dashboard_links([e for e in shown if e not in lost]):
+        print(line)
     for e in lost:
         print(f"job {e.job_id} is {LOST}: its process {e.pid} on {e.host} is gone without ending the job; {restart_advice(e)}", file=sys.stderr)
     return 0
+
+
+def dashboard_links(entries: list[JobEntry]) -> list[str]:
+    """The signed-in dashboard link of each running job with an endpoint: its URL with the
+    control token, which only the job's user can read (the job's own output shows the URL
+    without it). None when there is no token file (no endpoint to sign in to)."""
+    from flowpoint.control.auth import TokenMissingError, read_token
+
+    running = [e for e in entries if not e.ended and e.endpoint]
+    if not running:
+        return []
+    try:
+        token = read_token()
+    except TokenMissingError:
+        return []
+    width = max(len(e.job_id) for e in running)
+    lines = ["Dashboards (signed-in links: opening one starts a browser session; keep them to yourself):"]
+    lines += [f"  {e.job_id.ljust(width)}  http://{e.endpoint}/?token={token}#/jobs/{e.job_id}" for e in running]
+    return lines
 
 
 def restart_advice(e: JobEntry) -> str:

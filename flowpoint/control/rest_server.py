@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -131,10 +132,19 @@ class RestServer(ThreadingHTTPServer):
 def _unauthorized() -> ApiError:
     msg = (
         "refused: no valid control token (Authorization: Bearer <token>) or dashboard session. Use the flowpoint CLI "
-        f"as the job's user, or open the dashboard URL it prints (with ?token=...): the token is in {auth.TOKEN_FILE} "
+        f"as the job's user, or open the signed-in link (with ?token=...) that `flowpoint list` or `flowpoint ui` prints: "
+        f"the token is in {auth.TOKEN_FILE} "
         f"in {auth.HOME_VARIABLE} (~/.flowpoint)"
     )
     return ApiError(HTTPStatus.UNAUTHORIZED, msg)
+
+
+_TOKEN_QUERY = re.compile(r"(?i)(token=)[^&\s#\"]*")
+
+
+def _redacted(value: Any) -> Any:
+    """A logged request line without the token of a ``?token=`` sign-in: no log line holds it."""
+    return _TOKEN_QUERY.sub(r"\1<redacted>", value) if isinstance(value, str) else value
 
 
 class RestHandler(BaseHTTPRequestHandler):
@@ -143,7 +153,7 @@ class RestHandler(BaseHTTPRequestHandler):
     timeout = 60  # a client that connects and sends nothing does not hold a thread forever
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        log.debug("flowpoint http: " + format, *args)
+        log.debug("flowpoint http: " + format, *(_redacted(a) for a in args))
 
     def do_GET(self) -> None:
         self._serve("GET")
