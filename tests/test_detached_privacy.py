@@ -1,5 +1,6 @@
 """Issue 25, item 1: ``flowpoint run -d`` must not hand the control token to other local users,
-whatever the umask.
+whatever the umask; and a local user dropping connections must not fill the job's output
+(item 7).
 
 The attack of the issue: with umask 022, ``-d`` created ``~/.flowpoint`` and ``logs/`` 0755 and
 the log 0644, and the log held the dashboard URL with the token; a second user read it, took a
@@ -17,6 +18,7 @@ import pwd
 import re
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -145,6 +147,42 @@ def test_run_detached_keeps_its_log_and_the_token_from_other_users_under_any_uma
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def _drop_connections(port: int, n: int) -> None:
+    """``n`` connections that leave without waiting for the answer, reset (RST) as they go: half
+    a request (a slowloris that gives up), a whole request whose answer meets a reset socket, a
+    sign-in whose redirect does."""
+    for i in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        host = f"Host: 127.0.0.1:{port}\r\n".encode()
+        if i % 3 == 0:
+            s.sendall(b"GET /jobs HTTP/1.1\r\n" + host)
+        elif i % 3 == 1:
+            s.sendall(b"GET /index.html HTTP/1.1\r\n" + host + b"\r\n")
+        else:
+            s.sendall(b"GET /?token=" + b"x" * 43 + b" HTTP/1.1\r\n" + host + b"\r\n")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+
+
+@pytest.mark.slow
+def test_three_hundred_dropped_connections_leave_the_jobs_output_readable(base):
+    """Before the fix each dropped connection printed socketserver's traceback into the job's
+    stderr (8,229 lines for these 300)."""
+    job_id, log = _start_detached(base, 0o022)
+    try:
+        text = _wait(lambda: (t := log.read_text()) and "[flowpoint] dashboard:" in t and t, 60, "the dashboard line")
+        port = int(re.search(r"dashboard: http://127\.0\.0\.1:(\d+)/", text).group(1))
+        before = len(log.read_text().splitlines())
+        _drop_connections(port, 300)
+        time.sleep(2)  # the server's threads finish with the connections
+        after = log.read_text().splitlines()
+        new = [line for line in after[before:] if not line.startswith("[flowpoint] segment ")]  # the job's progress
+        assert len(new) < 10, "\n".join(new[:60])
+        assert not any("Traceback" in line for line in after), "\n".join(after[:60])
+    finally:
+        _cli(base, "cancel", job_id, timeout=120)
+
+
 # -- without Spark -------------------------------------------------------------------------------
 
 
@@ -213,3 +251,22 @@ def test_the_request_log_never_holds_the_token(fp_home, caplog):
         server.server_close()
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "token=<redacted>" in logged and token not in logged
+
+
+def test_a_dropped_connection_is_one_debug_line_not_a_traceback(fp_home, caplog, capfd):
+    server = ControlServer(0, auth.load_or_create_token())
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="flowpoint"):
+            _drop_connections(server.port, 30)
+            _wait(lambda: sum("went away" in r.getMessage() for r in caplog.records) >= 5, 10, "the dropped connections' lines")
+            time.sleep(0.5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception occurred" not in err, err[:3000]
+    went = [r for r in caplog.records if "went away" in r.getMessage()]
+    assert all(r.levelno == logging.DEBUG and r.exc_info is None for r in went)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
+
