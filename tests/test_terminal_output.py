@@ -29,6 +29,7 @@ from flowpoint.runtime.progress import Progress
 from flowpoint.runtime.progress_bar import bar_line
 
 EVENTS = 1_500
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def count_call(path: str) -> None:
@@ -117,6 +118,22 @@ def test_flowpoint_list_advises_a_checkpoint_only_to_a_lost_job_that_has_one(tmp
 
 
 # -- the terminal, end to end ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["the job", "a module it imports", "flowpoint info"])
+def test_a_syntax_error_in_the_job_is_one_line_with_its_source_and_caret(tmp_path, where):
+    """Issue 25: a syntax error printed Python's traceback through cli.py and runpy."""
+    (tmp_path / "job.py").write_text("from flowpoint import StreamExecutionEnvironment\n\nx = = 1\n")
+    (tmp_path / "imports.py").write_text("import helper\n")
+    (tmp_path / "helper.py").write_text("def f(:\n    pass\n")
+    script, command = ("imports.py", "run") if where == "a module it imports" else ("job.py", "info" if where == "flowpoint info" else "run")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "flowpoint.cli", command, script], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert r.returncode == 1
+    if where == "a module it imports":
+        assert r.stderr.splitlines() == ["helper.py:1: SyntaxError: invalid syntax", "    def f(:", "          ^"], r.stderr
+    else:
+        assert r.stderr.splitlines() == ["job.py:3: SyntaxError: invalid syntax", "    x = = 1", "        ^"], r.stderr
 
 
 def test_the_final_rate_after_a_restore_counts_this_run_and_checkpoints_are_announced(make_env, tmp_path, capsys):
