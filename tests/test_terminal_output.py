@@ -107,12 +107,20 @@ def test_flowpoint_list_advises_a_checkpoint_only_to_a_lost_job_that_has_one(tmp
     proc.wait(timeout=30)  # a pid that is gone: its jobs are LOST
     registry = JobRegistry(tmp_path / "jobs")
     host = socket.gethostname()
-    registry.write(JobEntry("a" * 32, "with one", "RUNNING", 1, proc.pid, host, None, last_checkpoint_id=4, last_checkpoint_path="/ck/chk-4"))
+    chk = tmp_path / "ck" / ("a" * 32) / "chk-4"
+    chk.mkdir(parents=True)
+    (chk / "_metadata").write_text("{}")
+    registry.write(JobEntry("a" * 32, "with one", "RUNNING", 1, proc.pid, host, None, last_checkpoint_id=4, last_checkpoint_path=str(chk)))
     registry.write(JobEntry("b" * 32, "without", "RUNNING", 1, proc.pid, host, None))
     registry.write(JobEntry("c" * 32, "resumed", "RUNNING", 1, proc.pid, host, None, resumed_from="d" * 32, resumed_checkpoint_id=2))
+    # killed while it finished (issue 25): its checkpoints are deleted, its entry still says RUNNING
+    gone = f"file://{tmp_path}/ck/{'e' * 32}/chk-7"
+    registry.write(JobEntry("e" * 32, "finished", "RUNNING", 1, proc.pid, host, None, last_checkpoint_id=7, last_checkpoint_path=gone))
     assert list_command(False, registry) == 0
     err = {ln[4:36]: ln for ln in capsys.readouterr().err.splitlines()}
-    assert "from its last checkpoint, 4 (/ck/chk-4), with `flowpoint run --resume` or `-s /ck/chk-4`" in err["a" * 32]
+    assert f"from its last checkpoint, 4 ({chk}), with `flowpoint run --resume` or `-s {chk}`" in err["a" * 32]
+    assert f"its last checkpoint, 7 ({gone}), no longer exists" in err["e" * 32] and "--resume" not in err["e" * 32]
+    assert f"-s {gone}" not in err["e" * 32]  # names no checkpoint to restore
     assert "last checkpoint" not in err["b" * 32] and "completed no checkpoint" in err["b" * 32] and "from the beginning" in err["b" * 32]
     assert "last checkpoint" not in err["c" * 32] and f"savepoint 2 of job {'d' * 32}" in err["c" * 32]
 

@@ -102,8 +102,28 @@ def dashboard_links(entries: list[JobEntry]) -> list[str]:
     return lines
 
 
+def checkpoint_exists(uri: str | None) -> bool | None:
+    """Whether the checkpoint at ``uri`` is still there (its ``_metadata``); None when that cannot
+    be told (no path recorded, storage that does not answer)."""
+    if not uri:
+        return None
+    try:
+        from flowpoint.checkpoint.storage import CheckpointStorageAccess
+
+        return CheckpointStorageAccess(uri).exists("_metadata")
+    except Exception:  # noqa: BLE001 - unknown: the advice names it as before
+        return None
+
+
 def restart_advice(e: JobEntry) -> str:
-    """How to restart a LOST job: from its last checkpoint, if it completed one."""
+    """How to restart a LOST job: from its last checkpoint, if it completed one that still
+    exists (a run killed while it finished has deleted its checkpoints: no advice names them)."""
+    if e.last_checkpoint_id is not None and checkpoint_exists(e.last_checkpoint_path) is False:
+        return (
+            f"its last checkpoint, {e.last_checkpoint_id} ({e.last_checkpoint_path}), no longer exists (a job deletes its "
+            "checkpoints when it finishes: it was killed while it ended, or they were removed), so it has none to restart "
+            "from: run it again (from the beginning, or from a savepoint with `-s`)"
+        )
     if e.last_checkpoint_id is not None:
         path = e.last_checkpoint_path or "<path>"
         where = f" ({e.last_checkpoint_path})" if e.last_checkpoint_path else ""
