@@ -31,7 +31,7 @@ import pytest
 
 from flowpoint.control import auth, commands
 from flowpoint.control.endpoint import ControlServer
-from flowpoint.control.registry import JobEntry, JobRegistry, now_ms
+from flowpoint.control.registry import JobEntry, JobRegistry, now_ms, pid_alive
 from flowpoint.errors import InsecurePathError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,6 +66,12 @@ def base():
     d = tempfile.mkdtemp(prefix="flowpoint-issue25-", dir="/tmp")
     os.chmod(d, 0o755)
     yield Path(d)
+    # a cancelled job's process writes its entry's end and its archive as it exits: wait for it
+    for entry in Path(d).glob(".flowpoint/jobs/*.json"):
+        pid = JobRegistry(entry.parent)._load(entry.stem).pid
+        deadline = time.monotonic() + 60
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
     subprocess.run(["rm", "-rf", d], check=False)
 
 
