@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from flowpoint import __version__
-from flowpoint.errors import ConfigurationError, FlowpointError
+from flowpoint.errors import ConfigurationError, FlowpointError, JobScriptSyntaxError
 
 MAIN_EXAMPLES = """examples:
   flowpoint run job.py --input in.txt          # run a job script (its own arguments follow it)
@@ -311,6 +311,33 @@ def _script_after_resume(args: argparse.Namespace) -> None:
         raise FlowpointError(msg)
 
 
+def _shown_path(path: str, script: str | None = None) -> str:
+    """A file as the user knows it: the script as typed, a file below the working directory
+    relative to it, else absolute."""
+    if script is not None and os.path.abspath(script) == os.path.abspath(path):
+        return script
+    rel = os.path.relpath(path)
+    return path if rel.startswith(os.pardir) else rel
+
+
+def syntax_error(error: SyntaxError, script: str | None = None) -> JobScriptSyntaxError:
+    """``job.py:LINE: SyntaxError: message``, then the offending line and its caret, as Python
+    shows them (``traceback.format_exception_only``), without the traceback that led there."""
+    import traceback
+
+    where = _shown_path(error.filename, script) if error.filename else "<job>"
+    head = f"{where}:{error.lineno}: {type(error).__name__}: {error.msg}" if error.lineno else f"{where}: {type(error).__name__}: {error.msg}"
+    shown = traceback.format_exception_only(type(error), error)
+    source = [line.rstrip("\n") for line in "".join(shown[1:-1]).splitlines() if line.strip()]  # the line and caret
+    return JobScriptSyntaxError("\n".join([head, *source]))
+
+
+def _compiles(error: BaseException) -> bool:
+    """A SyntaxError of a file (the job's, or one it imports): not one the job's own code
+    raised or got from compiling a string."""
+    return isinstance(error, SyntaxError) and bool(error.filename) and os.path.isfile(error.filename)
+
+
 def run_script(script: str, argv: list[str], settings: dict) -> None:
     from flowpoint.api.environment import set_cli_defaults
     from flowpoint.python_deps import prepare_python_dependencies
@@ -322,7 +349,12 @@ def run_script(script: str, argv: list[str], settings: dict) -> None:
     set_cli_defaults(prepare_python_dependencies(settings))
     sys.argv = [script, *argv]
     _driver_and_executor_path(os.path.dirname(path))
-    runpy.run_path(path, run_name="__main__")
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SyntaxError as e:
+        if not _compiles(e):
+            raise
+        raise syntax_error(e, script) from None
 
 
 def _driver_and_executor_path(path: str) -> None:
@@ -353,7 +385,12 @@ def run_module(module: str, argv: list[str], settings: dict) -> None:
     if not found:
         msg = f"-pym {module}: no such module on the Python path{reason}; ship its package with -pyfs"
         raise ConfigurationError(msg)
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SyntaxError as e:
+        if not _compiles(e):
+            raise
+        raise syntax_error(e) from None
 
 
 def info_command(args: argparse.Namespace) -> int:
@@ -382,7 +419,12 @@ def info_command(args: argparse.Namespace) -> int:
         set_cli_defaults(settings)
         sys.argv = [args.script, *args.args]
         sys.path.insert(0, os.path.dirname(path))
-        runpy.run_path(path, run_name="__main__")
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SyntaxError as e:
+            if not _compiles(e):
+                raise
+            raise syntax_error(e, args.script) from None
     except PlanPrinted:
         return 0
     finally:
@@ -513,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
             return list_checkpoints_command(args.job_dir)
         else:
             return _control(args)
+    except JobScriptSyntaxError as e:
+        print(e, file=sys.stderr)  # as a compiler says it: file:line first
+        return 1
     except FlowpointError as e:
         from flowpoint.runtime.failure_report import failure_lines
 

@@ -62,6 +62,14 @@ class InsecurePathError(ConfigurationError):
     recoverable = False
 
 
+class JobScriptSyntaxError(FlowpointError):
+    """The job's Python file (or a module it imports) does not compile. Its message is what a
+    compiler says: ``job.py:LINE: SyntaxError: ...``, the offending line and a caret, no
+    traceback through flowpoint's CLI and runpy."""
+
+    recoverable = False
+
+
 class JobGraphError(FlowpointError):
     """The job graph is invalid: rejected before anything runs."""
 

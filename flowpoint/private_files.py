@@ -119,12 +119,32 @@ def check_private_dir(path: str, what: str = "directory", hint: str | None = Non
         raise InsecurePathError(msg)
 
 
-def check_dir(path: str, what: str, hint: str, create: bool = False, mode: int = DIR_MODE, exact: bool = True) -> str:
+def check_closed_dir(path: str, what: str, hint: str | None = None) -> None:
+    """Refuse an existing directory ``path`` that other users can enter, list or read (any group
+    or other permission bit): it holds what only its owner may read (the control token, logs
+    with the dashboard's address, records of failed jobs). flowpoint creates such directories
+    with mode 0700; one it finds wider was made by someone else, and is not tightened behind the
+    user's back: the message says how (``chmod 700``)."""
+    if not POSIX:
+        return
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o077:
+        msg = (
+            f"{what} {path} is open to other users (mode {mode:04o}): it holds files only you may read (the control "
+            f"token, job logs). Run `chmod 700 {path}`{', or ' + hint if hint else ''}"
+        )
+        raise InsecurePathError(msg)
+
+
+def check_dir(
+    path: str, what: str, hint: str, create: bool = False, mode: int = DIR_MODE, closed: bool = False, exact: bool = True,
+) -> str:
     """``path`` (absolute, links resolved) if no other user owns it or can write it, nor replace
     it through a symbolic link or a parent directory; refused with :class:`InsecurePathError`
     naming it and saying ``hint`` otherwise. A missing ``path`` is created (mode ``mode``, its
-    missing parents too; ``exact=False``: less the umask's bits) when ``create``, else what exists
-    of it is checked. Nothing is tightened."""
+    missing parents too; ``exact=False``: less the umask's bits) when ``create``, else what
+    exists of it is checked. Nothing is tightened.
+    ``closed``: an existing ``path`` must also be closed to other users (:func:`check_closed_dir`)."""
     path = os.path.abspath(os.path.expanduser(path))
     if not POSIX:
         return path
@@ -137,6 +157,8 @@ def check_dir(path: str, what: str, hint: str, create: bool = False, mode: int =
             _check_ancestors(real, what, hint)  # and as they are now
         if os.path.lexists(real):
             check_private_dir(real, what, hint)
+            if closed:
+                check_closed_dir(real, what, hint)
     except InsecurePathError:
         raise
     except OSError as e:

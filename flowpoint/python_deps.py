@@ -39,11 +39,6 @@ def split(value: object) -> list[str]:
     return [v.strip() for v in str(value or "").split(",") if v.strip()]
 
 
-def _home() -> Path:
-    home = os.environ.get("FLOWPOINT_HOME")
-    return Path(os.path.expanduser(home)) if home else Path.home() / ".flowpoint"
-
-
 def zip_directory(directory: str) -> str:
     """A zip of ``directory`` whose entries are relative to it (so a folder of modules, or a
     folder holding packages, is importable from the zip as from the folder). Written into a
@@ -76,11 +71,15 @@ def install_requirements(requirements: str) -> str:
         msg = f"python.requirements (-pyreq): requirements file {requirements!r} cannot be read: {e.strerror or e}"
         raise PythonDependencyError(msg) from None
     digest = hashlib.sha256(content + str(path).encode()).hexdigest()[:16]
-    target = _home() / "python-requirements" / digest
+    from flowpoint import private_files
+    from flowpoint.control.auth import home_dir
+
+    # 0700 whatever the umask: the job imports this code (an open home is refused, naming it)
+    target = home_dir("python-requirements", "the python.requirements directory") / digest
     done = target / ".flowpoint-installed"
     if done.is_file():
         return str(target)
-    target.mkdir(parents=True, exist_ok=True)
+    private_files.makedirs(str(target))
     cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input", "--target", str(target), "-r", str(path)]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=str(path.parent), check=False)  # noqa: S603
     if result.returncode != 0:

@@ -127,3 +127,34 @@ def test_a_running_continuous_job_refuses_peers_without_its_secret_and_goes_on(m
     state = result.get_keyed_state("counting")
     assert {"count": state.get("count", {}), "by_digit": state.get("by_digit", {})} == expected_state(events)
     assert sorted(sink.results) == expected_outputs(events)
+
+
+def test_dropped_and_refused_connections_do_not_fill_the_log(server, caplog):
+    """Issue 25: a local user connecting in a loop. A peer that leaves (or resets) during the
+    handshake is one debug line; refusals (garbage, a wrong secret) warn once a minute with a
+    count, the rest at debug level. The server goes on serving its own peers."""
+    import logging
+    import struct
+
+    with caplog.at_level(logging.DEBUG, logger="flowpoint"):
+        for i in range(60):
+            raw = socket.create_connection(server.address)
+            if i % 2:
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
+            raw.close()
+        for _ in range(20):
+            raw = socket.create_connection(server.address)
+            raw.recv(4096)
+            raw.sendall(b"\x00\x00\x00\x40" + b"x" * 64)  # garbage for the challenge's answer
+            raw.close()
+        deadline = time.monotonic() + 10
+        while server.refused < 80 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        good = connect(server.address, server.secret_for_test, ("data", 4, 0, 0))
+        good.send("still serving")
+        assert server.got.wait(5)
+        good.close()
+    assert server.refused == 80
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "refused a channel connection" in warnings[0], warnings
+    assert all(r.exc_info is None for r in caplog.records)

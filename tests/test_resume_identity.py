@@ -388,3 +388,27 @@ def test_resume_before_a_script_with_options_of_its_own(tmp_path):
     assert (args.resume, args.script, args.args) == ("", str(job), ["--spark-master", "local[2]", "out"])
     args = _parser().parse_args(resume_before_script(["run", "--resume", "4f2a", str(job)]))
     assert (args.resume, args.script) == ("4f2a", str(job))
+
+
+def test_resume_advice_names_no_run_whose_checkpoints_are_gone(make_env, tmp_path):
+    """Issue 25: a run that resumed A, completed checkpoints and was killed while it finished (its
+    checkpoints deleted, its entry LOST or FINISHED): --resume said of A "already resumed by job
+    B, which has checkpoints of its own: resume that one", naming B, which has none left."""
+    from flowpoint.runtime.resume import choose_run
+
+    root, registry = tmp_path / "ck", JobRegistry(tmp_path / "registry")
+    graph = _graph(make_env, tmp_path)
+    mine = job_fingerprint(graph)
+    a = _fake_run(root, "a" * 32, entry={"fingerprint": mine}, registry=registry)
+    gone = "9" * 32
+    registry.write(JobEntry(gone, NAME, "LOST", 1, 1, "elsewhere", None, end_time_ms=3, fingerprint=mine, resumed_from=a,
+                            last_checkpoint_id=5, last_checkpoint_path=f"file://{root}/{gone}/chk-5"))
+    with pytest.raises(CheckpointError) as info:
+        choose_run(str(root), {}, graph, registry)
+    msg = str(info.value)
+    assert f"already resumed by job {gone} (LOST), which completed checkpoints of its own that no longer exist" in msg, msg
+    assert "resume that one" not in msg
+    assert not any(line.lstrip().startswith(gone) for line in msg.splitlines())  # not listed as a run to restore
+    # with its checkpoints there, it is the one to resume
+    _fake_run(root, gone, ids=(5,))
+    assert choose_run(str(root), {}, graph, registry).job_id == gone

@@ -29,6 +29,7 @@ from flowpoint.runtime.progress import Progress
 from flowpoint.runtime.progress_bar import bar_line
 
 EVENTS = 1_500
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def count_call(path: str) -> None:
@@ -106,17 +107,41 @@ def test_flowpoint_list_advises_a_checkpoint_only_to_a_lost_job_that_has_one(tmp
     proc.wait(timeout=30)  # a pid that is gone: its jobs are LOST
     registry = JobRegistry(tmp_path / "jobs")
     host = socket.gethostname()
-    registry.write(JobEntry("a" * 32, "with one", "RUNNING", 1, proc.pid, host, None, last_checkpoint_id=4, last_checkpoint_path="/ck/chk-4"))
+    chk = tmp_path / "ck" / ("a" * 32) / "chk-4"
+    chk.mkdir(parents=True)
+    (chk / "_metadata").write_text("{}")
+    registry.write(JobEntry("a" * 32, "with one", "RUNNING", 1, proc.pid, host, None, last_checkpoint_id=4, last_checkpoint_path=str(chk)))
     registry.write(JobEntry("b" * 32, "without", "RUNNING", 1, proc.pid, host, None))
     registry.write(JobEntry("c" * 32, "resumed", "RUNNING", 1, proc.pid, host, None, resumed_from="d" * 32, resumed_checkpoint_id=2))
+    # killed while it finished (issue 25): its checkpoints are deleted, its entry still says RUNNING
+    gone = f"file://{tmp_path}/ck/{'e' * 32}/chk-7"
+    registry.write(JobEntry("e" * 32, "finished", "RUNNING", 1, proc.pid, host, None, last_checkpoint_id=7, last_checkpoint_path=gone))
     assert list_command(False, registry) == 0
     err = {ln[4:36]: ln for ln in capsys.readouterr().err.splitlines()}
-    assert "from its last checkpoint, 4 (/ck/chk-4), with `flowpoint run --resume` or `-s /ck/chk-4`" in err["a" * 32]
+    assert f"from its last checkpoint, 4 ({chk}), with `flowpoint run --resume` or `-s {chk}`" in err["a" * 32]
+    assert f"its last checkpoint, 7 ({gone}), no longer exists" in err["e" * 32] and "--resume" not in err["e" * 32]
+    assert f"-s {gone}" not in err["e" * 32]  # names no checkpoint to restore
     assert "last checkpoint" not in err["b" * 32] and "completed no checkpoint" in err["b" * 32] and "from the beginning" in err["b" * 32]
     assert "last checkpoint" not in err["c" * 32] and f"savepoint 2 of job {'d' * 32}" in err["c" * 32]
 
 
 # -- the terminal, end to end ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["the job", "a module it imports", "flowpoint info"])
+def test_a_syntax_error_in_the_job_is_one_line_with_its_source_and_caret(tmp_path, where):
+    """Issue 25: a syntax error printed Python's traceback through cli.py and runpy."""
+    (tmp_path / "job.py").write_text("from flowpoint import StreamExecutionEnvironment\n\nx = = 1\n")
+    (tmp_path / "imports.py").write_text("import helper\n")
+    (tmp_path / "helper.py").write_text("def f(:\n    pass\n")
+    script, command = ("imports.py", "run") if where == "a module it imports" else ("job.py", "info" if where == "flowpoint info" else "run")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "flowpoint.cli", command, script], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert r.returncode == 1
+    if where == "a module it imports":
+        assert r.stderr.splitlines() == ["helper.py:1: SyntaxError: invalid syntax", "    def f(:", "          ^"], r.stderr
+    else:
+        assert r.stderr.splitlines() == ["job.py:3: SyntaxError: invalid syntax", "    x = = 1", "        ^"], r.stderr
 
 
 def test_the_final_rate_after_a_restore_counts_this_run_and_checkpoints_are_announced(make_env, tmp_path, capsys):
@@ -332,3 +357,79 @@ def test_an_injected_once_only_failure_restarts_and_the_job_succeeds(make_env, t
     assert calls(flag + ".failures") == 1 and client.progress().restarts == 1  # Spark did not retry it
     assert result.get_keyed_state("counting")["count"] == expected_state(EVENTS)["count"]
     assert sorted(sink.results) == expected_outputs(EVENTS)
+
+
+KIND_JOB = textwrap.dedent(
+    """
+    import sys
+    from flowpoint import (DataGeneratorSource, KeyedProcessFunction, ListStateDescriptor, RestartStrategies,
+                           StreamExecutionEnvironment, ValueStateDescriptor)
+
+    KIND, RUNTIME, CHECKPOINTS = sys.argv[1:4]
+
+    class Keep(KeyedProcessFunction):
+        def open(self, ctx):
+            self.s = ctx.get_state(ValueStateDescriptor("s")) if KIND == "value" else ctx.get_list_state(ListStateDescriptor("s"))
+
+        def process_element(self, v, ctx):
+            if KIND == "value":
+                self.s.update(v)
+                if v == 150:
+                    raise RuntimeError("stop here")  # fails for good: its checkpoints stay
+            else:
+                self.s.add(v)
+            yield v
+
+    env = StreamExecutionEnvironment.get_execution_environment(
+        {"execution.epoch.interval": 50, "execution.runtime": RUNTIME, "state.backend.type": "rocksdb"})
+    env.set_parallelism(1)
+    env.enable_checkpointing(1)
+    env.get_checkpoint_config().set_checkpoint_storage(CHECKPOINTS)
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    source = DataGeneratorSource(lambda i: i, count=200, rate_limit_per_second=100)
+    env.from_source(source, source_name="n").uid("n").key_by(lambda x: x % 3).process(Keep()).uid("keep")
+    env.execute("kinds")
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_state_whose_kind_changed_shows_the_message_and_leaves_the_trace_to_the_log(tmp_path):
+    """Issue 25: restoring a ValueState as a ListState on the continuous runtime printed Spark's
+    74 lines (the task's Python traceback and Java's) and then, as the error, "slot 0 ... lost its
+    control channel": the slot failed its Spark task before its report of the error was sent."""
+    (tmp_path / "kinds.py").write_text(KIND_JOB)
+    env = dict(os.environ, FLOWPOINT_HOME=str(tmp_path / "home"), PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "flowpoint.cli", "run", *args], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path, env=env)
+
+    first = run("kinds.py", "value", "epoch", f"file://{tmp_path}/ck")
+    assert first.returncode == 1 and "stop here" in first.stderr, first.stderr[-3000:]
+    chk = max((tmp_path / "ck").glob("*/chk-*"), key=lambda p: int(p.name.split("-")[1]))
+    r = run("-s", str(chk), "kinds.py", "list", "continuous", f"file://{tmp_path}/ck2")
+    assert r.returncode == 1
+    lines = r.stderr.splitlines()
+    errors = [i for i, line in enumerate(lines) if line.startswith("flowpoint: error: ")]
+    assert errors and "declares state 's' as list state, but the checkpoint or savepoint it was restored from holds 's' as value state" in lines[errors[0]], r.stderr[-4000:]
+    assert len(lines) < 12 and not any("Traceback" in line or line.startswith("\tat ") for line in lines), r.stderr[-4000:]
+    log = re.search(r"^The full report \(every traceback\): (\S+)$", r.stderr, re.M).group(1)
+    text = open(log).read()
+    assert "-- the task's traceback --" in text and "check_restored_kind" in text  # the trace went to the log file
+
+
+def test_a_slot_signals_its_failure_only_once_the_report_is_sent():
+    """The race behind the test above: the slot's run loop, seeing ``failed`` set while the report
+    was still being sent, failed the Spark task and closed the control channel under the send."""
+    from types import SimpleNamespace
+
+    from flowpoint.tasks.slot import Slot
+
+    seen = []
+    slot = SimpleNamespace(failed=threading.Event(), reported=threading.Event())
+    slot.control = SimpleNamespace(send=lambda message: seen.append((slot.failed.is_set(), slot.reported.is_set())))
+    Slot._report(slot, ("failed", 0, 0, RuntimeError("x")))
+    assert seen == [(False, False)] and slot.failed.is_set() and slot.reported.is_set()
+    Slot._report(slot, ("metrics", 0, []))  # other messages do not fail the slot
+    assert seen[-1] == (True, True)

@@ -76,13 +76,54 @@ def list_command(show_all: bool, registry: JobRegistry | None = None, which: str
             row += (local_time(e.end_time_ms),)
         rows.append(row)
     print(table(rows))
+    for line in dashboard_links([e for e in shown if e not in lost]):
+        print(line)
     for e in lost:
         print(f"job {e.job_id} is {LOST}: its process {e.pid} on {e.host} is gone without ending the job; {restart_advice(e)}", file=sys.stderr)
     return 0
 
 
+def dashboard_links(entries: list[JobEntry]) -> list[str]:
+    """The signed-in dashboard link of each running job with an endpoint: its URL with the
+    control token, which only the job's user can read (the job's own output shows the URL
+    without it). None when there is no token file (no endpoint to sign in to)."""
+    from flowpoint.control.auth import TokenMissingError, read_token
+
+    running = [e for e in entries if not e.ended and e.endpoint]
+    if not running:
+        return []
+    try:
+        token = read_token()
+    except TokenMissingError:
+        return []
+    width = max(len(e.job_id) for e in running)
+    lines = ["Dashboards (signed-in links: opening one starts a browser session; keep them to yourself):"]
+    lines += [f"  {e.job_id.ljust(width)}  http://{e.endpoint}/?token={token}#/jobs/{e.job_id}" for e in running]
+    return lines
+
+
+def checkpoint_exists(uri: str | None) -> bool | None:
+    """Whether the checkpoint at ``uri`` is still there (its ``_metadata``); None when that cannot
+    be told (no path recorded, storage that does not answer)."""
+    if not uri:
+        return None
+    try:
+        from flowpoint.checkpoint.storage import CheckpointStorageAccess
+
+        return CheckpointStorageAccess(uri).exists("_metadata")
+    except Exception:  # noqa: BLE001 - unknown: the advice names it as before
+        return None
+
+
 def restart_advice(e: JobEntry) -> str:
-    """How to restart a LOST job: from its last checkpoint, if it completed one."""
+    """How to restart a LOST job: from its last checkpoint, if it completed one that still
+    exists (a run killed while it finished has deleted its checkpoints: no advice names them)."""
+    if e.last_checkpoint_id is not None and checkpoint_exists(e.last_checkpoint_path) is False:
+        return (
+            f"its last checkpoint, {e.last_checkpoint_id} ({e.last_checkpoint_path}), no longer exists (a job deletes its "
+            "checkpoints when it finishes: it was killed while it ended, or they were removed), so it has none to restart "
+            "from: run it again (from the beginning, or from a savepoint with `-s`)"
+        )
     if e.last_checkpoint_id is not None:
         path = e.last_checkpoint_path or "<path>"
         where = f" ({e.last_checkpoint_path})" if e.last_checkpoint_path else ""

@@ -183,16 +183,22 @@ def attach_job(client: JobClient, config: Any) -> JobControl:
     return job
 
 
-def dashboard_url(address: str, token: str, job_id: str | None = None) -> str:
-    """The dashboard's URL with the token that starts a browser session (once)."""
-    return f"http://{address}/?token={token}" + (f"#/jobs/{job_id}" if job_id else "")
+def dashboard_url(address: str, token: str | None, job_id: str | None = None) -> str:
+    """The dashboard's URL; with ``token``, the signed-in link that starts a browser session
+    (once), for the owner's own terminal only (``flowpoint list``): never for a log."""
+    query = f"?token={token}" if token else ""
+    return f"http://{address}/{query}" + (f"#/jobs/{job_id}" if job_id else "")
 
 
 def _print_urls(job: JobControl, server: ControlServer, config: Any) -> None:
+    """The job's dashboard and Spark UI addresses, on stderr: output that may go to a log file
+    (``flowpoint run -d``, a redirect), so without the token; ``flowpoint list`` prints the
+    signed-in link to the owner."""
     interval = config.get("execution.progress.interval") if config is not None else 0
     if interval is not None and int(interval) < 0:
         return
-    print(f"[flowpoint] dashboard: {dashboard_url(server.address, server.token, job.job_id)}", file=sys.stderr, flush=True)
+    url = dashboard_url(server.address, None, job.job_id)
+    print(f"[flowpoint] dashboard: {url} (sign in with the link `flowpoint list` prints)", file=sys.stderr, flush=True)
     if job.spark_ui:
         print(f"[flowpoint] Spark UI: {job.spark_ui}", file=sys.stderr, flush=True)
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import sys
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -90,6 +92,15 @@ class RawJson:
     data: bytes
 
 
+#: What a client that goes away makes a server's read or write raise (BrokenPipeError,
+#: ConnectionResetError, ConnectionAbortedError are ConnectionErrors; a stalled client times out).
+DROPPED = (ConnectionError, TimeoutError)
+
+
+def _peer(address: Any) -> str:
+    return f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else str(address)
+
+
 class RestServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -117,6 +128,18 @@ class RestServer(ThreadingHTTPServer):
             return origin.strip().lower() == f"http://{(host or '').strip().lower()}"
         return auth.origin_allowed(origin, self.port)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A request's connection failed outside the answer (socketserver's default prints a
+        traceback to stderr for each). A client that went away (a closed tab, a dropped or
+        reset connection, a client that stalled: BrokenPipe, ConnectionReset, a timeout) is one
+        line at debug level, so that a local user dropping connections by the hundred cannot
+        fill the job's output; anything else is logged with its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, DROPPED):
+            log.debug("flowpoint http: the client %s went away: %s", _peer(client_address), error)
+            return
+        log.error("flowpoint http: a request from %s failed", _peer(client_address), exc_info=True)
+
     def answer(self, request: Request) -> tuple[int, Any]:
         """``(HTTP status, a JSON-able payload or RawJson)`` for an authorized request."""
         raise NotImplementedError
@@ -131,10 +154,19 @@ class RestServer(ThreadingHTTPServer):
 def _unauthorized() -> ApiError:
     msg = (
         "refused: no valid control token (Authorization: Bearer <token>) or dashboard session. Use the flowpoint CLI "
-        f"as the job's user, or open the dashboard URL it prints (with ?token=...): the token is in {auth.TOKEN_FILE} "
+        f"as the job's user, or open the signed-in link (with ?token=...) that `flowpoint list` or `flowpoint ui` prints: "
+        f"the token is in {auth.TOKEN_FILE} "
         f"in {auth.HOME_VARIABLE} (~/.flowpoint)"
     )
     return ApiError(HTTPStatus.UNAUTHORIZED, msg)
+
+
+_TOKEN_QUERY = re.compile(r"(?i)(token=)[^&\s#\"]*")
+
+
+def _redacted(value: Any) -> Any:
+    """A logged request line without the token of a ``?token=`` sign-in: no log line holds it."""
+    return _TOKEN_QUERY.sub(r"\1<redacted>", value) if isinstance(value, str) else value
 
 
 class RestHandler(BaseHTTPRequestHandler):
@@ -143,7 +175,7 @@ class RestHandler(BaseHTTPRequestHandler):
     timeout = 60  # a client that connects and sends nothing does not hold a thread forever
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        log.debug("flowpoint http: " + format, *args)
+        log.debug("flowpoint http: " + format, *(_redacted(a) for a in args))
 
     def do_GET(self) -> None:
         self._serve("GET")

@@ -28,11 +28,11 @@ KEEP = 100  # failure logs kept in the logs directory, the newest
 
 
 def logs_dir() -> str:
-    """``$FLOWPOINT_HOME/logs`` (``~/.flowpoint/logs``), created private to the user."""
-    from flowpoint.control.auth import check_home, flowpoint_home
+    """``$FLOWPOINT_HOME/logs`` (``~/.flowpoint/logs``), created private to the user (0700); one
+    open to others is refused (``flowpoint.control.auth.home_dir``)."""
+    from flowpoint.control.auth import home_dir
 
-    check_home(create=True)
-    return private_files.private_dir(str(flowpoint_home() / "logs"), "the failure log directory")
+    return str(home_dir("logs", "the log directory"))
 
 
 def user_traceback(error: BaseException) -> list[str]:

@@ -206,8 +206,13 @@ def _superseded_by(run: Run, entries: list[JobEntry], with_checkpoints: set[str]
         status = e.shown_status()
         if status == "FINISHED":
             return f"already resumed by job {e.job_id}, which finished"
-        if e.last_checkpoint_id is not None or e.job_id in with_checkpoints:
+        if e.job_id in with_checkpoints:
             return f"already resumed by job {e.job_id} ({status}), which has checkpoints of its own: resume that one"
+        if e.last_checkpoint_id is not None:  # it completed some, and none is left (killed while it finished)
+            return (
+                f"already resumed by job {e.job_id} ({status}), which completed checkpoints of its own that no longer "
+                "exist (a job deletes them when it finishes): restoring this run again would apply its state twice"
+            )
         if not e.ended and status != "LOST":
             return f"being resumed by job {e.job_id}, which is running"
     return ""

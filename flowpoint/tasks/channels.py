@@ -37,6 +37,7 @@ from flowpoint.errors import FlowpointError
 log = logging.getLogger("flowpoint")
 
 HANDSHAKE_TIMEOUT_S = 10.0
+REFUSAL_WARNING_INTERVAL_S = 60.0  # a refused channel connection warns at most this often
 # the kernel's buffers of a channel's socket, each way: what a blocked receiver lets its sender
 # queue beyond the receiver's frames (the kernel would otherwise grow them to megabytes)
 SOCKET_BUFFER = 64 << 10
@@ -196,6 +197,8 @@ class ChannelServer:
         self.secret = secret
         self.handler = handler
         self.refused = 0
+        self._unreported = 0  # refusals logged at debug level since the last warning
+        self._warned = -REFUSAL_WARNING_INTERVAL_S
         self._closed = threading.Event()
         self._sock = socket.create_server((host, 0))
         _small_buffers(self._sock)  # accepted sockets inherit them
@@ -227,10 +230,14 @@ class ChannelServer:
             if not isinstance(hello, tuple):
                 msg = "the hello is not a tuple"
                 raise ChannelAuthError(msg)
-        except (ChannelAuthError, OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError) as e:
+        except (EOFError, OSError) as e:  # the peer went away or stalled: it sent nothing to refuse
             with self._lock:
                 self.refused += 1
-            log.warning("flowpoint refused a channel connection from %s: %s", peer, e)
+            log.debug("a channel connection from %s ended during the handshake: %s", peer, e or type(e).__name__)
+            conn.close()
+            return
+        except (ChannelAuthError, pickle.UnpicklingError, ValueError, TypeError) as e:
+            self._refused(peer, e)
             conn.close()
             return
         _os_timeout(conn, 0)
@@ -244,6 +251,23 @@ class ChannelServer:
             self.handler(hello, channel)
         except Exception:  # noqa: BLE001 - the handler reports its own failures
             log.debug("channel handler for %s ended with an error", peer, exc_info=True)
+
+    def _refused(self, peer: str, error: BaseException) -> None:
+        """One warning a minute at most, with the count of refusals since the last one (a local
+        user connecting in a loop cannot fill the job's output); the others at debug level."""
+        now = time.monotonic()
+        with self._lock:
+            self.refused += 1
+            self._unreported += 1
+            if now - self._warned < REFUSAL_WARNING_INTERVAL_S:
+                quiet = True
+            else:
+                quiet, count, self._unreported, self._warned = False, self._unreported, 0, now
+        if quiet:
+            log.debug("flowpoint refused a channel connection from %s: %s", peer, error)
+            return
+        more = f" ({count - 1} more refused since the last warning)" if count > 1 else ""
+        log.warning("flowpoint refused a channel connection from %s: %s%s", peer, error, more)
 
     def close(self) -> None:
         self._closed.set()

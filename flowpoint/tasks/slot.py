@@ -107,15 +107,21 @@ class Slot:
         return target.send(frame)
 
     def _report(self, message: tuple) -> None:
-        if message[0] == "failed":
-            self.failed.set()
+        failing = message[0] == "failed"
         try:
             if self.control is not None:
                 self.control.send(message)
-                if message[0] == "failed":
+                if failing:
                     self.reported.set()
         except ChannelError:
             self.failed.set()
+        finally:
+            # only once the error is on its way: the run loop, seeing `failed` before `reported`,
+            # would fail the Spark task itself and close the control channel under the send; the
+            # driver then saw the channel lost instead of the error, after Spark printed the
+            # task's traceback with Java's (issue 25: a state whose kind changed)
+            if failing:
+                self.failed.set()
 
     # -- running -------------------------------------------------------------------------------
 

@@ -348,7 +348,7 @@
     if (!e) { setHtml(el, ''); return; }
     let hint = '';
     if (e instanceof ApiError && (e.status === 401 || e.status === 403)) {
-      hint = 'Open the address that `flowpoint ui` printed (the one with ?token=) to sign this browser in.';
+      hint = 'Open the signed-in link (the one with ?token=) that `flowpoint list` or `flowpoint ui` prints to sign this browser in.';
     }
     setHtml(el, h`<div class="banner">${e.messages ? e.messages.join('; ') : String(e)}${hint ? h` <span class="banner-hint">${hint}</span>` : ''}</div>`);
   }
