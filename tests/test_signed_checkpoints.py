@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import shutil
 import stat
 import time
@@ -262,3 +263,40 @@ def test_what_seal_signs_verifies_and_a_changed_field_does_not():
     d["metadata_sha256"] = metadata_checksum(d)
     with pytest.raises(UntrustedStateError, match="changed after flowpoint signed it"):
         Keyring().verify(CheckpointMetadata.from_json(json.dumps(d)), "x")
+
+
+# -- durable working state: its manifest is the driver's committed chain -----------------------
+
+
+def test_a_swapped_working_state_file_is_refused_before_it_is_unpickled(tmp_path):
+    from flowpoint.errors import StateNotFoundError
+    from flowpoint.state import durable
+
+    marker = str(tmp_path / "code-ran")
+    uri = f"file://{tmp_path}/durable/job/run-0/stage-1/part-0/delta-00000004-t.pkl"
+    size, digest = durable.write_file(uri, pickle.dumps(("delta", {"counting": {}})))
+    durable._RECENT.clear()  # as another executor, which never saw the write
+    with open(uri[len("file://"):], "wb") as f:
+        f.write(evil(marker))  # swapped by someone who can write the durable root
+    with pytest.raises(StateNotFoundError, match="does not match the checksum recorded when its epoch committed"):
+        durable.read_file(uri, None, digest)
+    with pytest.raises(StateNotFoundError, match="has no SHA-256 in the committed chain"):
+        durable.read_file(uri, None, None)  # a chain entry without a checksum is not read at all
+    assert not os.path.exists(marker)
+
+
+def test_a_working_state_file_of_the_wrong_shape_fails_naming_it():
+    import types
+
+    from flowpoint.state.backend import HashMapPartitionBackend, PartitionBackend
+    from flowpoint.state.working import CommittedFile
+
+    path = "file:///w/durable/run/stage-1/part-0/delta-00000004-t.pkl"
+    for payload, expected in ((0, "holds a int, not a base or delta"), (("delta", {"counting": {"count": 5}}), "not (puts, deletes)")):
+        data = pickle.dumps(payload)
+        backend = types.SimpleNamespace(read=lambda f, what, stage, part, data=data: data)
+        backend.load = lambda f, what, stage, part, backend=backend: PartitionBackend.load(backend, f, what, stage, part)
+        f = CommittedFile(4, "t", path, len(data), hashlib.sha256(data).hexdigest())
+        with pytest.raises(StateDecodeError, match=re.escape(expected)) as e:
+            HashMapPartitionBackend._apply_file(backend, None, f, "delta", 1, 0)
+        assert e.value.path == path and not e.value.recoverable
