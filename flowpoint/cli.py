@@ -117,6 +117,12 @@ def _parser() -> argparse.ArgumentParser:
         "-n", "--allow-non-restored-state", action="store_true",
         help="when restoring, drop state of operators (uids) the job no longer has instead of failing",
     )
+    run.add_argument(
+        "--trust-savepoint-from-others", action="store_true",
+        help="restore a checkpoint or savepoint that this installation's key did not sign (another installation's, one "
+        "changed after it was signed, or one from before checkpoints were signed): restoring runs whatever code its writer "
+        "put in its pickles, as you. Only for files whose every writer you trust (execution.savepoint.trust-from-others)",
+    )
     run.add_argument("--conf", metavar="FILE_OR_DIR", help="a flowpoint.yaml file (or the directory holding it)")
     _python_options(run)
     run.add_argument("script", nargs="?", help="the job's Python file")
@@ -288,6 +294,8 @@ def _settings(args: argparse.Namespace) -> dict:
         settings["execution.state-recovery.fallback-on-corruption"] = True
     if args.allow_non_restored_state:
         settings["execution.savepoint.ignore-unclaimed-state"] = True
+    if args.trust_savepoint_from_others:
+        settings["execution.savepoint.trust-from-others"] = True
     for option, key in (("py_files", "python.files"), ("py_requirements", "python.requirements"), ("py_archives", "python.archives")):
         value = getattr(args, option, None)
         if value:

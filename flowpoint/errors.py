@@ -200,6 +200,18 @@ class StateDecodeError(CorruptStateError):
     recoverable = False
 
 
+class UntrustedStateError(CorruptStateError):
+    """A checkpoint's or savepoint's ``_metadata`` is not signed with this installation's key
+    (``$FLOWPOINT_HOME/checkpoint-key``) nor a trusted one: signed by another installation,
+    changed after it was signed (a state file replaced and ``_metadata`` resealed), or unsigned
+    (written before checkpoints were signed, or the signature removed). Restoring it would
+    unpickle what its writer chose, so it is refused before anything is decoded, naming the file
+    (``path``); ``flowpoint run --trust-savepoint-from-others`` (``execution.savepoint.trust-from-others``)
+    or ``security.checkpoint-signing.trusted-key-files`` accepts it. No restart can fix it."""
+
+    recoverable = False
+
+
 class CorruptSinkFileError(CorruptStateError):
     """A sink's file written before a checkpoint (a FileSink in-progress piece) no longer has
     the size or SHA-256 recorded when it was written: changed, appended to, replaced or removed

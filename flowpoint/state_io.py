@@ -27,6 +27,7 @@ from flowpoint.checkpoint.savepoint import (
     savepoint_dir_name,
     write_savepoint,
 )
+from flowpoint.checkpoint.signing import Keyring
 from flowpoint.errors import ConfigurationError
 from flowpoint.runtime.job import new_job_id
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps, state_key
@@ -40,12 +41,17 @@ from flowpoint.state.keygroups import (
 class StateReader:
     """A savepoint or retained checkpoint opened for reading (see :func:`state_reader`)."""
 
-    def __init__(self, spark: Any, path: str, options: dict[str, str] | None = None):
+    def __init__(self, spark: Any, path: str, options: dict[str, str] | None = None, keyring: Keyring | None = None):
         self.spark = spark
         self.path = path
         self.access, self.metadata = open_savepoint(path, options)
         # values are unpickled: a directory another user can write is not read (as for a restore)
         self.access.check_trusted("the directory state_reader reads", "the path given to state_reader")
+        # ... nor a _metadata this installation (or one it trusts) did not sign: the Spark tasks
+        # reading the files check each against the SHA-256 this verified _metadata records
+        m = self.metadata
+        where = self.access.uri(f"chk-{m.checkpoint_id}/_metadata" if m.kind == "checkpoint" else "_metadata")
+        (keyring or Keyring()).verify(m, where)
 
     def operators(self) -> list[dict[str, Any]]:
         """``[{"uid", "name", "parallelism", "max_parallelism", "state_names", "states"}]``."""
@@ -95,11 +101,19 @@ class StateReader:
         return rows_to_dataframe(self.spark, state_rows(tables, kinds, state_name), with_state_name=state_name is None)
 
 
-def state_reader(spark: Any, path: str, options: dict[str, str] | None = None) -> StateReader:
+def state_reader(
+    spark: Any, path: str, options: dict[str, str] | None = None, *,
+    trust_savepoint_from_others: bool = False, key_file: str | None = None, trusted_key_files: tuple[str, ...] = (),
+) -> StateReader:
     """Open a savepoint or retained checkpoint (directory or ``_metadata``) to read its state;
     ``options`` are filesystem settings (``s3.endpoint``, ``s3.access-key``, ...), which the
-    Spark tasks reading the files get too."""
-    return StateReader(spark, path, options)
+    Spark tasks reading the files get too.
+
+    Reading unpickles the state, so ``_metadata`` must be signed with this installation's key
+    (``key_file``, default ``$FLOWPOINT_HOME/checkpoint-key``) or one of ``trusted_key_files``;
+    anything else is refused (UntrustedStateError) unless ``trust_savepoint_from_others``
+    (docs/checkpoints.md, "Integrity and trust")."""
+    return StateReader(spark, path, options, Keyring(key_file, tuple(trusted_key_files), trust_savepoint_from_others))
 
 
 @dataclass

@@ -311,6 +311,15 @@ OPTIONS = {
         Option("security.trust-shared-directories", False, bool, "true: accept local checkpoint, savepoint and remote working directories (and the run directories --resume considers) and FileSink directories that other users own or can write; false: refuse them (whoever can write them can make the job run code, or change its output before it is committed)", parse_bool),
         Option("state.checkpoint-storage", None, str, "jobmanager | filesystem; default filesystem when state.checkpoints.dir is set, else jobmanager", _choice(_names("jobmanager", "filesystem"))),
         Option("execution.savepoint.path", None, str, "checkpoint or savepoint to restore the job from (-s)"),
+        Option(
+            "execution.savepoint.trust-from-others", False, bool,
+            "true: restore (and read with state_reader) a checkpoint or savepoint whose _metadata is not signed with this installation's key or a trusted one "
+            "(another installation's, one changed after it was signed, or one written before checkpoints were signed): restoring unpickles whatever its writer chose, "
+            "as you (--trust-savepoint-from-others); false: refuse it naming the file",
+            parse_bool,
+        ),
+        Option("security.checkpoint-signing.key-file", None, str, "the key file that signs and verifies _metadata of checkpoints and savepoints (HMAC-SHA256); default $FLOWPOINT_HOME/checkpoint-key, created on first use. Set it where the driver has no FLOWPOINT_HOME of yours (cluster deploy mode): a copy of your key, mode 0600"),
+        Option("security.checkpoint-signing.trusted-key-files", None, str, "comma-separated key files of other flowpoint installations whose checkpoints and savepoints this one restores (verification only; each mode 0600)"),
         Option("execution.savepoint.ignore-unclaimed-state", False, bool, "restore even when some state has no operator (--allow-non-restored-state)", parse_bool),
         Option("execution.state-recovery.from-latest", False, bool, "restore the newest retained checkpoint of this job's previous run under state.checkpoints.dir (--resume): the run of the same job name and fingerprint (operator uids, max parallelism) not yet resumed by another", parse_bool),
         Option("execution.state-recovery.from-job", None, str, "restore the newest retained checkpoint of this run (a job id or a unique prefix of one) under state.checkpoints.dir (--resume <job-id>)"),

@@ -92,6 +92,49 @@ def decode(loads: Callable[[bytes], Any], data: bytes, uri: str, uid: str | None
         raise undecodable(uri, e, uid, what, hint) from e
 
 
+SHAPES = {"list": (list, "a list"), "map": (dict, "a dict")}  # what a value of each state kind must be (others: anything)
+
+
+def misshapen(uri: str, problem: str, uid: str | None = None, state: str | None = None, what: str = "state file", hint: str = HINT) -> StateDecodeError:
+    """The error for a verified file that decodes, but not to the shape its kind of state needs
+    (a table per state name, a list for ListState, a dict for MapState): no restart fixes it."""
+    owner = f" (operator uid {uid!r}" + (f", state {state!r})" if state else ")") if uid else (f" (state {state!r})" if state else "")
+    msg = (
+        f"{what} {uri}{owner} matches its recorded checksum but does not hold what flowpoint wrote there: {problem}. It was "
+        f"written by other code, or damaged before its checksum was computed; {hint}"
+    )
+    return StateDecodeError(msg, path=uri)
+
+
+def check_tables(payload: Any, changelog: bool, uri: str, uid: str | None, kinds: dict[str, str] | None = None, what: str = "checkpoint file") -> None:
+    """Raise :func:`misshapen` unless ``payload`` (an unpickled HashMap part) is ``{state name:
+    {key: value}}`` (``changelog``: ``{state name: (puts {key: value}, deletes [key])}``), every
+    value of a ListState a list and of a MapState a dict (``kinds``: state name -> kind)."""
+    if not isinstance(payload, dict):
+        raise misshapen(uri, f"it holds a {type(payload).__name__}, not a table per state", uid, None, what)
+    for name, table in payload.items():
+        if not isinstance(name, str):
+            raise misshapen(uri, f"it names a state by a {type(name).__name__}", uid, None, what)
+        if changelog:
+            if not isinstance(table, (tuple, list)) or len(table) != 2 or not isinstance(table[0], dict) or not isinstance(table[1], (list, tuple, set)):
+                raise misshapen(uri, f"its changes are a {type(table).__name__}, not (puts, deletes)", uid, name, what)
+            table = table[0]
+        elif not isinstance(table, dict):
+            raise misshapen(uri, f"its table is a {type(table).__name__}, not a dict", uid, name, what)
+        check_values(table.values(), (kinds or {}).get(name), uri, uid, name, what)
+
+
+def check_values(values: Any, kind: str | None, uri: str, uid: str | None, state: str, what: str = "checkpoint file") -> None:
+    """Every value of a ``kind`` state has the shape that kind needs (:data:`SHAPES`)."""
+    shape = SHAPES.get(kind or "")
+    if shape is None:
+        return
+    cls, name = shape
+    for v in values:
+        if not isinstance(v, cls):
+            raise misshapen(uri, f"a value of this {kind} state is a {type(v).__name__}, not {name}", uid, state, what)
+
+
 def check_bytes(data: bytes, size: int | None, sha256: str | None, uri: str, uid: str | None = None, what: str = "state file") -> bytes:
     """``data`` if it has ``size`` bytes and SHA-256 ``sha256`` (task side, before decoding);
     CorruptStateError naming ``uri`` otherwise. A missing ``sha256`` is refused: every file of

@@ -22,7 +22,7 @@ checksums) is refused with a message saying so: flowpoint is pre-1.0 and keeps n
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.integrity import CHECKSUM_FIELD, is_sha256, metadata_checksum
@@ -30,6 +30,7 @@ from flowpoint.checkpoint.values import NotData, from_data, to_data, user_to_dat
 from flowpoint.errors import CheckpointError, CorruptStateError
 
 if TYPE_CHECKING:
+    from flowpoint.checkpoint.signing import Keyring
     from flowpoint.checkpoint.storage import CheckpointStorageAccess
 
 FORMAT_VERSION = 2
@@ -212,6 +213,10 @@ class CheckpointMetadata:
     watermarks: dict[str, Any]  # "channels": {channel: [watermark, idle]}, "generators": {key: pickled state as bytes}, "operator_state": {...}
     stats: dict[str, Any]  # sync_ms, async_ms, state_size, incremental_size, tasks_acknowledged, ...
     format_version: int = FORMAT_VERSION
+    # read from a file (not part of the JSON object): its ``metadata_hmac`` and the digest that
+    # signature covers (checkpoint/signing.py); None for metadata built in this process
+    signature: Any = field(default=None, repr=False, compare=False)
+    signed_digest: bytes | None = field(default=None, repr=False, compare=False)
 
     # -- derived -------------------------------------------------------------------------------
 
@@ -255,15 +260,20 @@ class CheckpointMetadata:
         }
         return d
 
-    def to_json(self) -> str:
-        """The file's text: the JSON object with ``metadata_sha256`` over its canonical form."""
+    def to_json(self, keyring: Keyring | None = None) -> str:
+        """The file's text: the JSON object signed with ``keyring``'s key (``metadata_hmac``;
+        default: this installation's, checkpoint/signing.py), then ``metadata_sha256`` over its
+        canonical form."""
+        from flowpoint.checkpoint.signing import SIGNATURE_FIELD, default_keyring
+
         self.validate()
         d = self.to_dict()
+        d[SIGNATURE_FIELD] = (keyring or default_keyring()).sign(d)
         d[CHECKSUM_FIELD] = metadata_checksum(d)
         return json.dumps(d, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
-    def to_bytes(self) -> bytes:
-        return self.to_json().encode("utf-8")
+    def to_bytes(self, keyring: Keyring | None = None) -> bytes:
+        return self.to_json(keyring).encode("utf-8")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CheckpointMetadata:
@@ -339,7 +349,12 @@ class CheckpointMetadata:
         elif claimed != metadata_checksum(data):
             msg = f"checkpoint metadata does not match its {CHECKSUM_FIELD}: the file is corrupt or was changed"
             raise CorruptStateError(msg)
-        return cls.from_dict({k: v for k, v in data.items() if k != CHECKSUM_FIELD})
+        from flowpoint.checkpoint.signing import SIGNATURE_FIELD, signed_digest
+
+        meta = cls.from_dict({k: v for k, v in data.items() if k not in (CHECKSUM_FIELD, SIGNATURE_FIELD)})
+        meta.signature = data.get(SIGNATURE_FIELD)
+        meta.signed_digest = signed_digest(data)
+        return meta
 
     def validate(self) -> None:
         """Refuse metadata that could not be restored (wrong kind, absolute or escaping paths)."""
@@ -364,16 +379,18 @@ def metadata_path(rel_dir: str) -> str:
     return f"{rel_dir}/{METADATA_FILE}" if rel_dir else METADATA_FILE
 
 
-def write_metadata(access: CheckpointStorageAccess, rel_dir: str, metadata: CheckpointMetadata) -> str:
-    """Write ``<rel_dir>/_metadata`` atomically; returns its relative path."""
+def write_metadata(access: CheckpointStorageAccess, rel_dir: str, metadata: CheckpointMetadata, keyring: Keyring | None = None) -> str:
+    """Write ``<rel_dir>/_metadata`` atomically, signed with ``keyring``'s key (default: this
+    installation's); returns its relative path."""
     rel = metadata_path(rel_dir)
-    access.write_bytes(rel, metadata.to_bytes())
+    access.write_bytes(rel, metadata.to_bytes(keyring))
     return rel
 
 
 def read_metadata(access: CheckpointStorageAccess, rel_dir: str) -> CheckpointMetadata:
     """The metadata in ``<rel_dir>/_metadata``; CheckpointError naming the file if it is missing,
-    corrupt or of another format version."""
+    corrupt or of another format version. Its signature is not checked here (reading runs no
+    code): a restore checks it (:meth:`flowpoint.checkpoint.signing.Keyring.verify`)."""
     rel = metadata_path(rel_dir)
     if not access.exists(rel):
         where = access.uri(rel_dir)

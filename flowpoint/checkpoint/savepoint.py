@@ -45,7 +45,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from flowpoint.checkpoint.integrity import check_bytes, corrupt, undecodable
+from flowpoint.checkpoint.integrity import (
+    check_bytes,
+    check_tables,
+    check_values,
+    corrupt,
+    undecodable,
+)
 from flowpoint.checkpoint.metadata import (
     METADATA_FILE,
     CheckpointMetadata,
@@ -70,6 +76,8 @@ from flowpoint.tasks.batches import dumps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
+
+    from flowpoint.checkpoint.signing import Keyring
 
 log = logging.getLogger("flowpoint")
 
@@ -181,11 +189,14 @@ def decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[int
     (state/compatibility.py). A key or value that does not unpickle raises StateDecodeError
     naming ``uri``."""
     try:
-        return _decode_rows(table, kinds, key_groups, load_value)
+        out = _decode_rows(table, kinds, key_groups, load_value)
     except StateMigrationError:
         raise
     except Exception as e:  # noqa: BLE001 - unpickling raises anything
         raise undecodable(uri, e, uid, "savepoint file") from e
+    for name, values in out.items():  # a whole ListState value is a list, a MapState one a dict
+        check_values(values.values(), kinds.get(name), uri, uid, name, "savepoint file")
+    return out
 
 
 def _decode_rows(table: pa.Table, kinds: Mapping[str, str], key_groups: tuple[int, int] | None, load_value: Callable[[bytes], Any]) -> dict[str, dict[Any, Any]]:
@@ -318,8 +329,10 @@ def complete_savepoint(
     sinks: dict[str, Any] | None = None,
     watermarks: dict[str, Any] | None = None,
     stats: dict[str, Any] | None = None,
+    keyring: Keyring | None = None,
 ) -> str:
-    """Write ``_metadata`` (atomically, last): the savepoint exists from then on."""
+    """Write ``_metadata`` (atomically, last, signed with ``keyring``'s key: default this
+    installation's): the savepoint exists from then on."""
     total = sum(sub.state_size for op in operators for sub in op.subtasks)
     meta = CheckpointMetadata(
         checkpoint_id=int(checkpoint_id),
@@ -338,37 +351,45 @@ def complete_savepoint(
         watermarks=dict(watermarks or {}),
         stats={"state_size": total, **(stats or {})},
     )
-    write_metadata(access, "", meta)
+    write_metadata(access, "", meta, keyring)
     return access.uri()
 
 
 NATIVE = "NATIVE"  # _metadata stats["savepoint_format"] of a native savepoint
 
 
-def native_savepoint(checkpoint_uri: str, target: str, job_id: str, options: Mapping[str, Any] | None = None) -> str:
+def native_savepoint(checkpoint_uri: str, target: str, job_id: str, options: Mapping[str, Any] | None = None, keyring: Keyring | None = None) -> str:
     """A native savepoint (Flink's ``formatType: NATIVE``) from the completed FULL checkpoint at
     ``checkpoint_uri`` (its ``chk-<n>`` directory): every file its ``_metadata`` names (the
     backend's own files) copied into a new savepoint directory below ``target``, then
     ``_metadata`` as a savepoint marked NATIVE; self-contained, restored by ``-s`` as a
     checkpoint of the same backend is. FileNotFoundError/CheckpointError when the checkpoint is
-    gone (retention removed it) before every file was copied; the incomplete savepoint is removed."""
+    gone (retention removed it) before every file was copied; the incomplete savepoint is removed.
+    The checkpoint's signature is verified (``keyring``) and every file checked against its
+    SHA-256 as it is copied: the savepoint is signed anew, so it must not sign what others wrote."""
+    from flowpoint.checkpoint.signing import default_keyring
+
+    keyring = keyring or default_keyring()
     chk = CheckpointStorageAccess(checkpoint_uri, options)
     meta = read_metadata(chk, "")
+    keyring.verify(meta, chk.uri(METADATA_FILE))
     if meta.kind != "checkpoint":
         msg = f"{checkpoint_uri} is a {meta.kind}, not a checkpoint"
         raise CheckpointError(msg)
     job_dir = CheckpointStorageAccess(split_uri(chk.uri())[0], options)
     access = create_savepoint_dir(target, job_id, options)
+    files = {f.path: f for f in meta.files()}
     try:
         for rel in sorted(meta.referenced_files()):
             parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
             if parent:
                 access.make_dirs(parent)
-            access.write_bytes(rel, job_dir.read_bytes(rel))
+            f = files[rel]
+            access.write_bytes(rel, check_bytes(job_dir.read_bytes(rel), f.size, f.sha256, job_dir.uri(rel), None, "checkpoint file"))
         meta.kind = "savepoint"
         meta.completed_time_ms = now_ms()
         meta.stats = {**meta.stats, "savepoint_format": NATIVE, "from_checkpoint": meta.checkpoint_id}
-        write_metadata(access, "", meta)
+        write_metadata(access, "", meta, keyring)
     except BaseException:
         discard_incomplete(access)
         raise
@@ -632,10 +653,13 @@ def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: 
             return b.snapshot()
     from flowpoint.state.working import apply_part, load_part
 
+    kinds = operator_kinds(op)
     for f in sub.files:  # a full snapshot, then the changelog parts written after it (in order)
         uri = access.uri(f.path)
         data = check_bytes(access.read_bytes(f.path), f.size, f.sha256, uri, op.uid, "checkpoint file")
-        apply_part(merged, f.kind == "changelog", load_part(data, uri, op.uid, loads))
+        payload = load_part(data, uri, op.uid, loads)
+        check_tables(payload, f.kind == "changelog", uri, op.uid, kinds)
+        apply_part(merged, f.kind == "changelog", payload)
     return merged
 
 

@@ -25,7 +25,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.integrity import verify_sizes
 from flowpoint.checkpoint.metadata import (
@@ -37,6 +37,9 @@ from flowpoint.checkpoint.metadata import (
 )
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
 from flowpoint.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from flowpoint.checkpoint.signing import Keyring
 
 log = logging.getLogger("flowpoint")
 
@@ -116,7 +119,7 @@ def _locked(method):
 class CheckpointStore:
     """The checkpoint directory ``<access>/<job_id>/`` of one job."""
 
-    def __init__(self, access: CheckpointStorageAccess, job_id: str, num_retained: int = 1):
+    def __init__(self, access: CheckpointStorageAccess, job_id: str, num_retained: int = 1, keyring: Keyring | None = None):
         if not job_id or "/" in job_id or job_id in (".", ".."):
             msg = f"job id {job_id!r} cannot name a checkpoint directory"
             raise CheckpointError(msg)
@@ -127,6 +130,7 @@ class CheckpointStore:
         self.job_id = job_id
         self.num_retained = int(num_retained)
         self.job_access = access.child(job_id)
+        self.keyring = keyring  # signs each _metadata (None: this installation's key, checkpoint/signing.py)
         self._cache: dict[int, CheckpointMetadata] = {}
         self._floor = 0  # ids handed out or continued from: next_id() stays above
         self._lock = threading.RLock()  # completion runs in the coordinator's upload thread
@@ -243,7 +247,7 @@ class CheckpointStore:
         if self.job_access.exists(metadata_path(rel)):
             msg = f"checkpoint {n} is already complete: {self.uri(metadata_path(rel))} exists"
             raise CheckpointError(msg)
-        write_metadata(self.job_access, rel, metadata)
+        write_metadata(self.job_access, rel, metadata, self.keyring)
         self._cache[n] = metadata
         self._floor = max(self._floor, n)
         try:

@@ -150,7 +150,7 @@ def shared_registry(cut: CutState) -> dict[tuple[str, int], dict[str, str]]:
 
 
 class CheckpointCoordinator:
-    def __init__(self, settings: CheckpointSettings, graph: JobGraph, job_id: str, job_name: str, first_id: int = 1, options: dict | None = None):
+    def __init__(self, settings: CheckpointSettings, graph: JobGraph, job_id: str, job_name: str, first_id: int = 1, options: dict | None = None, keyring: Any = None):
         self.settings = settings
         self.graph = graph
         self.job_id = job_id
@@ -167,7 +167,7 @@ class CheckpointCoordinator:
             msg = "filesystem checkpoint storage needs a directory: set state.checkpoints.dir or set_checkpoint_storage('file:///...')"
             raise CheckpointError(msg)
         self.access = CheckpointStorageAccess(root, options)
-        self.store = CheckpointStore(self.access, job_id, settings.num_retained)
+        self.store = CheckpointStore(self.access, job_id, settings.num_retained, keyring)
         self.store.init()
         self.next_id = first_id
         self.history: list[CheckpointStats] = []

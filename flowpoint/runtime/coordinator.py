@@ -15,6 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.checkpoint.signing import Keyring
 from flowpoint.errors import FlowpointError, JobExecutionError
 from flowpoint.runtime import failure_report
 from flowpoint.runtime.checkpointing import CheckpointCoordinator
@@ -276,7 +277,9 @@ class Coordinator:
             atexit.register(self._files.remove_durable_state)
             first = restore.checkpoint_id + 1 if restore else 1
             if self.settings.enabled:
-                self.checkpoints = CheckpointCoordinator(self.settings, self.graph, self.job_id, self.job_name, first, self._files.storage_options)
+                self.checkpoints = CheckpointCoordinator(
+                    self.settings, self.graph, self.job_id, self.job_name, first, self._files.storage_options, Keyring.from_config(self.config),
+                )
                 self.checkpoints.declared = self._state.declared_states
                 self.checkpoints.on_completed = self._progress.checkpoint_completed
             self._savepoints.start(self.settings.backend, self.checkpoints, first)

@@ -222,7 +222,7 @@ class JobClient:
         for attempt in range(attempts):
             _, path = self.trigger_checkpoint(full=True)
             try:
-                return native_savepoint(path, target, c.job_id, c._savepoints.files.location().options)
+                return native_savepoint(path, target, c.job_id, c._savepoints.files.location().options, c._savepoints.keyring)
             except (FileNotFoundError, CheckpointError):
                 # retention removed the checkpoint while its files were copied: take another
                 if attempt == attempts - 1:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from flowpoint.checkpoint.signing import Keyring
 from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.history import JobHistory
 from flowpoint.runtime.restore import RestoredJob, plan_restore
@@ -133,6 +134,7 @@ class RestartManager:
     ):
         self.graph = graph
         self.config = config
+        self.keyring = Keyring.from_config(config)  # who may have written what a restore reads (checkpoint/signing.py)
         self.job_id = job_id
         self.files = files
         self.progress = progress
@@ -162,7 +164,7 @@ class RestartManager:
         allow = self.allow_non_restored
 
         def plan(uri: str, meta: Any) -> RestoredJob:
-            return plan_restore(meta, uri, self.graph, settings.backend, allow, self.files.storage_options)
+            return plan_restore(meta, uri, self.graph, settings.backend, allow, self.files.storage_options, self.keyring)
 
         found = restore_point(self.config, settings, self.graph, plan)
         if found is None:
@@ -251,8 +253,8 @@ class RestartManager:
         options = self.files.storage_options
         if latest is not None:
             assert self.checkpoints is not None
-            return plan_restore(latest, self.checkpoints.store.job_dir_uri(), self.graph, self.settings.backend, options=options)
+            return plan_restore(latest, self.checkpoints.store.job_dir_uri(), self.graph, self.settings.backend, options=options, keyring=self.keyring)
         if self._restore_point is not None:
             meta, job_dir_uri, allow = self._restore_point
-            return plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow, options)
+            return plan_restore(meta, job_dir_uri, self.graph, self.settings.backend, allow, options, self.keyring)
         return None

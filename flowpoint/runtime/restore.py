@@ -7,7 +7,9 @@ parallelism (the number of key groups), which is refused with both values. A sav
 canonical Parquet files (``OperatorState.backend == "canonical"``) restore the same way into
 either backend.
 
-Before anything runs, :func:`plan_restore` checks every file the restore will read against the
+Before anything runs, :func:`plan_restore` checks ``_metadata``'s signature (who wrote it:
+checkpoint/signing.py; a checkpoint or savepoint of another installation, or one changed after it
+was signed, is refused with UntrustedStateError unless trusted), then checks every file the restore will read against the
 size and SHA-256 that ``_metadata`` records (``_metadata`` itself was checked against its own
 checksum when it was read): a mismatch is a CorruptStateError naming the file, and the job
 fails without starting a task or restarting. The tasks check each file again as they read it.
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.integrity import verify_state_files
 from flowpoint.checkpoint.metadata import CheckpointMetadata, SplitPosition
+from flowpoint.checkpoint.signing import Keyring, default_keyring
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, read_uri_bytes
 from flowpoint.checkpoint.values import NotData, load_user, to_data
 from flowpoint.errors import CheckpointError, SerializationError
@@ -79,10 +82,14 @@ def _decode_position(node: Node, sp: SplitPosition, where: str) -> tuple[Any, An
         raise CheckpointError(msg) from e
 
 
-def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, backend: str, allow_non_restored: bool = False, options: Mapping[str, Any] | None = None) -> RestoredJob:
-    """Map a checkpoint onto ``graph``, then verify every file the restore reads (size and
-    SHA-256, streamed on this driver; CorruptStateError naming the first bad file), all before
-    any task starts. Errors name the uid, the file or the setting and say what to do."""
+def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, backend: str, allow_non_restored: bool = False, options: Mapping[str, Any] | None = None, keyring: Keyring | None = None) -> RestoredJob:
+    """Check who wrote the checkpoint (``_metadata``'s signature, ``keyring``: default this
+    installation's key; UntrustedStateError naming the file), map it onto ``graph``, then verify
+    every file the restore reads (size and SHA-256, streamed on this driver; CorruptStateError
+    naming the first bad file), all before anything is decoded and any task starts. Errors name
+    the uid, the file or the setting and say what to do."""
+    metadata_uri = job_dir_uri.rstrip("/") + (f"/chk-{meta.checkpoint_id}" if meta.kind == "checkpoint" else "") + "/_metadata"
+    (keyring or default_keyring()).verify(meta, metadata_uri)
     where = f"checkpoint {meta.checkpoint_id} of job {meta.job_name!r} ({job_dir_uri})"
     by_uid = {n.uid: n for n in graph.nodes.values()}
     chains: dict[tuple[int, int], list[RestoredFile]] = {}
@@ -164,7 +171,6 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
         positions[(sp.source_uid, sp.split_index)] = (split, position, sp.finished)
     verify_state_files(CheckpointStorageAccess(job_dir_uri, options), meta)
     restored_chains = {k: CommittedChain(last_epoch=meta.epoch, restored=tuple(v)) for k, v in chains.items()}
-    metadata_uri = job_dir_uri.rstrip("/") + (f"/chk-{meta.checkpoint_id}" if meta.kind == "checkpoint" else "") + "/_metadata"
     sinks = {k: load_user(v, metadata_uri, f"the driver state of sink uid {k!r} in") for k, v in meta.sinks.items()}
     watermarks = {k: load_user(v, metadata_uri, f"the {k} state in") for k, v in meta.watermarks.items()}
     return RestoredJob(

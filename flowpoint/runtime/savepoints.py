@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.checkpoint.signing import Keyring
 from flowpoint.errors import CheckpointError
 from flowpoint.runtime.checkpointing import CheckpointStats, apply_declared, now_ms
 from flowpoint.state.keygroups import key_group_range_for_operator
@@ -55,6 +56,7 @@ class SavepointService:
         self.splits = splits
         self.files = files
         self.progress = progress
+        self.keyring = Keyring.from_config(config)  # signs each savepoint's _metadata (checkpoint/signing.py)
         self.backend = ""
         self.checkpoints: CheckpointCoordinator | None = None
         self._requests: list[SavepointRequest] = []
@@ -190,6 +192,7 @@ class SavepointService:
                 max_parallelism=max((s.max_parallelism for s in self.graph.stages), default=128), trigger_time_ms=trigger_ms,
                 sources=sources, sinks=self.state.sink_states(), watermarks=self.state.event_time(),
                 stats={"records_read": self.state.records_read, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)},
+                keyring=self.keyring,
             )
         except BaseException as e:
             stats.fail(f"{type(e).__name__}: {e}")

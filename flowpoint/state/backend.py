@@ -123,10 +123,13 @@ class PartitionBackend:
     def load(self, f: CommittedFile, what: str, stage_id: int, partition: int) -> Any:
         """The unpickled contents of a committed durable file (:meth:`read`); StateDecodeError
         naming it when it matches its checksum but does not unpickle."""
-        from flowpoint.checkpoint.integrity import decode
+        from flowpoint.checkpoint.integrity import decode, misshapen
 
         data = self.read(f, what, stage_id, partition)
-        return decode(pickle.loads, data, f.path or "", None, f"working {what}", durable.RESTORE_HINT)
+        payload = decode(pickle.loads, data, f.path or "", None, f"working {what}", durable.RESTORE_HINT)
+        if not (type(payload) is tuple and len(payload) == 2 and payload[0] in ("base", "delta") and isinstance(payload[1], dict) and all(isinstance(u, str) for u in payload[1])):
+            raise misshapen(f.path or "", f"it holds a {type(payload).__name__}, not a base or delta per operator", None, None, f"working {what}", durable.RESTORE_HINT)
+        return payload
 
     def write(self, stage_id: int, partition: int, name: str, data: bytes) -> tuple[str, int, int]:
         uri = durable.join(self.durable_dir(stage_id, partition), name)
@@ -208,7 +211,11 @@ class HashMapPartitionBackend(PartitionBackend):
         return HeapKeyedStateBackend(name, uid=uid)
 
     def _apply_file(self, ts: TaskState, f: CommittedFile, what: str, stage_id: int, partition: int) -> None:
+        from flowpoint.checkpoint.integrity import check_tables
+
         kind, per_uid = self.load(f, what, stage_id, partition)
+        for uid, data in per_uid.items():
+            check_tables(data, kind != "base", f.path or "", uid, None, f"working {what}")
         for uid, data in per_uid.items():
             b = ts.backend(uid, uid)
             if kind == "base":

@@ -5,8 +5,9 @@ Each stateful partition writes, per epoch, a *delta* file (the keys it changed) 
 a *base* (a full snapshot: a pickled table per operator with HashMap, a RocksDB checkpoint's
 files with RocksDB) below ``<durable root>/<job id>/run-<n>/stage-<s>/part-<p>/``. The file is
 durable before the task acknowledges, so a delta's durability is part of the epoch's commit.
-Every file carries its size and CRC-32 in the committed chain; a read checks both, and a file
-that is missing or differs fails the task with :class:`StateNotFoundError` naming the file:
+Every file carries its size and SHA-256 in the committed chain (kept by the driver, shipped to the
+task with its slice: it never goes through the durable root, which other writers may share); a
+read checks both, and a file without a SHA-256, missing or different fails the task with :class:`StateNotFoundError` naming the file:
 a partition never starts from empty or wrong state.
 
 The root is ``state.working.remote-dir`` when set, else ``<checkpoint dir>/<job id>/taskowned``
@@ -142,7 +143,12 @@ def prune_cache(directory: str, before_epoch: int) -> None:
 
 def read_file(uri: str, size: int | None, digest: str | None, options: tuple = (), what: str = "state file", cache: str | None = None) -> bytes:
     """The bytes of a durable file, checked against its recorded size and SHA-256 (``cache``: a
-    local copy to try first, and to keep)."""
+    local copy to try first, and to keep). A file without a recorded SHA-256 is refused: the
+    committed chain the driver keeps is what authenticates working files (whoever can write the
+    durable root can replace them), so nothing is read, let alone unpickled, without it."""
+    if not digest:
+        msg = f"working {what} {uri} has no SHA-256 in the committed chain: it cannot be verified, so it is not read; {RESTORE_HINT}"
+        raise StateNotFoundError(msg)
     data = _RECENT.get(uri)
     if data is None and not is_local(uri):
         data = _cached(cache, size, digest)
@@ -165,7 +171,7 @@ def read_file(uri: str, size: int | None, digest: str | None, options: tuple = (
     if size is not None and len(data) != size:
         msg = f"working {what} {uri} has {len(data)} bytes, the committed epoch recorded {size}: it was changed or truncated; restore the job from a checkpoint"
         raise StateNotFoundError(msg)
-    if digest is not None and sha256(data) != digest:
+    if sha256(data) != digest:
         msg = f"working {what} {uri} does not match the checksum recorded when its epoch committed: it is corrupt; restore the job from a checkpoint"
         raise StateNotFoundError(msg)
     return data

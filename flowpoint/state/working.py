@@ -260,7 +260,7 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options:
     """A checkpoint's full snapshots merged per operator uid, each file keeping only its key
     groups: ``{uid: {state name: {key: value}}}``. Each file is checked against its recorded
     size and SHA-256 before it is decoded (CorruptStateError naming it otherwise)."""
-    from flowpoint.checkpoint.integrity import check_bytes
+    from flowpoint.checkpoint.integrity import check_bytes, check_tables
 
     merged: dict[str, dict[str, dict[Any, Any]]] = {}
     for f in files:
@@ -277,6 +277,7 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options:
             continue
         check_bytes(data, f.size, f.sha256, f.uri, f.uid, "checkpoint file")
         payload = load_part(data, f.uri, f.uid, loads)
+        check_tables(payload, f.format == "changelog", f.uri, f.uid, dict(f.kinds))
         apply_part(merged.setdefault(f.uid, {}), f.format == "changelog", payload, f.key_groups)
     return merged
 
