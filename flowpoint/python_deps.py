@@ -43,11 +43,15 @@ def zip_directory(directory: str) -> str:
     """A zip of ``directory`` whose entries are relative to it (so a folder of modules, or a
     folder holding packages, is importable from the zip as from the folder). Written into a
     folder of the temporary directory named after the directory's path (one zip per directory: Spark
-    refuses a second file of the same name from another path)."""
+    refuses a second file of the same name from another path). The folder is the user's own
+    (0700, owner checked): another local user who created it first could swap the zip, whose code
+    the executors run, so such a folder is refused by name."""
+    from flowpoint import private_files
+
     src = Path(directory).resolve()
     tag = hashlib.sha256(str(src).encode()).hexdigest()[:16]
-    out_dir = Path(tempfile.gettempdir()) / f"flowpoint-pyfs-{os.getuid()}-{tag}"
-    out_dir.mkdir(mode=0o700, exist_ok=True)
+    out_dir = Path(private_files.private_dir(
+        os.path.join(tempfile.gettempdir(), f"flowpoint-pyfs-{os.getuid()}-{tag}"), "the folder of -pyfs's zip"))
     target = out_dir / f"{src.name or 'files'}.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
         for root, dirs, files in os.walk(src):

@@ -227,3 +227,31 @@ def test_the_errors_are_configuration_errors():
     from flowpoint.python_deps import PythonDependencyError
 
     assert issubclass(PythonDependencyError, ConfigurationError)
+
+
+def test_a_pyfs_zip_folder_another_user_created_first_is_refused(tmp_path, other_uid):
+    """The zip of a -pyfs directory goes into /tmp/flowpoint-pyfs-<uid>-<hash>: another local user
+    who created that folder first could swap the zip (code the executors run), so it is refused."""
+    import hashlib
+    import tempfile
+
+    from flowpoint.errors import InsecurePathError
+    from flowpoint.python_deps import zip_directory
+
+    module(tmp_path / "lib", "shipped", 1)
+    src = (tmp_path / "lib").resolve()
+    planted = os.path.join(tempfile.gettempdir(), f"flowpoint-pyfs-{os.getuid()}-{hashlib.sha256(str(src).encode()).hexdigest()[:16]}")
+    os.makedirs(planted, exist_ok=True)
+    try:
+        os.chown(planted, other_uid, -1)
+        os.chmod(planted, 0o777)
+        with pytest.raises(InsecurePathError) as info:
+            zip_directory(str(src))
+        assert planted in str(info.value) and "-pyfs" in str(info.value)
+        assert os.listdir(planted) == []  # nothing written into it
+    finally:
+        import shutil
+
+        shutil.rmtree(planted, ignore_errors=True)
+    with zipfile.ZipFile(zip_directory(str(src))) as z:  # a folder of its own: created 0700
+        assert z.namelist() == ["shipped.py"]
