@@ -315,6 +315,8 @@ RECOVERABLE = {  # by class name: every error class must be here (its flag decid
     "CheckpointError": True,
     "StateDecodeError": False,
     "CorruptSinkFileError": False,
+    "UntrustedStateError": False,  # a _metadata not signed by this installation: no restart changes who wrote it
+    "JobScriptSyntaxError": False,
     "StateIOError": True,
     "UnsupportedApiError": False,
 }
