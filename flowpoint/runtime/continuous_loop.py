@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("flowpoint")
 
 _SEGMENT_MS_WITHOUT_CHECKPOINTS = 1000  # sinks commit this often when checkpointing is off
+_END_GRACE_S = 3.0  # how long a failed or cancelled run's slots have to end their tasks before Spark cancels them
 _REPORT_WAIT_S = 0.5  # how long a failed Spark job waits for the failing slot's own error (already on its way)
 
 
@@ -119,8 +120,12 @@ class ContinuousLoop(CommittedLoop):
             self.control.await_slots(self._check, self._handle)
             self._loop()
         finally:
+            if not self.finished:
+                # the slots end their Spark tasks themselves: a cancelled barrier job kills its
+                # Python workers, and a restart then waits seconds for new ones to import the job
+                self.control.broadcast(("cancel",))
             self.control.close()
-            if not self.executor.wait(0):
+            if not self.executor.wait(0) and not self.executor.wait(_END_GRACE_S):
                 self.executor.cancel()
                 self.executor.wait(30)
 

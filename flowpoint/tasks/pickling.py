@@ -26,7 +26,8 @@ _ADVICE = (
 )
 
 
-def _pickle_error(value: Any) -> BaseException | None:
+def pickle_error(value: Any) -> BaseException | None:
+    """What pickling ``value`` raises, or None when it pickles."""
     try:
         dumps(value)
     except Exception as e:  # noqa: BLE001 - whatever pickling raises is the answer
@@ -38,7 +39,7 @@ def _culprit(records: Any) -> tuple[bool, Any]:
     """``(found, record)``: the first element of ``records`` (a list) that cannot be pickled."""
     if isinstance(records, (list, tuple)):
         for x in records:
-            if _pickle_error(x) is not None:
+            if pickle_error(x) is not None:
                 return True, x
     return False, None
 
@@ -66,7 +67,7 @@ def unpicklable_sink_payload(plan: StagePlan, nid: int, payload: Any, error: Bas
     """The error naming the record a sink (operator ``nid`` of ``plan``) collected that cannot be
     pickled to reach the driver, or None when ``payload`` pickles. ``error``: pickling already
     failed with it (the payload is then not pickled again as a whole)."""
-    error = error or _pickle_error(payload)
+    error = error or pickle_error(payload)
     if error is None:
         return None
     spec = plan.ops[nid]

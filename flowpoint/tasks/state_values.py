@@ -15,35 +15,27 @@ from typing import TYPE_CHECKING, Any
 from flowpoint.errors import SerializationError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.state.key_identity import user_key
-from flowpoint.tasks.batches import dumps
+from flowpoint.tasks.pickling import pickle_error
 
 if TYPE_CHECKING:
     from flowpoint.state.working import TaskState
     from flowpoint.tasks.plan import StagePlan
 
 
-def _pickle_error(value: Any) -> BaseException | None:
-    try:
-        dumps(value)
-    except Exception as e:  # noqa: BLE001 - whatever pickling raises is the answer
-        return e
-    return None
-
-
 def _unpicklable_part(value: Any) -> tuple[str, BaseException] | None:
     """``(where in the value, error)`` if ``value`` cannot be pickled: a map entry's user key or a
     list element's index when the value is a dict or list whose element is the culprit."""
-    error = _pickle_error(value)
+    error = pickle_error(value)
     if error is None:
         return None
     if type(value) is dict:
         for uk, v in value.items():
-            inner = _pickle_error(v)
+            inner = pickle_error(v)
             if inner is not None:
                 return f", user key {uk!r:.100}", inner
     if type(value) is list:
         for i, v in enumerate(value):
-            inner = _pickle_error(v)
+            inner = pickle_error(v)
             if inner is not None:
                 return f", element {i}", inner
     return "", error
@@ -80,7 +72,7 @@ def unpicklable_operator_state_error(plan: StagePlan, operator_state: dict[str, 
     the driver with the task's acknowledgement) pickles. Checked in the task: a value that Spark
     fails to pickle on the way back crashes the Python worker, which would look like a lost
     worker and be restarted without end."""
-    if _pickle_error(operator_state) is None:
+    if pickle_error(operator_state) is None:
         return None
     specs = {plan.ops[n].uid: plan.ops[n] for n in plan.order}
     for instance, states in operator_state.items():
@@ -92,7 +84,7 @@ def unpicklable_operator_state_error(plan: StagePlan, operator_state: dict[str, 
             what = f"operator {spec.name!r} (uid {uid!r}, function {fn})"
         for name, (_mode, items) in states.items():
             for i, item in enumerate(items):
-                error = _pickle_error(item)
+                error = pickle_error(item)
                 if error is None:
                     continue
                 msg = (
@@ -102,6 +94,6 @@ def unpicklable_operator_state_error(plan: StagePlan, operator_state: dict[str, 
                     "open(), not in state"
                 )
                 return SerializationError(msg)
-    error = _pickle_error(operator_state)
+    error = pickle_error(operator_state)
     msg = f"the operator state of stage {plan.name!r} cannot be pickled: {type(error).__name__}: {error}"
     return SerializationError(msg)
