@@ -54,7 +54,8 @@ def routes() -> dict[str, object]:
         f"/jobs/{JID}/exceptions": {
             "root-exception": "RuntimeError: " + EVIL, "timestamp": NOW,
             "exceptionHistory": {"entries": [{"exceptionName": "RuntimeError" + EVIL, "stacktrace": "RuntimeError: " + EVIL,
-                                              "timestamp": NOW, "taskName": "task " + EVIL, "location": EVIL}]},
+                                              "timestamp": NOW, "taskName": "task " + EVIL, "location": EVIL,
+                                              "flowpoint": {"message": "RuntimeError: " + EVIL, "restarted": True, "repeatedOnSameRecord": 3}}]},
         },
     }
 
@@ -140,4 +141,6 @@ def test_checkpoints_and_exceptions_show_hostile_messages_as_text(page):
     page.locator("#ex-root [data-toggle]").click()
     expect(page.locator("#ex-root pre.trace")).to_have_text("RuntimeError: " + EVIL)
     expect(page.locator("#ex-history .exception-name")).to_have_text("RuntimeError" + EVIL)
+    # a failure that recurred on the same record says so, with its count
+    expect(page.locator("#ex-history")).to_contain_text("failed the same way on the same record 3 times in a row")
     no_elements_from_the_server(page)

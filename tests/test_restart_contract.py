@@ -75,10 +75,14 @@ def _job(make_env, tmp_path, runtime: str, error: type, down_for: int, strategy=
 @pytest.mark.parametrize(("runtime", "error"), [
     ("continuous", RuntimeError), ("continuous", ConnectionError), ("continuous", ServiceUnavailable), ("epoch", RuntimeError),
 ])
-def test_a_service_down_for_four_calls_rides_out_on_fixed_delay(make_env, tmp_path, runtime, error):
+def test_a_service_down_for_four_calls_rides_out_on_fixed_delay(make_env, tmp_path, runtime, error, capsys):
     env, sink, failures, dups = _job(make_env, tmp_path, runtime, error, 4, RestartStrategies.fixed_delay_restart(10, 100))
+    env.get_configuration().set("execution.progress.interval", 0)  # the restart lines are printed
     client = env.execute_async("flaky service")
     client.wait(300)
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert "failed: operator 'enrich'" in said and "failed again on the same record (4th time in a row)" in said, said[-3000:]
     assert _calls(failures) == 4 and client.progress().restarts == 4
     assert sorted(sink.results) == [v * 10 for v in range(COUNT)]  # exact after four restarts
     assert not os.path.exists(dups), f"records called twice in one attempt: {open(dups).read().split()[:10]}"
