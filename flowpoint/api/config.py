@@ -279,6 +279,7 @@ OPTIONS = {
             "ms between epochs without new records in jobs with timers, windows or watermarks (time still passes)", _duration(0),
         ),
         Option("execution.progress.interval", 1000, int, "ms between progress lines (0: every epoch, -1: never)", _int(-1, None, "ms between progress lines; 0: every epoch, -1: never")),
+        Option("execution.progress.display", "auto", str, "auto | terminal: where a job shows its progress; auto: in a Jupyter notebook (an IPython kernel) one display with the dashboard link and a status line updated in place, elsewhere lines on standard error; terminal: the lines in a notebook too", _choice(_names("auto", "terminal"))),
         Option("state.working.dir", None, str, "directory for working-state delta files (executor local disk)"),
         Option("state.working.remote-dir", None, str, "durable storage URI (s3://, hdfs://, file://) for committed working-state changes, readable by every executor; default: <checkpoint dir>/<job id>/taskowned when checkpoints go to remote storage, else <state.working.dir>/durable", absolute_location),
         Option("state.working.compaction-bytes", 1 << 20, int, "delta bytes before a partition writes a new base snapshot (>= 0)", _int(0)),

@@ -9,8 +9,9 @@ also gets a registry entry (:mod:`flowpoint.control.registry`) naming the endpoi
 and a watcher thread (:mod:`flowpoint.control.job_control`) that rewrites the entry when the
 job's status changes or a checkpoint completes (polled every second), and when the job ends
 writes its archive and marks the entry terminal. Unless ``execution.progress.interval`` is
-negative, the job's dashboard URL (with the token, once) and Spark's UI URL are printed when it
-starts.
+negative, the job's dashboard URL (without the token: output may go to a log) and Spark's UI URL
+are printed when it starts; in a Jupyter notebook the job's display shows them instead, the
+dashboard's as a signed-in link (:mod:`flowpoint.control.notebook`).
 
 Every request is checked first (:mod:`flowpoint.control.rest_server`): 403 when its ``Host`` is
 not the endpoint's own address or it carries a foreign ``Origin``, 401 without the
@@ -161,9 +162,10 @@ def _start_server(port_setting: Any) -> ControlServer:
     raise ConfigurationError(msg)
 
 
-def attach_job(client: JobClient, config: Any) -> JobControl:
+def attach_job(client: JobClient, config: Any, print_urls: bool = True) -> JobControl:
     """Serve ``client``'s job on this process's control endpoint (started if needed) and enter
-    it in the job registry; both are kept until the job ends."""
+    it in the job registry; both are kept until the job ends. ``print_urls``: print the
+    dashboard's and Spark UI's addresses on stderr (a notebook's display shows them instead)."""
     global _server, _exit_hook
     with _lock:
         if _server is None:
@@ -179,7 +181,9 @@ def attach_job(client: JobClient, config: Any) -> JobControl:
     job.write()
     job.thread = threading.Thread(target=job.watch, args=(_detach,), name=f"flowpoint-control-{job.entry.job_id[:8]}", daemon=True)
     job.thread.start()
-    _print_urls(job, server, config)
+    client._attach_dashboard(server.address, server.token)
+    if print_urls:
+        _print_urls(job, server, config)
     return job
 
 

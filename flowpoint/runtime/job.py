@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import enum
+import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.errors import FlowpointError, JobCancelledError, JobExecutionError
+from flowpoint.errors import (
+    ConfigurationError,
+    FlowpointError,
+    JobCancelledError,
+    JobExecutionError,
+)
 
 if TYPE_CHECKING:
     from flowpoint.api.environment import StreamExecutionEnvironment
     from flowpoint.graph.jobgraph import JobGraph
     from flowpoint.runtime.coordinator import Coordinator
+
+log = logging.getLogger("flowpoint")
 
 
 class JobStatus(enum.Enum):
@@ -111,6 +120,9 @@ class JobClient:
 
     def __init__(self, coordinator: Coordinator):
         self._coordinator = coordinator
+        self._start_time_ms = int(time.time() * 1000)
+        self._dashboard: tuple[str, str] | None = None  # (endpoint address, control token) serving the job
+        self.status_display: Any = None  # the notebook's display of the job (control/notebook.py), if any
 
     @property
     def job_id(self) -> str:
@@ -123,7 +135,34 @@ class JobClient:
         return self._coordinator.status
 
     def cancel(self) -> None:
+        """Cancel the job without a savepoint and return at once: the status is CANCELLING, then
+        CANCELED when the job has ended (``wait_until_done()`` waits for it; ``wait()`` then
+        raises JobCancelledError)."""
         self._coordinator.cancel()
+
+    def get_start_time_ms(self) -> int:
+        """When the job was submitted (wall-clock ms)."""
+        return self._start_time_ms
+
+    def get_failure(self) -> BaseException | None:
+        """The error that failed the job, None unless it FAILED."""
+        return self._coordinator.failure
+
+    def _attach_dashboard(self, address: str, token: str) -> None:
+        self._dashboard = (address, token)
+
+    def get_dashboard_url(self, signed_in: bool = False) -> str | None:
+        """The job's page on the dashboard its process serves (the control endpoint,
+        docs/control.md), None when it is not served (the job has ended: ``flowpoint ui`` shows
+        ended jobs). ``signed_in``: the link with the installation's control token, which signs
+        a browser in (as ``flowpoint list`` prints it): for the job's owner only, never for a
+        log or a shared document."""
+        if self._dashboard is None or self.is_done():
+            return None
+        from flowpoint.control.endpoint import dashboard_url
+
+        address, token = self._dashboard
+        return dashboard_url(address, token if signed_in else None, self.job_id)
 
     def get_metrics(self) -> dict[str, Any]:
         """The job's metrics so far (see ``JobExecutionResult.get_metrics``)."""
@@ -148,7 +187,16 @@ class JobClient:
     def wait_until_done(self, timeout: float | None = None) -> bool:
         """Block until the job ends, at most ``timeout`` seconds; True when it ended. Unlike
         :meth:`wait`, a failed or cancelled job does not raise."""
-        return self._coordinator.done.wait(timeout)
+        done = self._coordinator.done.wait(timeout)
+        if done:
+            self._show_final_status()
+        return done
+
+    def _show_final_status(self) -> None:
+        """In a notebook: the job's display shows its final state before the waiting cell ends."""
+        display = self.status_display
+        if display is not None:
+            display.finish()
 
     def progress(self) -> JobProgress:
         """Where the job stands now: epoch, records read, restarts, source splits, ..."""
@@ -234,8 +282,6 @@ class JobClient:
         barrier at once) and wait for it: its id and path. ``full``: it references no file of an
         earlier (incremental) checkpoint. CheckpointError when checkpointing is not enabled or
         the checkpoint fails."""
-        import time
-
         from flowpoint.errors import CheckpointError
 
         c = self._coordinator
@@ -265,10 +311,28 @@ class JobClient:
         msg = f"the checkpoint of job {c.job_id} did not complete within {timeout} s"
         raise CheckpointError(msg)
 
-    def stop_with_savepoint(self, target_directory: str | None = None, drain: bool = False) -> str:
+    def stop_with_savepoint(self, target_directory: str | bool | None = None, drain: bool | str | None = False,
+                            *, advance_to_end_of_event_time: bool | None = None, savepoint_directory: str | None = None) -> str:
         """Take a savepoint at the next epoch boundary, then end the job (status FINISHED).
         ``drain=True`` first sends a final +infinity watermark so every window and event-time
-        timer fires before the savepoint. Returns the savepoint directory."""
+        timer fires before the savepoint. Returns the savepoint directory once it is written;
+        the job ends right after (``wait_until_done()`` waits for that).
+
+        PyFlink's form works too: ``stop_with_savepoint(advance_to_end_of_event_time,
+        savepoint_directory)`` (a bool first: the drain flag, then the directory), and those
+        keyword names."""
+        if isinstance(target_directory, bool):  # PyFlink's order: (advance_to_end_of_event_time, savepoint_directory)
+            target_directory, drain = (drain if isinstance(drain, str) else None), target_directory
+        if advance_to_end_of_event_time is not None:
+            drain = advance_to_end_of_event_time
+        if savepoint_directory is not None:
+            target_directory = savepoint_directory
+        if not isinstance(drain, bool) or not (target_directory is None or isinstance(target_directory, str)):
+            msg = (
+                f"stop_with_savepoint({target_directory!r}, {drain!r}): give the savepoint directory (a str or None) "
+                "and drain (a bool): stop_with_savepoint('/path', drain=False), or PyFlink's stop_with_savepoint(False, '/path')"
+            )
+            raise ConfigurationError(msg)
         return self._coordinator.savepoint(target_directory, stop=True, drain=drain)
 
     def wait(self, timeout: float | None = None) -> JobExecutionResult:
@@ -276,6 +340,7 @@ class JobClient:
         if not self._coordinator.done.wait(timeout):
             msg = f"job {self.job_id} still running after {timeout} s"
             raise TimeoutError(msg)
+        self._show_final_status()
         c = self._coordinator
         if c.status is JobStatus.CANCELED:
             msg = f"job {c.job_name!r} ({c.job_id}) was cancelled"
@@ -292,10 +357,25 @@ class JobClient:
     get_job_execution_result = wait
 
     def __repr__(self) -> str:
-        return f"JobClient(job_id={self.job_id!r}, status={self.get_job_status().value})"
+        # no token: a repr may end up in a log
+        url = self.get_dashboard_url()
+        return (
+            f"JobClient(job_id={self.job_id!r}, name={self._coordinator.job_name!r}, status={self.get_job_status().value}"
+            + (f", dashboard={url!r}" if url else "") + ")"
+        )
+
+    def _repr_html_(self) -> str:
+        """In a notebook, ``job_client`` alone in a cell shows the job's status and dashboard link
+        (flowpoint/control/notebook.py)."""
+        from flowpoint.control.notebook import render
+
+        display = self.status_display
+        rate = display._last_rate if display is not None else None
+        return render(self, rate)["text/html"]
 
 
 def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
+    from flowpoint.control import notebook
     from flowpoint.control.endpoint import attach_job
     from flowpoint.metrics import exporter
     from flowpoint.runtime.coordinator import Coordinator
@@ -314,13 +394,26 @@ def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
         thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
         coordinator.thread = thread
         client = JobClient(coordinator)
+        # in a Jupyter notebook: one display with the dashboard link and a live status line
+        # instead of lines on stderr (control/notebook.py)
+        in_notebook = notebook.wanted(coordinator.config)
         # the CLI reaches the job through its process's loopback endpoint, found in the job registry
-        attach_job(client, coordinator.config)
+        attach_job(client, coordinator.config, print_urls=not in_notebook)
     except BaseException:
         if prometheus is not None:
             exporter.release(prometheus)
         raise
     if prometheus is not None:
         exporter.serve_job(prometheus, client, coordinator.job_name)
+    if in_notebook:
+        display = notebook.StatusDisplay(client, coordinator.config)
+        try:
+            display.show()
+        except Exception as e:  # noqa: BLE001 - no display: the job shows lines on stderr as elsewhere
+            log.warning("cannot show job %s's status in the notebook (%s: %s); it prints its progress lines instead",
+                        coordinator.job_id, type(e).__name__, e)
+        else:
+            coordinator._progress.listener = display.event
+            client.status_display = display
     thread.start()
     return client

@@ -8,7 +8,10 @@ Every line goes to standard error with the prefix ``[flowpoint]``; ``execution.p
   (standard error is a TTY, ``TERM`` is not ``dumb``, and no ``print()`` sink writes to a
   terminal too): a progress bar, redrawn in place (runtime/progress_bar.py), instead of a line
   per epoch;
-* otherwise a throughput line per committed epoch (0), or at most one per interval (positive).
+* otherwise a throughput line per committed epoch (0), or at most one per interval (positive);
+* with a ``listener`` (a Jupyter notebook's status display, flowpoint/control/notebook.py): no
+  line is printed; what happens to the job goes to the listener, and the throughput per epoch
+  is left to the listener's status line.
 
 Lines that say what happened to the job (it runs, restores, restarts, ends, wrote a savepoint)
 are printed above the bar, or as plain lines, whatever the interval but a negative one; so is
@@ -22,6 +25,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.runtime.progress_bar import ERASE_LINE, BarTicker, bar_line, terminal_width
@@ -49,6 +53,8 @@ class Progress:
         self._ticker: BarTicker | None = None
         self._bar_shown = False
         self.unit = "epoch"  # what a commit is called: an epoch, or a segment (up to a barrier) on the continuous runtime
+        # a notebook's status display: gets the lines that say what happens to the job, instead of stderr
+        self.listener: Callable[[str], None] | None = None
 
     def _interval(self) -> int:
         return int(self.config.get("execution.progress.interval"))
@@ -68,13 +74,17 @@ class Progress:
         ``terminal``: standard error is a terminal a bar may be drawn on."""
         self._total, self._read, self._restored = total, read, read
         self._started = self._epoch_started = time.monotonic()
-        if self._interval() >= 0 and terminal and total:
+        if self._interval() >= 0 and terminal and total and self.listener is None:
             self._ticker = BarTicker(self._redraw)
             self._redraw()
             self._ticker.start()
 
     def say(self, line: str) -> None:
         if self._interval() < 0:
+            return
+        listener = self.listener
+        if listener is not None:
+            listener(line)
             return
         with self._lock:
             out = self.stream
@@ -93,7 +103,7 @@ class Progress:
         self.run_epochs += 1
         self._read, self._epoch, self._epoch_started = total, epoch, time.monotonic()
         interval = self._interval()
-        if interval < 0:
+        if interval < 0 or self.listener is not None:  # a notebook's status line shows the rate
             return
         if self._ticker is not None:
             self._redraw()
