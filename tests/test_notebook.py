@@ -137,6 +137,40 @@ def test_stop_with_savepoint_takes_pyflink_s_arguments_too():
         client.stop_with_savepoint("/sp", "/other")
 
 
+def test_a_failed_job_s_display_names_the_error_and_escapes_what_the_user_named():
+    import threading
+
+    from flowpoint.errors import UserFunctionError
+    from flowpoint.runtime.checkpointing import CheckpointStats
+    from flowpoint.runtime.job import JobProgress, JobStatus
+
+    error = UserFunctionError("map 'parse' (uid p) failed on record 7: <b>ValueError</b>\nmore")
+    error.log_path = "/home/me/.flowpoint/logs/x.log"
+    done = threading.Event()
+    done.set()
+    name = "<script>alert(1)</script>"
+    coordinator = types.SimpleNamespace(
+        job_id="a" * 32, job_name=name, status=JobStatus.FAILED, failure=error, done=done, ended_ms=None,
+        view=lambda: JobProgress("a" * 32, name, JobStatus.FAILED, 3, 1_234, 2, (), None, "", (), "epoch"),
+        checkpoint_stats=lambda: [CheckpointStats(5, 2, 0, status="COMPLETED"), CheckpointStats(6, 3, 0, status="FAILED")],
+        savepoint_stats=lambda: [],
+    )
+    client = JobClient(coordinator)
+    client._attach_dashboard("127.0.0.1:1234", "secret-token")
+    coordinator.ended_ms = client.get_start_time_ms() + 65_000
+    bundle = notebook.render(client, rate=99.0, events=["job restarted <twice>"])
+    text = bundle["text/plain"].splitlines()
+    assert text[0] == (
+        f"[flowpoint] job {name!r} ({'a' * 32}) FAILED in epochs for 1 min 05 s, 1,234 records read, epoch 3, "
+        "checkpoint 5, 2 restarts, UserFunctionError: map 'parse' (uid p) failed on record 7: <b>ValueError</b>, "
+        "every traceback in /home/me/.flowpoint/logs/x.log"
+    )
+    assert text[1] == "[flowpoint] job restarted <twice>"  # the dashboard is gone: the job ended
+    page = bundle["text/html"]
+    assert "<script>" not in page and "<b>ValueError" not in page and "&lt;twice&gt;" in page
+    assert "secret-token" not in page + bundle["text/plain"] and "dashboard closed" in page
+
+
 # -- a job in this process, with the display machinery stood in --------------------------------
 
 

@@ -122,12 +122,16 @@ def status_parts(client: JobClient, rate: float | None) -> tuple[str, list[str]]
     if failure is not None:
         first = (str(failure).strip().splitlines() or [type(failure).__name__])[0]
         parts.append(f"{type(failure).__name__}: {first}")
+        log_path = getattr(failure, "log_path", None)
+        if log_path:
+            parts.append(f"every traceback in {log_path}")
     return status, parts
 
 
-def render(client: JobClient, rate: float | None = None, events: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+def render(client: JobClient, rate: float | None = None, events: list[str] | tuple[str, ...] = (),
+           spark_ui: str | None = None) -> dict[str, str]:
     """The display's content now: ``text/html`` (with the signed-in dashboard link while the job
-    is served) and ``text/plain`` (never with the token)."""
+    is served, and ``spark_ui``'s) and ``text/plain`` (never with the token)."""
     progress = client.progress()
     status, parts = status_parts(client, rate)
     job = f"job {progress.job_name!r} ({progress.job_id})"
@@ -144,8 +148,7 @@ def render(client: JobClient, rate: float | None = None, events: list[str] | tup
         links.append(f'<a href="{e(signed)}" target="_blank" rel="noopener noreferrer">dashboard</a>')
     elif client.is_done():
         links.append('<span title="the job\'s endpoint no longer serves it">dashboard closed: <code>flowpoint ui</code> shows ended jobs</span>')
-    spark_ui = client.get_spark_ui_url() if not client.is_done() else None
-    if spark_ui:
+    if spark_ui and not client.is_done():
         links.append(f'<a href="{e(spark_ui)}" target="_blank" rel="noopener noreferrer">Spark UI</a>')
     colour = STATUS_COLOURS.get(status, "#6c757d")
     lines = [
@@ -174,6 +177,7 @@ class StatusDisplay:
         self._last_rate: float | None = None
         self._lock = threading.Lock()
         self._handle: Any = None
+        self._spark_ui = client.get_spark_ui_url()  # asked once, not every second
         self._shown: dict[str, str] | None = None
         self._final = False
         self.updates = 0  # updates sent after the first display
@@ -196,7 +200,7 @@ class StatusDisplay:
     def _bundle(self) -> dict[str, str]:
         if not self.client.is_done():
             self._last_rate = self._rate.add(self.client.progress().records_read)
-        return render(self.client, self._last_rate, tuple(self._events))
+        return render(self.client, self._last_rate, tuple(self._events), self._spark_ui)
 
     def refresh(self) -> None:
         """Re-render; send an update when the content changed."""

@@ -371,7 +371,7 @@ class JobClient:
 
         display = self.status_display
         rate = display._last_rate if display is not None else None
-        return render(self, rate)["text/html"]
+        return render(self, rate, spark_ui=None if self.is_done() else self.get_spark_ui_url())["text/html"]
 
 
 def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
