@@ -32,7 +32,7 @@ class SparkAdapter(ABC):
 
     @abstractmethod
     def describe(self) -> str:
-        """Where the job runs, for the progress line: ``local[2,4]``, ``Spark Connect sc://...``."""
+        """Where the job runs, after "Spark " in the progress line: ``local[2,4]``, ``Connect server sc://...``."""
 
     @abstractmethod
     def master(self) -> str:
