@@ -210,3 +210,12 @@ def test_a_remote_address_must_be_a_spark_connect_one():
 
     with pytest.raises(ConfigurationError, match=r"sc://host:port"):
         get_spark_session(None, "x", None, {"spark.remote": "http://127.0.0.1:1"})
+
+
+def test_flowpoint_run_remote_sets_the_spark_connect_address():
+    from flowpoint.cli import _parser, _settings
+    from flowpoint.errors import FlowpointError
+
+    assert _settings(_parser().parse_args(["run", "--remote", "sc://h:15002", "job.py"]))["spark.remote"] == "sc://h:15002"
+    with pytest.raises(FlowpointError, match="--remote"):
+        _settings(_parser().parse_args(["run", "-m", "local[2]", "--remote", "sc://h:15002", "job.py"]))
