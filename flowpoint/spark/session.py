@@ -195,6 +195,9 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     once (the job's largest parallelism), as Flink's local mini cluster gives a job as many
     slots as it needs: ``local[max(cores, slots),4]``."""
     connect = connect_choice(settings)
+    if connect is not None and connect[0] == "remote" and not connect[1].startswith("sc://"):
+        msg = f"spark.remote {connect[1]!r} is not a Spark Connect address: give sc://host:port (a local master is spark.master, with spark.api.mode=connect)"
+        raise ConfigurationError(msg)
     if existing is not None or (existing := _active_session()) is not None:
         _warn_unapplied(existing, spark_settings(settings))
         return existing
@@ -237,9 +240,6 @@ def _remote_session(url: str, app_name: str, settings: Any) -> Any:
     unreachable one fails the submission by name."""
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
-    if not url.startswith("sc://"):
-        msg = f"spark.remote {url!r} is not a Spark Connect address: give sc://host:port (a local master is spark.master, with spark.api.mode=connect)"
-        raise ConfigurationError(msg)
     builder = RemoteSparkSession.builder.remote(url).config("spark.app.name", app_name)
     for key, value in spark_settings(settings).items():
         builder = builder.config(key, value)
