@@ -202,6 +202,14 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
         _warn_unapplied(existing, spark_settings(settings))
         return existing
     if connect is not None and connect[0] == "remote":
+        explicit_master = master or _items(settings).get("spark.master")
+        if explicit_master:
+            where = "spark.remote" if _items(settings).get("spark.remote") else "$SPARK_REMOTE"
+            msg = (
+                f"spark.master {explicit_master!r} and {where} {connect[1]!r} both say where Spark runs: a Spark Connect "
+                f"server has its own master; drop spark.master (-m), or unset {where} for a classic session"
+            )
+            raise ConfigurationError(msg)
         return _remote_session(connect[1], app_name, settings)
     from pyspark.sql import SparkSession
 
@@ -253,11 +261,42 @@ def _remote_session(url: str, app_name: str, settings: Any) -> Any:
     return spark
 
 
+API_MODE_PORT = 15002  # where PySpark's client looks for the server it started (sc://localhost)
+
+
 def _api_mode_connect_session(master: str, config: dict[str, str]) -> Any:
     """``spark.api.mode=connect``: PySpark starts a Spark Connect server for ``master`` in this
-    process (with flowpoint's settings) and connects to it."""
+    process (with flowpoint's settings, an authentication token of its own, on loopback for a
+    local master) and connects to it at ``sc://localhost``, port 15002 whatever the server's
+    ``spark.connect.grpc.binding.port``. A port already taken there is refused: the client would
+    reach that other server, or none."""
+    import socket
+
     from pyspark.sql import SparkSession
 
+    port = config.get("spark.connect.grpc.binding.port")
+    if port is not None and str(port) != str(API_MODE_PORT):
+        msg = (
+            f"spark.api.mode=connect with spark.connect.grpc.binding.port={port}: PySpark's client connects to the "
+            f"server it starts at port {API_MODE_PORT} whatever that setting says; drop it, or start a Spark Connect "
+            "server on that port yourself and run with --remote sc://host:port"
+        )
+        raise ConfigurationError(msg)
+    try:
+        socket.create_connection(("localhost", API_MODE_PORT), timeout=1).close()
+        taken = True
+    except OSError:
+        taken = False
+    if taken:
+        msg = (
+            f"spark.api.mode=connect: port {API_MODE_PORT} on this host is taken (another Spark Connect server, or a job "
+            f"in this mode?), and PySpark's client would connect there instead of to the server it starts for master "
+            f"{master!r}; run one such job at a time, or give that server's address with --remote sc://host:port, "
+            "or run without spark.api.mode=connect (a classic session)"
+        )
+        raise ConfigurationError(msg)
+    if is_local_master(master):
+        config = {"spark.connect.grpc.binding.address": LOOPBACK, **config}
     builder = SparkSession.builder.config("spark.api.mode", "connect")
     for key, value in config.items():
         builder = builder.config(key, value)
