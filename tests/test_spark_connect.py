@@ -438,15 +438,31 @@ class Received(KeyedProcessFunction):
         yield ctx.get_current_key(), n, value[1]
 
 
+class Touch(MapFunction):
+    """Appends a line per record to ``path`` (the server is on this host): how often the stage
+    it is chained into ran over each record."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def map(self, value):
+        with open(self.path, "a") as f:
+            f.write(f"{value}\n")
+        return value
+
+
 def test_stages_with_several_consumers_are_exact_on_connect(connect, tmp_path):
     """The source's stage feeds two keyed operators (two exchanges from one stage), and one of
-    them sends its main output and its side output to two more stages: every stage runs once per
-    epoch and every consumer receives each record once."""
+    them sends its main output and its side output to two more stages: the source's stage runs
+    once per epoch over each record (cached for its consumers), and every consumer receives each
+    record once."""
     from flowpoint.graph.jobgraph import JobGraph
 
     events = 400
+    touched = tmp_path / "touched"
     env = env_on(connect, tmp_path, max_records=150)
-    keyed = env.from_source(DataGeneratorSource(record, count=events), source_name="numbers").uid("numbers").key_by(key_of)
+    keyed = (env.from_source(DataGeneratorSource(record, count=events), source_name="numbers").uid("numbers")
+             .map(Touch(str(touched))).uid("touch").key_by(key_of))
     split = keyed.process(CountSplit()).uid("split")
     counted, evens, odds = CollectSink(), CollectSink(), CollectSink()
     keyed.process(Counting()).uid("counting").sink_to(counted).uid("counted")
@@ -461,6 +477,7 @@ def test_stages_with_several_consumers_are_exact_on_connect(connect, tmp_path):
     assert sorted(counted.results) == expected_outputs(events)
     assert sorted(evens.results) == sorted((k, i, 2 * i) for k, n in per_key.items() for i in range(1, n // 2 + 1))
     assert sorted(odds.results) == sorted((k, i, 2 * i - 1) for k, n in per_key.items() for i in range(1, (n + 1) // 2 + 1))
+    assert Counter(touched.read_text().split()) == Counter(str(record(i)) for i in range(events))
 
 
 class Sleeps(MapFunction):
