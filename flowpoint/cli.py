@@ -43,6 +43,7 @@ MAIN_EXAMPLES = """examples:
 RUN_EXAMPLES = """examples:
   flowpoint run job.py --input in.txt                  # job.py's own arguments follow it
   flowpoint run -p 4 -m local[4] job.py                # parallelism 4 on a local Spark with 4 cores
+  flowpoint run --remote sc://host:15002 job.py        # on a Spark Connect server (in epochs)
   flowpoint run -d job.py                              # detached: prints `Job has been submitted with JobID ...`
   flowpoint run -D execution.runtime=epoch job.py      # any configuration setting
   flowpoint run -s /tmp/sp/savepoint-0f4e9a-1a2b3c4d5e6f job.py   # restore a savepoint or checkpoint
@@ -93,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-p", "--parallelism", type=int, help="default parallelism of the job's operators")
     run.add_argument("-m", "--master", help="Spark master URL (default local[*,4])")
+    run.add_argument(
+        "--remote", metavar="sc://HOST:PORT",
+        help="run on the Spark Connect server at this address (spark.remote; $SPARK_REMOTE does the same): in epochs, "
+        "as docs/deployment.md says under Spark Connect",
+    )
     run.add_argument(
         "-D", dest="dynamic", action="append", default=[], metavar="key=value",
         help="a configuration setting, e.g. -D execution.epoch.max-records=50000, -D spark.executor.memory=4g "
@@ -276,8 +282,13 @@ def _settings(args: argparse.Namespace) -> dict:
             msg = f"-p/--parallelism must be >= 1; got {args.parallelism}"
             raise FlowpointError(msg)
         settings["parallelism.default"] = args.parallelism
+    if args.master and args.remote:
+        msg = "-m/--master and --remote both say where Spark runs: give the master to the Spark Connect server, or drop --remote"
+        raise FlowpointError(msg)
     if args.master:
         settings["spark.master"] = args.master
+    if args.remote:
+        settings["spark.remote"] = args.remote
     if args.from_path and args.resume is not None:
         msg = "-s/--fromSavepoint and --resume both say where to restore from: give one"
         raise FlowpointError(msg)

@@ -77,9 +77,9 @@ class StateReader:
         Spark tasks, one per parallel instance, and merged here)."""
         op = require_operator(self.access, self.metadata, uid)
         if self._executors_can_read():
-            from flowpoint.spark.state_frames import keyed_state_tables
+            from flowpoint.spark.adapter import adapter_for
 
-            tables = keyed_state_tables(self.spark, self.access, op)
+            tables = adapter_for(self.spark).savepoint_tables(self.access, op)
         else:
             tables = load_operator_state(self.access, self.metadata, uid)
         maps = keyed_state_maps(tables)
@@ -89,16 +89,16 @@ class StateReader:
         """The keyed state of operator ``uid`` as a Spark DataFrame: one row per key (MapState:
         per key and user key) with columns key, namespace, user_key, value (and state_name
         when ``state_name`` is None). Spark tasks read the files, one per parallel instance."""
-        from flowpoint.spark.state_frames import keyed_state_dataframe, rows_to_dataframe
+        from flowpoint.spark.adapter import adapter_for
 
         op = require_operator(self.access, self.metadata, uid)
         kinds = {n: s.get("kind") for n, s in (op.states or {}).items()}
         if self._executors_can_read():
-            return keyed_state_dataframe(self.spark, self.access, op, kinds, state_name)
+            return adapter_for(self.spark).savepoint_dataframe(self.access, op, kinds, state_name)
         tables = load_operator_state(self.access, self.metadata, uid)
         from flowpoint.spark.state_frames import state_rows
 
-        return rows_to_dataframe(self.spark, state_rows(tables, kinds, state_name), with_state_name=state_name is None)
+        return adapter_for(self.spark).rows_dataframe(state_rows(tables, kinds, state_name), with_state_name=state_name is None)
 
 
 def state_reader(

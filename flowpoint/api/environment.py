@@ -497,7 +497,9 @@ class StreamExecutionEnvironment:
 
 def default_parallelism(master: str | None, spark: Any) -> int:
     if spark is not None:
-        return int(spark.sparkContext.defaultParallelism)
+        from flowpoint.spark.adapter import adapter_for
+
+        return adapter_for(spark).default_parallelism()
     master = master or _CLI_DEFAULTS.get("spark.master") or os.environ.get("FLOWPOINT_SPARK_MASTER") or "local[*]"
     if master.startswith("local"):
         inner = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"

@@ -148,7 +148,7 @@ class ContinuousLoop(CommittedLoop):
             raise _Cancelled
 
     def _spark_failure(self) -> BaseException:
-        from flowpoint.spark.epoch_executor import spark_failure
+        from flowpoint.spark.tasks_common import spark_failure
 
         reported = self.control.reported_failure(_REPORT_WAIT_S)
         if reported is not None:  # the slot's own error keeps its class and details

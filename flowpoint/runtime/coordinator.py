@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.signing import Keyring
-from flowpoint.errors import FlowpointError, JobExecutionError
+from flowpoint.errors import ConfigurationError, FlowpointError, JobExecutionError
 from flowpoint.runtime import failure_report
 from flowpoint.runtime.checkpointing import CheckpointCoordinator
 from flowpoint.runtime.committed import CommittedState
@@ -36,6 +36,7 @@ from flowpoint.runtime.resume import job_fingerprint
 from flowpoint.runtime.savepoints import SavepointService, state_partitions
 from flowpoint.runtime.splits import SplitPlanner
 from flowpoint.runtime.working_files import WorkingFiles
+from flowpoint.spark.adapter import adapter_for
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class Coordinator:
     def __init__(self, graph: JobGraph, env: StreamExecutionEnvironment, spark: Any):
         self.graph = graph
         self.spark = spark
+        self.adapter = adapter_for(spark)  # classic or Spark Connect (flowpoint/spark/adapter.py)
         self.config = env.get_configuration()
         self.env = env
         self.job_id = new_job_id()
@@ -186,7 +188,7 @@ class Coordinator:
         executor = self._executor
         if executor is not None and not self.continuous:  # a continuous loop sees the flag within milliseconds
             try:
-                executor.sc.cancelJobGroup(self.job_id)
+                self.adapter.cancel_job_group(self.job_id)
             except Exception:  # noqa: BLE001 - the job may already be between epochs
                 pass
 
@@ -213,8 +215,15 @@ class Coordinator:
         chosen = str(self.config.get("execution.runtime")).lower()
         if self.graph.batch or chosen == "epoch":
             return "epoch"
+        refusal = self.adapter.continuous_refusal()
         if chosen == "continuous":
+            if refusal is not None:
+                msg = f"execution.runtime: continuous cannot run job {self.job_name!r}: {refusal}; run it with execution.runtime: epoch (or auto)"
+                raise ConfigurationError(msg)
             return "continuous"
+        if refusal is not None:
+            self._progress.say(f"running in epochs: {refusal} (docs/deployment.md)")
+            return "epoch"
         from flowpoint.runtime.slot_control import slot_shortage
 
         slots = max(s.parallelism for s in self.graph.stages)
@@ -249,7 +258,6 @@ class Coordinator:
         from flowpoint.api.checkpointing import resolve_checkpoint_settings
         from flowpoint.api.restart import resolve_repeated_failure, resolve_restart_backoff
         from flowpoint.api.storage_options import storage_options
-        from flowpoint.spark.epoch_executor import SparkEpochExecutor
         from flowpoint.tasks.plan import build_stage_plans
 
         self._started = time.monotonic()
@@ -268,12 +276,10 @@ class Coordinator:
             self.runtime = self._choose_runtime(spark)
             self._progress.unit = "segment" if self.continuous else "epoch"
             if self.continuous:
-                from flowpoint.spark.continuous_executor import SparkContinuousExecutor
-
-                self._executor = SparkContinuousExecutor(spark, self.job_id, f"flowpoint {self.job_name} (continuous)")
+                self._executor = self.adapter.continuous_executor(self.job_id, f"flowpoint {self.job_name} (continuous)")
             else:
-                self._executor = SparkEpochExecutor(spark, self.graph, plans, self.job_id)
-            spark.sparkContext.setJobGroup(self.job_id, f"flowpoint job {self.job_name}", interruptOnCancel=True)
+                self._executor = self.adapter.epoch_executor(self.graph, plans, self.job_id)
+            self.adapter.start_job_group(self.job_id, f"flowpoint job {self.job_name}")
             atexit.register(self._files.remove_durable_state)
             first = restore.checkpoint_id + 1 if restore else 1
             if self.settings.enabled:
@@ -287,7 +293,7 @@ class Coordinator:
             self._loop = self._loop_for(restore, plans)
             self.status = JobStatus.RUNNING
             runtime = "continuously" if self.continuous else "in epochs"
-            self._progress.say(f"job {self.job_name!r} ({self.job_id}) running {runtime} on Spark {spark.sparkContext.master}")
+            self._progress.say(f"job {self.job_name!r} ({self.job_id}) running {runtime} on Spark {self.adapter.describe()}")
             self._progress.start(total_records(self.graph), self.records_read, on_terminal(self.graph))
             self._loop.run()
             if self.checkpoints is not None and not self._cancel.is_set():
@@ -362,10 +368,8 @@ class Coordinator:
 
     def read_keyed_state(self, uid: str, state_name: str | None) -> dict:
         """Committed keyed state of one operator, read by Spark tasks where it lives."""
-        from flowpoint.spark.state_jobs import read_keyed_state
-
         self.graph.node_by_uid(uid)  # an unknown uid is refused with the uids there are
-        merged = read_keyed_state(self.spark.sparkContext, self._files.location(), state_partitions(self.graph, self._state, uid), uid)
+        merged = self.adapter.read_keyed_state(self._files.location(), state_partitions(self.graph, self._state, uid), uid)
         if self.done.is_set():
             self._files.remove_local_state()  # the read rebuilt it on executors; the job is over
         maps = keyed_state_maps(merged)

@@ -247,9 +247,7 @@ class JobClient:
 
     def get_spark_ui_url(self) -> str | None:
         """The address of Spark's web UI for this job's session, None when it is off."""
-        from flowpoint.spark.ui import spark_ui_url
-
-        return spark_ui_url(self._coordinator.spark)
+        return self._coordinator.adapter.ui_url()
 
     def trigger_savepoint(self, target_directory: str | None = None, native: bool = False) -> str:
         """Take a savepoint at the next epoch boundary and return its directory
@@ -379,7 +377,8 @@ def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
     from flowpoint.control.endpoint import attach_job
     from flowpoint.metrics import exporter
     from flowpoint.runtime.coordinator import Coordinator
-    from flowpoint.spark.session import get_spark_session, ship_python_dependencies
+    from flowpoint.spark.adapter import adapter_for
+    from flowpoint.spark.session import get_spark_session
 
     config = env.get_configuration()
     # metrics.reporter.prom.port: the Prometheus endpoint (a taken port fails the submission here)
@@ -389,7 +388,7 @@ def submit(graph: JobGraph, env: StreamExecutionEnvironment) -> JobClient:
         # the caller's active one (``SparkSession.getActiveSession()`` finds it after the job).
         slots = max((s.parallelism for s in graph.stages), default=1)
         spark = get_spark_session(config.get("spark.master"), graph.job_name, env._spark, config, slots=slots)
-        ship_python_dependencies(spark, config)
+        adapter_for(spark).ship_python_dependencies(config)
         coordinator = Coordinator(graph, env, spark)
         thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
         coordinator.thread = thread

@@ -138,12 +138,12 @@ class SavepointService:
     def write(self, target: str, epoch: int, stop: bool = False) -> str:
         """Every stateful task writes its canonical part (a Spark job over the partitions, run
         where their state is); the driver writes ``_metadata`` from the parts' entries."""
-        from flowpoint.spark.state_jobs import write_savepoint_parts
+        from flowpoint.spark.adapter import adapter_for
 
         t0, trigger_ms = time.perf_counter(), now_ms()
         access = self.create(target)
         return self.complete(
-            access, lambda: write_savepoint_parts(self.spark.sparkContext, self.files.location(), state_partitions(self.graph, self.state), access.uri()),
+            access, lambda: adapter_for(self.spark).write_savepoint_parts(self.files.location(), state_partitions(self.graph, self.state), access.uri()),
             epoch, self.splits.positions(), t0, trigger_ms, stop=stop,
         )
 

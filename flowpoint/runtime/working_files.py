@@ -88,11 +88,9 @@ class WorkingFiles:
         """The job ended: its executor-local working files and cached state go, on every host
         (a task per executor core; durable files stay for get_keyed_state until exit)."""
         try:
-            from flowpoint.spark.state_jobs import remove_local_state
+            from flowpoint.spark.adapter import adapter_for
 
-            sc = self.spark.sparkContext
-            tasks = max(2, 2 * int(sc.defaultParallelism))
-            remove_local_state(sc, self.location(), job_id or self.job_id, tasks)
+            adapter_for(self.spark).remove_local_state(self.location(), job_id or self.job_id)
         except Exception:  # noqa: BLE001 - Spark may be stopping; local files are a cache
             log.debug("could not remove the local working state of job %s", job_id or self.job_id, exc_info=True)
         remove_job_dir(self.working_dir, job_id or self.job_id)
@@ -149,7 +147,11 @@ def durable_root(config: Any, settings: Any, job_id: str, working_dir: str, clus
 
 def _on_a_cluster(spark: Any) -> bool:
     """Executors on other hosts: any master but ``local*`` (``local-cluster`` runs on this host)."""
-    return spark is not None and not str(spark.sparkContext.master).startswith("local")
+    if spark is None:
+        return False
+    from flowpoint.spark.adapter import adapter_for
+
+    return adapter_for(spark).on_a_cluster()
 
 
 def _check_remote_dir(config: Any, root: str, options: dict) -> None:
@@ -163,8 +165,11 @@ def _check_remote_dir(config: Any, root: str, options: dict) -> None:
 
 
 def _warn_unshared(spark: Any, root: str) -> None:
-    master = str(spark.sparkContext.master)
-    if durable.is_local(root) and not master.startswith("local"):
+    from flowpoint.spark.adapter import adapter_for
+
+    adapter = adapter_for(spark)
+    master = adapter.describe()
+    if durable.is_local(root) and adapter.on_a_cluster():
         log.warning(
             "working state is kept durable in the local directory %s while Spark runs on %s: this is only correct "
             "if every executor sees the same directory. On several hosts set state.checkpoints.dir to a directory "

@@ -24,6 +24,7 @@ from pyspark import AccumulatorParam, StorageLevel, TaskContext
 from flowpoint.errors import JobExecutionError
 from flowpoint.graph.jobgraph import JobGraph
 from flowpoint.spark.locality import StateLocality, destination
+from flowpoint.spark.tasks_common import executor_id, spark_failure  # noqa: F401 - spark_failure: the continuous loop's too
 from flowpoint.spark.ui import group_job_ids
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import EpochSpec, TaskAck, TaskSlice
@@ -79,14 +80,6 @@ def _make_task(job_id: str, stage_id: int, plans_bc: Any, spec: EpochSpec, acc: 
         return iter(outputs)
 
     return task
-
-
-def executor_id() -> str:
-    """The executor this task runs on: its Python worker daemon (one per executor), and the
-    worker process itself (whose memory holds HashMap state)."""
-    import os
-
-    return f"{os.environ.get('SPARK_EXECUTOR_ID') or os.getppid()}/{os.getpid()}"
 
 
 class SparkEpochExecutor:
@@ -177,12 +170,3 @@ class SparkEpochExecutor:
             self.plans_bc.destroy()
         except Exception:  # noqa: BLE001 - best effort on shutdown
             pass
-
-
-def spark_failure(e: Exception, epoch: int) -> Exception:
-    """The error a failed Spark job raises on the driver: the task's flowpoint error, with its
-    class and message, read out of Spark's text (``flowpoint.runtime.failures.task_error``);
-    else a JobExecutionError (or SerializationError) naming the Python or Spark cause."""
-    from flowpoint.runtime.failures import task_error
-
-    return task_error(str(e), epoch)

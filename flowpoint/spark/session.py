@@ -66,16 +66,39 @@ def _spark_value(value: Any) -> str:
     return str(value)
 
 
-def spark_settings(settings: Any) -> dict[str, str]:
-    """The ``spark.*`` keys of a Configuration or dict (but ``spark.master``), as strings."""
+# which session to create, not settings of it: handled by get_spark_session itself
+SESSION_KEYS = ("spark.master", "spark.remote", "spark.api.mode")
+
+
+def _items(settings: Any) -> dict:
     if settings is None:
         return {}
-    items = settings.to_dict() if hasattr(settings, "to_dict") else dict(settings)
+    return settings.to_dict() if hasattr(settings, "to_dict") else dict(settings)
+
+
+def spark_settings(settings: Any) -> dict[str, str]:
+    """The ``spark.*`` keys of a Configuration or dict (but ``spark.master``, ``spark.remote``
+    and ``spark.api.mode``, which choose the session), as strings."""
     return {
         str(k): _spark_value(v)
-        for k, v in items.items()
-        if str(k).startswith("spark.") and str(k) != "spark.master" and v is not None
+        for k, v in _items(settings).items()
+        if str(k).startswith("spark.") and str(k) not in SESSION_KEYS and v is not None
     }
+
+
+def connect_choice(settings: Any) -> tuple[str, str] | None:
+    """Spark Connect, when the job asks for it: ``("remote", url)`` for ``spark.remote``
+    (``flowpoint run --remote sc://host:15002``), else ``$SPARK_REMOTE``; ``("api-mode", "")``
+    for ``spark.api.mode=connect`` (else ``$SPARK_API_MODE``), which starts a Spark Connect
+    server for the master in this process, as PySpark does. None: a classic session."""
+    items = _items(settings)
+    url = items.get("spark.remote") or os.environ.get("SPARK_REMOTE")
+    if url:
+        return ("remote", str(url))
+    mode = str(items.get("spark.api.mode") or os.environ.get("SPARK_API_MODE") or "classic").lower()
+    if mode == "connect":
+        return ("api-mode", "")
+    return None
 
 
 def session_config(
@@ -171,10 +194,23 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     ``settings``' ``spark.*`` keys. The default local master runs at least ``slots`` tasks at
     once (the job's largest parallelism), as Flink's local mini cluster gives a job as many
     slots as it needs: ``local[max(cores, slots),4]``."""
+    connect = connect_choice(settings)
+    if connect is not None and connect[0] == "remote" and not connect[1].startswith("sc://"):
+        msg = f"spark.remote {connect[1]!r} is not a Spark Connect address: give sc://host:port (a local master is spark.master, with spark.api.mode=connect)"
+        raise ConfigurationError(msg)
     if existing is not None or (existing := _active_session()) is not None:
-        _check_classic(existing)
         _warn_unapplied(existing, spark_settings(settings))
         return existing
+    if connect is not None and connect[0] == "remote":
+        explicit_master = master or _items(settings).get("spark.master")
+        if explicit_master:
+            where = "spark.remote" if _items(settings).get("spark.remote") else "$SPARK_REMOTE"
+            msg = (
+                f"spark.master {explicit_master!r} and {where} {connect[1]!r} both say where Spark runs: a Spark Connect "
+                f"server has its own master; drop spark.master (-m), or unset {where} for a classic session"
+            )
+            raise ConfigurationError(msg)
+        return _remote_session(connect[1], app_name, settings)
     from pyspark.sql import SparkSession
 
     submitted = submitted_conf()
@@ -183,6 +219,8 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     config = session_config(master, app_name, settings, os.environ["PYTHONPATH"], submitted)
+    if connect is not None:  # spark.api.mode=connect: PySpark starts a Connect server for the master here
+        return _api_mode_connect_session(master, config)
     ui_on_loopback = bind_ui_to_loopback(submitted)  # (before the JVM starts: it reads SPARK_LOCAL_IP)
     if submitted is None:
         try:
@@ -204,6 +242,70 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     return spark
 
 
+def _remote_session(url: str, app_name: str, settings: Any) -> Any:
+    """A Spark Connect session to the server at ``url`` (``sc://host:port``), with the job's
+    ``spark.*`` settings as session settings; the server is asked for its version here, so an
+    unreachable one fails the submission by name."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    builder = RemoteSparkSession.builder.remote(url).config("spark.app.name", app_name)
+    for key, value in spark_settings(settings).items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+        version = spark.version
+    except Exception as e:
+        msg = f"could not reach the Spark Connect server at {url}: {type(e).__name__}: {e}"
+        raise ConfigurationError(msg) from e
+    log.info("connected to Spark Connect %s at %s", version, url)
+    return spark
+
+
+API_MODE_PORT = 15002  # where PySpark's client looks for the server it started (sc://localhost)
+
+
+def _api_mode_connect_session(master: str, config: dict[str, str]) -> Any:
+    """``spark.api.mode=connect``: PySpark starts a Spark Connect server for ``master`` in this
+    process (with flowpoint's settings, an authentication token of its own, on loopback for a
+    local master) and connects to it at ``sc://localhost``, port 15002 whatever the server's
+    ``spark.connect.grpc.binding.port``. A port already taken there is refused: the client would
+    reach that other server, or none."""
+    import socket
+
+    from pyspark.sql import SparkSession
+
+    port = config.get("spark.connect.grpc.binding.port")
+    if port is not None and str(port) != str(API_MODE_PORT):
+        msg = (
+            f"spark.api.mode=connect with spark.connect.grpc.binding.port={port}: PySpark's client connects to the "
+            f"server it starts at port {API_MODE_PORT} whatever that setting says; drop it, or start a Spark Connect "
+            "server on that port yourself and run with --remote sc://host:port"
+        )
+        raise ConfigurationError(msg)
+    try:
+        socket.create_connection(("localhost", API_MODE_PORT), timeout=1).close()
+        taken = True
+    except OSError:
+        taken = False
+    if taken:
+        msg = (
+            f"spark.api.mode=connect: port {API_MODE_PORT} on this host is taken (another Spark Connect server, or a job "
+            f"in this mode?), and PySpark's client would connect there instead of to the server it starts for master "
+            f"{master!r}; run one such job at a time, or give that server's address with --remote sc://host:port, "
+            "or run without spark.api.mode=connect (a classic session)"
+        )
+        raise ConfigurationError(msg)
+    if is_local_master(master):
+        config = {"spark.connect.grpc.binding.address": LOOPBACK, **config}
+    builder = SparkSession.builder.config("spark.api.mode", "connect")
+    for key, value in config.items():
+        builder = builder.config(key, value)
+    try:
+        return builder.getOrCreate()
+    except Exception as e:
+        raise _not_started(master, e) from e
+
+
 def _not_started(master: str, e: Exception) -> ConfigurationError:
     return ConfigurationError(f"could not start Spark with master {master!r}: {e}. Is Java 17 installed and JAVA_HOME set?")
 
@@ -216,21 +318,25 @@ def _active_session() -> Any:
 
 def _warn_unapplied(spark: Any, wanted: dict[str, str]) -> None:
     """Spark settings cannot change on a running session: say which ones differ."""
-    if not wanted or not hasattr(spark, "sparkContext"):
+    if not wanted:
         return
-    conf = spark.sparkContext.getConf()
-    differ = sorted(k for k, v in wanted.items() if conf.get(k, None) != v)
+    if hasattr(spark, "sparkContext"):
+        conf = spark.sparkContext.getConf()
+        differ = sorted(k for k, v in wanted.items() if conf.get(k, None) != v)
+    else:  # Spark Connect: the session's settings, as the server reports them
+        differ = []
+        for k, v in wanted.items():
+            try:
+                if spark.conf.get(k, None) != v:
+                    differ.append(k)
+            except Exception:  # noqa: BLE001 - a setting the server does not show
+                differ.append(k)
+        differ.sort()
     if differ:
         log.warning(
             "the SparkSession already exists, so these settings were not applied: %s "
             "(set them where that session is created, or let flowpoint create it)", ", ".join(differ),
         )
-
-
-def _check_classic(spark: Any) -> None:
-    if not hasattr(spark, "sparkContext"):
-        msg = "flowpoint needs a classic SparkSession (with a SparkContext), not a Spark Connect session"
-        raise ConfigurationError(msg)
 
 
 def ship_python_dependencies(spark: Any, config: Any) -> None:

@@ -57,8 +57,8 @@ def _with_state(location: StateLocation, action: Any):
     return task
 
 
-def write_savepoint_parts(sc: Any, location: StateLocation, items: list[StatePartition], savepoint_uri: str) -> list[tuple[str, Any, dict]]:
-    """``[(uid, SubtaskState, state counts)]`` of every part written below ``savepoint_uri``."""
+def savepoint_task(location: StateLocation, savepoint_uri: str):
+    """The task of :func:`write_savepoint_parts` (either adapter runs it)."""
     options = location.options
 
     def action(item: StatePartition, tables: dict, kinds: dict, schemas: dict) -> list:
@@ -75,25 +75,38 @@ def write_savepoint_parts(sc: Any, location: StateLocation, items: list[StatePar
             out.append((uid, sub, states))
         return out
 
-    return _run(sc, items, _with_state(location, action), f"flowpoint savepoint parts to {savepoint_uri}")
+    return _with_state(location, action)
 
 
-def read_keyed_state(sc: Any, location: StateLocation, items: list[StatePartition], uid: str) -> dict[str, dict]:
-    """``{state name: {key: value}}`` of operator ``uid``, read where its partitions are."""
+def write_savepoint_parts(sc: Any, location: StateLocation, items: list[StatePartition], savepoint_uri: str) -> list[tuple[str, Any, dict]]:
+    """``[(uid, SubtaskState, state counts)]`` of every part written below ``savepoint_uri``."""
+    return _run(sc, items, savepoint_task(location, savepoint_uri), f"flowpoint savepoint parts to {savepoint_uri}")
+
+
+def read_state_task(location: StateLocation, uid: str):
+    """The task of :func:`read_keyed_state`: each partition's ``{state name: {key: value}}``."""
 
     def action(item: StatePartition, tables: dict, kinds: dict, schemas: dict) -> list:
         return [tables.get(uid, {})]
 
+    return _with_state(location, action)
+
+
+def merge_tables(answers: list[dict]) -> dict[str, dict]:
     merged: dict[str, dict] = {}
-    for tables in _run(sc, items, _with_state(location, action), f"flowpoint read keyed state of {uid}"):
+    for tables in answers:
         for name, table in tables.items():
             merged.setdefault(name, {}).update(table)
     return merged
 
 
-def remove_local_state(sc: Any, location: StateLocation, job_id: str, tasks: int) -> int:
-    """Remove the job's local working files and cached state wherever these tasks run (one per
-    executor core is asked for; Spark places them). Returns how many tasks removed something."""
+def read_keyed_state(sc: Any, location: StateLocation, items: list[StatePartition], uid: str) -> dict[str, dict]:
+    """``{state name: {key: value}}`` of operator ``uid``, read where its partitions are."""
+    return merge_tables(_run(sc, items, read_state_task(location, uid), f"flowpoint read keyed state of {uid}"))
+
+
+def remove_task(location: StateLocation, job_id: str):
+    """The task of :func:`remove_local_state`: 1 when it removed something where it ran."""
     local_dir = location.local_dir
 
     def task(iterator: Any):
@@ -106,5 +119,11 @@ def remove_local_state(sc: Any, location: StateLocation, job_id: str, tasks: int
         shutil.rmtree(path, ignore_errors=True)
         return iter([1 if existed else 0])
 
+    return task
+
+
+def remove_local_state(sc: Any, location: StateLocation, job_id: str, tasks: int) -> int:
+    """Remove the job's local working files and cached state wherever these tasks run (one per
+    executor core is asked for; Spark places them). Returns how many tasks removed something."""
     sc.setJobDescription(f"flowpoint remove working state of job {job_id}")
-    return sum(sc.parallelize(range(tasks), tasks).mapPartitions(task).collect())
+    return sum(sc.parallelize(range(tasks), tasks).mapPartitions(remove_task(location, job_id)).collect())

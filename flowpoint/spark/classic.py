@@ -1,0 +1,93 @@
+"""The classic adapter: a SparkSession with a SparkContext in this process (RDDs, barrier mode,
+broadcast variables, accumulators; ``epoch_executor.py``, ``continuous_executor.py``,
+``state_jobs.py``, ``state_frames.py``, ``locality.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowpoint.spark.adapter import SparkAdapter
+
+
+class ClassicAdapter(SparkAdapter):
+    mode = "classic"
+
+    @property
+    def sc(self) -> Any:
+        return self.spark.sparkContext
+
+    def describe(self) -> str:
+        return str(self.sc.master)
+
+    def master(self) -> str:
+        return str(self.sc.master)
+
+    def default_parallelism(self) -> int:
+        return int(self.sc.defaultParallelism)
+
+    def on_a_cluster(self) -> bool:
+        return not self.master().startswith("local")
+
+    def ui_url(self) -> str | None:
+        from flowpoint.spark.ui import spark_ui_url
+
+        return spark_ui_url(self.spark)
+
+    def spark_job_ids(self, group: str) -> set[int]:
+        from flowpoint.spark.ui import group_job_ids
+
+        return group_job_ids(self.sc, group)
+
+    def start_job_group(self, job_id: str, description: str) -> None:
+        self.sc.setJobGroup(job_id, description, interruptOnCancel=True)
+
+    def cancel_job_group(self, job_id: str) -> None:
+        self.sc.cancelJobGroup(job_id)
+
+    def epoch_executor(self, graph: Any, plans: dict, job_id: str) -> Any:
+        from flowpoint.spark.epoch_executor import SparkEpochExecutor
+
+        return SparkEpochExecutor(self.spark, graph, plans, job_id)
+
+    def continuous_refusal(self) -> str | None:
+        return None
+
+    def continuous_executor(self, job_id: str, description: str) -> Any:
+        from flowpoint.spark.continuous_executor import SparkContinuousExecutor
+
+        return SparkContinuousExecutor(self.spark, job_id, description)
+
+    def write_savepoint_parts(self, location: Any, items: list, savepoint_uri: str) -> list:
+        from flowpoint.spark.state_jobs import write_savepoint_parts
+
+        return write_savepoint_parts(self.sc, location, items, savepoint_uri)
+
+    def read_keyed_state(self, location: Any, items: list, uid: str) -> dict:
+        from flowpoint.spark.state_jobs import read_keyed_state
+
+        return read_keyed_state(self.sc, location, items, uid)
+
+    def remove_local_state(self, location: Any, job_id: str) -> int:
+        from flowpoint.spark.state_jobs import remove_local_state
+
+        return remove_local_state(self.sc, location, job_id, max(2, 2 * self.default_parallelism()))
+
+    def savepoint_tables(self, access: Any, op: Any) -> dict:
+        from flowpoint.spark.state_frames import keyed_state_tables
+
+        return keyed_state_tables(self.spark, access, op)
+
+    def savepoint_dataframe(self, access: Any, op: Any, kinds: dict, state_name: str | None) -> Any:
+        from flowpoint.spark.state_frames import keyed_state_dataframe
+
+        return keyed_state_dataframe(self.spark, access, op, kinds, state_name)
+
+    def ship_python_dependencies(self, config: Any) -> None:
+        from flowpoint.spark.session import ship_python_dependencies
+
+        ship_python_dependencies(self.spark, config)
+
+    def ship_python_files(self, files: str | None) -> None:
+        from flowpoint.spark.session import ship_python_files
+
+        ship_python_files(self.spark, files)

@@ -1,0 +1,186 @@
+"""The adapter of a Spark Connect session: DataFrame operations only (see the package doc).
+
+This process is a Spark Connect client, not Spark's driver: it has no SparkContext, so no RDD,
+broadcast variable, accumulator, job group, status tracker or web UI address. What differs from
+the classic adapter:
+
+- epochs: ``connect/epoch_executor.py`` (``mapInArrow`` stages, ``repartitionById``
+  exchanges, acknowledgements as rows); a stateful partition does not prefer the host that
+  holds its state (Spark Connect has no way to ask for a task's location): on several hosts a
+  partition that moves rebuilds its state from durable storage, correct at that cost;
+- the continuous runtime is refused (:meth:`ConnectAdapter.continuous_refusal`);
+- state jobs (savepoints, ``get_keyed_state``, ``state_reader``) run one ``mapInArrow`` task
+  per partition; a ``state_reader`` DataFrame is built from rows read here;
+- ``python.files``/``python.requirements``/``python.archives`` go with ``addArtifacts``;
+- cancelling a job interrupts the queries of its tag (``addTag``/``interruptTag``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from flowpoint.spark.adapter import SparkAdapter
+from flowpoint.spark.connect import frames
+
+CONTINUOUS_REFUSAL = (
+    "the continuous runtime is not available on a Spark Connect session: its slots are one barrier "
+    "Spark job whose tasks open control and data channels to this process, and a Spark Connect client "
+    "is not Spark's driver (the server's executors need not reach it); Spark Connect jobs run in epochs"
+)
+
+
+def _tag(job_id: str) -> str:
+    return f"flowpoint-{job_id}"
+
+
+class ConnectAdapter(SparkAdapter):
+    mode = "connect"
+
+    def __init__(self, spark: Any):
+        super().__init__(spark)
+        self._parallelism: int | None = None
+
+    # -- the session ------------------------------------------------------------------------------
+
+    def url(self) -> str:
+        builder = getattr(self.spark.client, "_builder", None)
+        host = getattr(builder, "host", None) or "localhost"
+        port = getattr(builder, "_port", None)
+        return f"sc://{host}:{port}" if port else f"sc://{host}"
+
+    def server_host(self) -> str:
+        builder = getattr(self.spark.client, "_builder", None)
+        return str(getattr(builder, "host", None) or "localhost")
+
+    def describe(self) -> str:
+        master = self.master()
+        return f"Connect server {self.url()}" + (f" (master {master})" if master else "")
+
+    def master(self) -> str:
+        try:
+            return str(self.spark.conf.get("spark.master", "") or "")
+        except Exception:  # noqa: BLE001 - a server that does not show it
+            return ""
+
+    def default_parallelism(self) -> int:
+        """``spark.default.parallelism`` when the server sets it, else the partitions Spark gives
+        a range without a count (Spark's default parallelism: the executors' cores), asked once."""
+        if self._parallelism is None:
+            value = None
+            try:
+                value = self.spark.conf.get("spark.default.parallelism", None)
+            except Exception:  # noqa: BLE001
+                value = None
+            if value:
+                self._parallelism = max(1, int(value))
+            else:
+                row = self.spark.range(0, 1 << 16).selectExpr("spark_partition_id() AS p").agg({"p": "max"}).collect()[0]
+                self._parallelism = max(1, int(row[0]) + 1)
+        return self._parallelism
+
+    def on_a_cluster(self) -> bool:
+        """The server runs on another host, or its master is not a local one: its executors do
+        not share this host's disk."""
+        if not _loopback(self.server_host()):
+            return True
+        return not self.master().startswith("local")
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def start_job_group(self, job_id: str, description: str) -> None:
+        self.spark.addTag(_tag(job_id))  # (this thread's queries; description: Spark Connect has none)
+
+    def cancel_job_group(self, job_id: str) -> None:
+        self.spark.interruptTag(_tag(job_id))
+
+    def epoch_executor(self, graph: Any, plans: dict, job_id: str) -> Any:
+        from pyspark.sql.connect.dataframe import DataFrame
+
+        from flowpoint.spark.connect.epoch_executor import ConnectEpochExecutor
+
+        frames.check_repartition_by_id(DataFrame)
+        return ConnectEpochExecutor(self.spark, graph, plans, job_id, _tag(job_id))
+
+    def continuous_refusal(self) -> str | None:
+        return CONTINUOUS_REFUSAL
+
+    # -- state jobs -------------------------------------------------------------------------------
+
+    def _per_item(self, items: list, task: Any) -> list:
+        def one(item: Any) -> list:
+            return list(task(iter([item])))
+
+        return frames.run_per_item(self.spark, items, one)
+
+    def write_savepoint_parts(self, location: Any, items: list, savepoint_uri: str) -> list:
+        from flowpoint.spark.state_jobs import savepoint_task
+
+        return self._per_item(items, savepoint_task(location, savepoint_uri))
+
+    def read_keyed_state(self, location: Any, items: list, uid: str) -> dict:
+        from flowpoint.spark.state_jobs import merge_tables, read_state_task
+
+        return merge_tables(self._per_item(items, read_state_task(location, uid)))
+
+    def remove_local_state(self, location: Any, job_id: str) -> int:
+        from flowpoint.spark.state_jobs import remove_task
+
+        tasks = max(2, 2 * self.default_parallelism())
+        return sum(self._per_item(list(range(tasks)), remove_task(location, job_id)))
+
+    def savepoint_tables(self, access: Any, op: Any) -> dict:
+        from flowpoint.spark.state_frames import _subtask_reader
+        from flowpoint.spark.state_jobs import merge_tables
+
+        read = _subtask_reader(access, op)
+        return merge_tables(frames.run_per_item(self.spark, list(op.subtasks), lambda sub: [read(sub)]))
+
+    def savepoint_dataframe(self, access: Any, op: Any, kinds: dict, state_name: str | None) -> Any:
+        """Read by one Spark task per parallel instance; the rows come here and become a
+        DataFrame of the session (classic sessions keep them on the executors)."""
+        from flowpoint.spark.state_frames import state_rows
+
+        return self.rows_dataframe(state_rows(self.savepoint_tables(access, op), kinds, state_name), state_name is None)
+
+    # -- shipping code ----------------------------------------------------------------------------
+
+    def ship_python_dependencies(self, config: Any) -> None:
+        """``python.files`` (directories zipped) and ``python.requirements`` (installed, zipped) as
+        ``addArtifacts(pyfile=True)``, ``python.archives`` as ``addArtifacts(archive=True)``
+        (unpacked under their ``#alias``); each once per session."""
+        from flowpoint.python_deps import check_archives, executor_py_files
+
+        files, requirements = config.get("python.files"), config.get("python.requirements")
+        shipped = executor_py_files(files, requirements) if (files or requirements) else []
+        self.ship_python_files(",".join(shipped))
+        done = self._shipped()
+        for archive in check_archives(config.get("python.archives")):
+            if ("archive", archive) not in done:
+                self.spark.addArtifacts(archive, archive=True)
+                done.add(("archive", archive))
+
+    def ship_python_files(self, files: str | None) -> None:
+        if not files:
+            return
+        done = self._shipped()
+        for path in (f for f in files.split(",") if f):
+            if ("pyfile", path) not in done:
+                self.spark.addArtifacts(path, pyfile=True)
+                done.add(("pyfile", path))
+
+    def _shipped(self) -> set:
+        done = getattr(self, "_artifacts", None)
+        if done is None:
+            done = self._artifacts = set()
+        return done
+
+
+def _loopback(host: str) -> bool:
+    host = host.strip("[]").rstrip(".").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
