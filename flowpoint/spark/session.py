@@ -30,6 +30,7 @@ from typing import Any
 
 from flowpoint.errors import ConfigurationError
 from flowpoint.spark.jvm_output import start_driver_jvm
+from flowpoint.spark.versions import check_spark_version
 
 log = logging.getLogger("flowpoint")
 
@@ -173,9 +174,13 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     slots as it needs: ``local[max(cores, slots),4]``."""
     if existing is not None or (existing := _active_session()) is not None:
         _check_classic(existing)
+        _check_versions(existing)
         _warn_unapplied(existing, spark_settings(settings))
         return existing
+    import pyspark
     from pyspark.sql import SparkSession
+
+    check_spark_version(pyspark.__version__, pyspark.__version__)  # (before a JVM starts)
 
     submitted = submitted_conf()
     master = master or os.environ.get("FLOWPOINT_SPARK_MASTER") or (submitted or {}).get("spark.master") or default_master(slots)
@@ -200,6 +205,7 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     except Exception as e:
         raise _not_started(master, e) from e
     spark.sparkContext.setLogLevel("ERROR")
+    _check_versions(spark)
     log.info("started Spark %s with master %s", spark.version, master)
     return spark
 
@@ -225,6 +231,13 @@ def _warn_unapplied(spark: Any, wanted: dict[str, str]) -> None:
             "the SparkSession already exists, so these settings were not applied: %s "
             "(set them where that session is created, or let flowpoint create it)", ", ".join(differ),
         )
+
+
+def _check_versions(spark: Any) -> None:
+    """The session's Spark and this PySpark: both within 3.5 to 4.3, of one minor (versions.py)."""
+    import pyspark
+
+    check_spark_version(str(spark.version), pyspark.__version__)
 
 
 def _check_classic(spark: Any) -> None:
