@@ -26,8 +26,8 @@ def continuous_env(make_env, tmp_path, parallelism=2, backend="hashmap", interva
 
 
 @pytest.mark.parametrize(("parallelism", "backend"), [
-    (1, "hashmap"), pytest.param(1, "rocksdb", marks=pytest.mark.compat),
-    pytest.param(2, "hashmap", marks=pytest.mark.compat), (2, "rocksdb"),
+    pytest.param(1, "hashmap", marks=pytest.mark.compat), (1, "rocksdb"),
+    (2, "hashmap"), pytest.param(2, "rocksdb", marks=pytest.mark.compat),
 ])
 def test_a_failure_restarts_the_run_from_the_last_checkpoint_exactly(make_env, tmp_path, parallelism, backend):
     env = continuous_env(make_env, tmp_path, parallelism, backend)
