@@ -43,10 +43,16 @@ INHERITED_NOT = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYSPARK_GATEWAY_POR
 
 
 @pytest.fixture(scope="module")
-def venvs():
-    """``{version: future of (venv python, seconds spent building it)}``, built in order."""
+def venvs(request):
+    """``{version: future of (venv python, seconds spent building it)}``, built in order: the
+    versions this session's selected tests of this module need."""
+    needed = set()
+    for item in request.session.items:
+        if item.module is request.module and "venvs" in item.fixturenames:
+            params = getattr(item, "callspec", None)
+            needed.add(params.params["version"] if params and "version" in params.params else VERSIONS[0])
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyspark-venvs")
-    futures = {v: pool.submit(ensure_venv, v) for v in VERSIONS}
+    futures = {v: pool.submit(ensure_venv, v) for v in VERSIONS if v in needed}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 
