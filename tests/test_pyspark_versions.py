@@ -5,7 +5,8 @@ tests/pyspark_venvs.py): ``<venv>/bin/python -m pytest -m compat ...``. A versio
 every test of the subset passed there: pytest's exit code 0, nothing skipped, every file of
 the subset represented (exit code 5, nothing collected, fails).
 
-The venvs are built one after another in a background thread, so the next version's is built
+The venvs are built one after another in a background thread, and the subsets run two at a
+time (``FLOWPOINT_TEST_PYSPARK_JOBS``), so the next version's venv is built and its subset runs
 while the previous version's subset runs. A savepoint also moves from PySpark 3.5 to 4.3 (this
 process) and back.
 """
@@ -69,15 +70,32 @@ def test_the_subset_is_where_this_module_looks():
     assert marked == sorted(COMPAT_FILES)
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-def test_the_compatibility_subset_passes_on(version, venvs, tmp_path, record_property):
-    python, built = venvs[version].result()
-    xml = tmp_path / "compat.xml"
+def run_subset(version: str, venv, xml: Path):
+    """``(venv set-up seconds, subset seconds, finished pytest process, its junit xml)`` once the
+    venv is ready."""
+    python, built = venv.result()
     cmd = [str(python), "-m", "pytest", "-m", "compat", "-q", "-p", "no:cacheprovider", "-o", "addopts=-ra --durations=10",
            f"--junitxml={xml}", *COMPAT_FILES]
     started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=800, cwd=REPO, env=child_env(version))
-    took = time.monotonic() - started
+    return built, time.monotonic() - started, proc, xml
+
+
+@pytest.fixture(scope="module")
+def subset_runs(venvs, tmp_path_factory):
+    """The subset's runs, ``FLOWPOINT_TEST_PYSPARK_JOBS`` (default 2) at a time: one version's
+    run overlaps the next one's (and the venv build after it), since a run's Spark jobs leave
+    the cores idle much of the time (JVM start-up, checkpoints, restarts)."""
+    jobs = int(os.environ.get("FLOWPOINT_TEST_PYSPARK_JOBS", "2"))
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="pyspark-subsets")
+    futures = {v: pool.submit(run_subset, v, f, tmp_path_factory.mktemp(f"compat-{v}") / "compat.xml") for v, f in venvs.items()}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_compatibility_subset_passes_on(version, subset_runs, record_property):
+    built, took, proc, xml = subset_runs[version].result()
     record_property("venv_setup_seconds", round(built, 1))
     record_property("subset_seconds", round(took, 1))
     print(f"PySpark {version}: venv set-up {built:.0f} s ({'built' if built else 'reused'}), subset {took:.0f} s")
