@@ -153,7 +153,7 @@ EVENTS = 900
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("parallelism", "backend"), [(1, "hashmap"), (3, "rocksdb")])
+@pytest.mark.parametrize(("parallelism", "backend"), [(1, "hashmap"), pytest.param(3, "rocksdb", marks=pytest.mark.compat)])
 def test_exactly_once_keyed_count_through_a_failure_writes_each_result_once(kafka_broker, make_env, tmp_path, parallelism, backend):
     """Kafka in, keyed count, Kafka out EXACTLY_ONCE; a record fails every task attempt until
     the job restarts from its last checkpoint: the epochs after it run again, and their results

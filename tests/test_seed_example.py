@@ -25,13 +25,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(REPO, "examples", "event_time_tumbling_window_analytics.py")
 EVENTS = 200_000  # 5 ms apart: 1,000 s of event time, about 17 windows per (channel, behavior)
 WINDOW_MS = 60_000
+# in the compatibility subset on another PySpark (tests/test_pyspark_versions.py): 200 s of event
+# time, 3-4 windows per (channel, behavior), all of them checked the same way
+COMPAT_EVENTS = 40_000
 
 pytestmark = pytest.mark.skipif(not os.path.exists(EXAMPLE), reason="the example is not written yet")
 
 
-def run_example(out_dir, lateness_ms: int, events: int = EVENTS):
-    """Run the example; returns its window lines as tuples and its late lines as
-    ``(window start, channel, behavior)``."""
+def run_example(out_dir, lateness_ms: int, events: int = EVENTS, master: str = "local[2]", runtime: str = "in epochs"):
+    """Run the example on ``master`` (``local[2]``: its parallelism 4 gets no slot each, so
+    epochs; ``local[4,4]``: continuous) and check it ran on ``runtime``; returns its window lines
+    as tuples and its late lines as ``(window start, channel, behavior)``."""
     cmd = [
         sys.executable, EXAMPLE,
         "--events", str(events),
@@ -40,9 +44,10 @@ def run_example(out_dir, lateness_ms: int, events: int = EVENTS):
         "--window-size-millis", str(WINDOW_MS),
         "--output", str(out_dir),
     ]
-    env = dict(os.environ, FLOWPOINT_SPARK_MASTER="local[2]")
+    env = dict(os.environ, FLOWPOINT_SPARK_MASTER=master)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert proc.returncode == 0, f"example failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    assert f"running {runtime} on Spark" in proc.stderr + proc.stdout, proc.stderr[-3000:]
     rows, late = [], []
     for line in read_lines(out_dir, skip="late"):
         fields = line.split("\t")
@@ -88,15 +93,20 @@ def check_shape(rows):
         seen.add((start, channel, behavior))
 
 
+@pytest.mark.compat
 def test_example_counts_equal_pandas(tmp_path):
     """30 s of source lateness, bound 50 s: no event is late, every line equals pandas' count."""
-    rows, late = run_example(tmp_path / "out", 30_000)
+    if os.environ.get("FLOWPOINT_EXPECT_PYSPARK"):  # the compat subset: as a user runs it, continuous
+        events, master, runtime = COMPAT_EVENTS, "local[4,4]", "continuously"
+    else:
+        events, master, runtime = EVENTS, "local[2]", "in epochs"
+    rows, late = run_example(tmp_path / "out", 30_000, events, master, runtime)
     check_shape(rows)
     got = {(s, e, c, b): n for s, e, c, b, n in rows}
-    want = pandas_counts(30_000)
+    want = pandas_counts(30_000, events)
     wrong = sorted((k, got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k))
     assert not wrong, f"{len(wrong)} of {len(want)} windows differ (window, example, pandas): {wrong[:10]}"
-    assert sum(got.values()) == EVENTS and not late
+    assert sum(got.values()) == events and not late
 
 
 @pytest.mark.slow

@@ -94,7 +94,13 @@ def slots_available(spark: Any) -> int:
     whatever its cores, so a cluster left with one slot would pass for two."""
     sc = spark.sparkContext
     try:
-        jsc = sc._jsc.sc()  # noqa: SLF001 - no Python API for it
-        return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
-    except Exception:  # noqa: BLE001 - another Spark version: its default parallelism
+        return max_concurrent_tasks(sc)
+    except Exception:  # noqa: BLE001 - a Spark without it: its default parallelism
         return int(sc.defaultParallelism)
+
+
+def max_concurrent_tasks(sc: Any) -> int:
+    """``SparkContext.maxNumConcurrentTasks`` of the default resource profile (Spark 3.1 on; no
+    Python API for it)."""
+    jsc = sc._jsc.sc()  # noqa: SLF001
+    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))

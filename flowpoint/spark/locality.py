@@ -70,16 +70,21 @@ def spread(partitions: int, hosts: list[str], previous: dict[int, str] | None = 
 def executor_hosts(sc: Any) -> list[str]:
     """The hosts of the application's live executors (not the driver's), or [] in local mode."""
     try:
-        executors = sc._jsc.sc().statusStore().executorList(True)  # noqa: SLF001 - no Python API
-        hosts = set()
-        for k in range(executors.size()):
-            e = executors.apply(k)
-            if e.id() != "driver":
-                hosts.add(e.hostPort().rsplit(":", 1)[0])
-        return sorted(hosts)
+        return live_executor_hosts(sc)
     except Exception as e:  # noqa: BLE001 - locality is an optimization; never fail an epoch for it
         log.debug("cannot list executors for locality: %s", e)
         return []
+
+
+def live_executor_hosts(sc: Any) -> list[str]:
+    """:func:`executor_hosts` from Spark's status store (no Python API), raising what it raises."""
+    executors = sc._jsc.sc().statusStore().executorList(True)  # noqa: SLF001
+    hosts = set()
+    for k in range(executors.size()):
+        e = executors.apply(k)
+        if e.id() != "driver":
+            hosts.add(e.hostPort().rsplit(":", 1)[0])
+    return sorted(hosts)
 
 
 def located_rdd(sc: Any, items: list, hosts: list[str]) -> RDD:

@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from flowpoint.errors import ConfigurationError
+from flowpoint.spark.adapter import is_connect_session
 from flowpoint.spark.jvm_output import start_driver_jvm
+from flowpoint.spark.versions import check_spark_version
 
 log = logging.getLogger("flowpoint")
 
@@ -199,6 +201,7 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
         msg = f"spark.remote {connect[1]!r} is not a Spark Connect address: give sc://host:port (a local master is spark.master, with spark.api.mode=connect)"
         raise ConfigurationError(msg)
     if existing is not None or (existing := _active_session()) is not None:
+        _check_versions(existing)
         _warn_unapplied(existing, spark_settings(settings))
         return existing
     if connect is not None and connect[0] == "remote":
@@ -211,7 +214,10 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
             )
             raise ConfigurationError(msg)
         return _remote_session(connect[1], app_name, settings)
+    import pyspark
     from pyspark.sql import SparkSession
+
+    check_spark_version(pyspark.__version__, pyspark.__version__)  # (before a JVM starts)
 
     submitted = submitted_conf()
     master = master or os.environ.get("FLOWPOINT_SPARK_MASTER") or (submitted or {}).get("spark.master") or default_master(slots)
@@ -238,6 +244,7 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     except Exception as e:
         raise _not_started(master, e) from e
     spark.sparkContext.setLogLevel("ERROR")
+    _check_versions(spark)
     log.info("started Spark %s with master %s", spark.version, master)
     return spark
 
@@ -337,6 +344,19 @@ def _warn_unapplied(spark: Any, wanted: dict[str, str]) -> None:
             "the SparkSession already exists, so these settings were not applied: %s "
             "(set them where that session is created, or let flowpoint create it)", ", ".join(differ),
         )
+
+
+def _check_versions(spark: Any) -> None:
+    """The session's Spark and this PySpark: both within 3.5 to 4.3, of one minor (versions.py).
+    A Spark Connect client talks to a server of another minor by design: there, each is checked
+    against the range only."""
+    import pyspark
+
+    if is_connect_session(spark):
+        check_spark_version(str(spark.version), str(spark.version))
+        check_spark_version(pyspark.__version__, pyspark.__version__)
+        return
+    check_spark_version(str(spark.version), pyspark.__version__)
 
 
 def ship_python_dependencies(spark: Any, config: Any) -> None:
