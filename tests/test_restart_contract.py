@@ -266,3 +266,40 @@ def test_a_timestamp_assigner_is_called_once_per_record_when_one_fails():
         op._timestamps(list(range(10)), None)
     assert calls == [0, 1, 2, 3, 4] and info.value.record == "4"
 
+
+
+# -- a failure that reaches Spark only after the job finished -------------------------------------
+
+
+@pytest.mark.slow
+def test_a_spark_failure_noticed_after_the_final_commit_neither_restarts_nor_undoes_it(make_env, tmp_path, monkeypatch):
+    """A lost executor's failure may reach Spark's scheduler only after the final barrier
+    committed the job's output and state. Restarting then restored the last checkpoint and, the
+    loop still marked finished, ended at once: the last segment's output and state were undone
+    (and get_keyed_state read files the finished job's retention had deleted)."""
+    from flowpoint.spark import continuous_executor
+
+    real = continuous_executor.SparkContinuousExecutor._run
+    runs = []
+
+    def fails_after_the_end(self, slots):
+        real(self, slots)
+        runs.append(self.error)
+        if len(runs) == 1 and self.error is None:
+            self.error = RuntimeError("Job aborted due to stage failure: executor 1 lost (noticed after the job's end)")
+
+    monkeypatch.setattr(continuous_executor.SparkContinuousExecutor, "_run", fails_after_the_end)
+    env = make_env(parallelism=2, max_records=100, state_checkpoints_dir=str(tmp_path / "ck"), execution_runtime="continuous")
+    env.enable_checkpointing(50)
+    sink = CollectSink()
+    env.from_source(DataGeneratorSource(lambda i: (i % 7, i), count=COUNT), source_name="numbers").uid("numbers") \
+        .key_by(lambda t: t[0]).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sums").sink_to(sink)
+    client = env.execute_async("failure after the end")
+    result = client.wait(300)
+    assert client.progress().restarts == 0 and len(runs) == 1
+    assert len(sink.results) == COUNT  # one running sum per record, none undone
+    finals: dict = {}
+    for k, total in sink.results:
+        finals[k] = max(finals.get(k, total), total)  # running sums only grow
+    assert finals == {k: sum(range(k, COUNT, 7)) for k in range(7)}
+    assert result.get_keyed_state("sums")  # the final state, readable after the end

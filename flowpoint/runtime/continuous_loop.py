@@ -103,6 +103,7 @@ class ContinuousLoop(CommittedLoop):
     # -- one run -------------------------------------------------------------------------------
 
     def attempt(self) -> None:
+        self.finished = False  # a restarted run has its work to do again
         check_slots(self.spark, self.slots, self.job_name, self._check_cancel)
         self.control = SlotControl(self.slots, driver_host(self.spark))
         st = self.state
@@ -367,7 +368,12 @@ class ContinuousLoop(CommittedLoop):
         self.finished = True
         self.executor.wait(60)
         if self.executor.error is not None:
-            raise self._spark_failure()
+            # the final barrier committed: the job's output and state are final. A restart now
+            # would restore the last checkpoint and undo that commit (a lost executor's failure
+            # often reaches Spark's scheduler only after the job's end), so it is reported, not
+            # restarted
+            error = self._spark_failure()
+            log.warning("the continuous run's Spark job failed after the job finished (its output and state were committed): %s", error)
 
 
 class _Cancelled(Exception):  # noqa: N818 - a signal
