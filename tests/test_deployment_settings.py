@@ -170,7 +170,7 @@ class _FakeConf:
 
 
 class _FakeSpark:
-    version = "fake"
+    version = "4.3.0"  # a real session's Spark version (checked against the supported range)
 
     def __init__(self, values):
         self.sparkContext = self
