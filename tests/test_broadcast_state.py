@@ -97,6 +97,7 @@ class ThresholdFailingOnce(Threshold):
         yield from super().process_element(value, ctx)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallelism", [1, 3])
 def test_broadcast_state_survives_a_failure(make_env, tmp_path, parallelism):
     import os

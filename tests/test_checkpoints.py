@@ -53,6 +53,7 @@ def wait_for(predicate, timeout=180.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
 def test_checkpoint_layout_and_retention(make_env, tmp_path, backend):
     env = checkpointing_env(make_env, tmp_path, retained=3, backend=backend)
@@ -98,6 +99,7 @@ def test_checkpoint_layout_and_retention(make_env, tmp_path, backend):
         assert all(k[0] == "full" and set(k[1:]) <= {"changelog"} and len(k) <= 4 for k in kinds), kinds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("parallelism", "backend"), [
     (1, "hashmap"), (1, "rocksdb"), pytest.param(2, "hashmap", marks=pytest.mark.compat), (2, "rocksdb"),
 ])
@@ -131,6 +133,7 @@ def test_restart_strategy_gives_up(make_env, tmp_path):
         assert len(f.read()) == 2  # one attempt (Spark does not retry a user function's error), one restart
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["hashmap", "hashmap-full", "rocksdb"])
 def test_failed_upload_declines_the_checkpoint_and_the_job_goes_on(make_env, tmp_path, monkeypatch, backend):
     env = checkpointing_env(make_env, tmp_path, 2, backend.split("-")[0])
@@ -170,6 +173,7 @@ def test_upload_failures_beyond_the_tolerable_number_fail_over(make_env, tmp_pat
         env.execute("storage down")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
 def test_restore_from_the_oldest_of_five_retained_checkpoints(make_env, tmp_path, backend):
     env = checkpointing_env(make_env, tmp_path, 2, backend, retained=5)
@@ -218,6 +222,7 @@ def cancelled_run(make_env, tmp_path, events: int, checkpoints: int = 1, paralle
     return job_dir / max((n for n in os.listdir(job_dir) if n.startswith("chk-")), key=lambda n: int(n[4:]))
 
 
+@pytest.mark.slow
 def test_restore_with_another_parallelism_keeps_every_key(make_env, tmp_path):
     events = 3_000
     chk = cancelled_run(make_env, tmp_path, events, checkpoints=2, parallelism=2)
@@ -228,6 +233,7 @@ def test_restore_with_another_parallelism_keeps_every_key(make_env, tmp_path):
     assert state_of(result) == expected_state(events)
 
 
+@pytest.mark.slow
 def test_a_hashmap_checkpoint_restores_into_rocksdb_but_not_back(make_env, tmp_path):
     events = 3_000
     chk = cancelled_run(make_env, tmp_path, events, checkpoints=2, backend="hashmap")
@@ -315,6 +321,7 @@ def test_checkpoint_listener_hears_completed_checkpoints(make_env, tmp_path):
     assert all(ids.count(i) == 2 for i in set(ids))  # every parallel instance heard each one
 
 
+@pytest.mark.slow
 def test_a_checkpoint_slower_than_its_timeout_expires_and_the_job_goes_on(make_env, tmp_path, monkeypatch):
     env = checkpointing_env(make_env, tmp_path, 2)
     env.get_checkpoint_config().set_checkpoint_timeout(1000)
@@ -353,6 +360,7 @@ class KillsItsWorker(Counting):
         yield from super().process_element(value, ctx)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
 def test_a_killed_worker_process_loses_nothing(make_env, tmp_path, backend):
     env = checkpointing_env(make_env, tmp_path, 2, backend)

@@ -48,6 +48,7 @@ def run(make_env, columnar: bool, assigner, aggregate) -> tuple[Counter, Counter
     return Counter(out.results), Counter(late_out.results), result.get_metrics()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("assigner", "aggregate"),
     [

@@ -25,6 +25,7 @@ def continuous_env(make_env, tmp_path, parallelism=2, backend="hashmap", interva
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("parallelism", "backend"), [
     pytest.param(1, "hashmap", marks=pytest.mark.compat), (1, "rocksdb"),
     (2, "hashmap"), pytest.param(2, "rocksdb", marks=pytest.mark.compat),
@@ -70,6 +71,7 @@ def _savepoint_mid_run(make_env, tmp_path, runtime, parallelism, restore=None, s
     return path, list(sink.results[: meta["sinks"]["collect"]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["hashmap", pytest.param("rocksdb", marks=pytest.mark.compat)])
 def test_a_savepoint_of_either_runtime_restores_on_the_other_at_another_parallelism(make_env, tmp_path, backend):
     """continuous p2 -> savepoint -> epochs p1 -> stop with savepoint -> continuous p2 to the end:
@@ -85,6 +87,7 @@ def test_a_savepoint_of_either_runtime_restores_on_the_other_at_another_parallel
     assert sorted(out1 + out2 + list(sink.results)) == expected_outputs(EVENTS)
 
 
+@pytest.mark.slow
 def test_stop_with_savepoint_ends_a_continuous_job(make_env, tmp_path):
     sp, out = _savepoint_mid_run(make_env, tmp_path, "continuous", 2, stop=True)
     env = make_env(parallelism=1, max_records=100)
@@ -95,6 +98,7 @@ def test_stop_with_savepoint_ends_a_continuous_job(make_env, tmp_path):
     assert sorted(out + list(sink.results)) == expected_outputs(EVENTS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [*range(200, 202), pytest.param(202, marks=pytest.mark.compat), *range(203, 206)])  # 202: lateness 100
 def test_event_time_windows_equal_the_reference_with_one_source_task(make_env, seed):
     """Random windows, watermark policies, lateness, splits and read sizes: with one source task

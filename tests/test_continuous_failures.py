@@ -61,6 +61,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
 def test_a_slot_worker_killed_with_sigkill_loses_nothing(make_env, tmp_path, backend):
     """kill -9 of the Python worker running a slot, after two checkpoints: the run ends, the

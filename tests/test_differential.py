@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -195,6 +196,7 @@ def reference(values, steps):
 STATE_NAMES = {"sum": "_reduce", "count": "n", "list": "items", "mapstate": "last"}
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     values=st.lists(st.integers(-1000, 1000), min_size=0, max_size=300),
@@ -217,6 +219,7 @@ def in_source_order(steps):
     return [(kind, arg, 1 if i < first_keyed else (None if p is None else min(p, 2))) for i, (kind, arg, p) in enumerate(steps)]
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     values=st.lists(st.integers(-1000, 1000), min_size=0, max_size=300),

@@ -229,6 +229,7 @@ def interesting(windows: Counter, late: Counter) -> bool:
 ASSIGNERS = [ref.Tumbling(100), ref.Sliding(120, 40, offset=7), ref.Session(35)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("seed", "spec", "window_parallelism", "epoch_max_records", "assign"),
     [
@@ -262,6 +263,7 @@ def test_several_splits_one_epoch(make_env, window_parallelism, assign):
     assert interesting(windows, late)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("seed", "spec", "watermarks", "window_parallelism"),
     [
@@ -293,6 +295,7 @@ def test_empty_and_short_splits(make_env):
           epoch_max_records=20, batch_size=4)
 
 
+@pytest.mark.slow
 def test_source_parallelism_does_not_matter(make_env):
     """Splits read by 1 or 3 source tasks (split i by task i % p): the same results."""
     rng = random.Random(40)
@@ -302,6 +305,7 @@ def test_source_parallelism_does_not_matter(make_env):
               source_parallelism=p, epoch_max_records=30, batch_size=4, summary=values)
 
 
+@pytest.mark.slow
 def test_windows_fire_in_later_epochs(make_env):
     """Ten records, one split, one record per epoch, in order: every window fires in a later
     epoch than the one that registered its timer. (Found by the random tests: with Python
@@ -349,6 +353,7 @@ def max_value(a, b):
     return a if (a[2], a[1]) >= (b[2], b[1]) else b
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", [ASSIGNERS[0], ASSIGNERS[2]], ids=["tumbling", "session"])
 def test_window_functions(make_env, spec):
     """process, aggregate(+process), apply and reduce on the same windows agree with the

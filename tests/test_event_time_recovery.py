@@ -93,6 +93,7 @@ def expected() -> list:
     return sorted(windows + timers)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
 def test_windows_and_timers_survive_a_failure_and_restore(make_env, tmp_path, backend):
     env = make_env(parallelism=2, max_records=300, state_checkpoints_dir=str(tmp_path / "ck"))

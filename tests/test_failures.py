@@ -461,6 +461,7 @@ env.execute("list key")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", [
     [],  # the default with checkpointing: exponential delay, unlimited attempts
     ["-D", "restart-strategy.type=fixed-delay", "-D", "restart-strategy.fixed-delay.attempts=7", "-D", "restart-strategy.fixed-delay.delay=1 s"],

@@ -204,6 +204,7 @@ def test_every_retained_checkpoint_is_exact_and_retention_keeps_only_referenced_
             assert meta.incremental
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which,parallelism,backend", [("latest", 2, "hashmap"), ("oldest", 2, "hashmap"), ("latest", 3, "hashmap"), ("oldest", 1, "hashmap"), ("latest", 2, "rocksdb")])
 def test_restore_from_a_retained_checkpoint_at_any_parallelism(make_env, tmp_path, which, parallelism, backend):
     events = 6_000

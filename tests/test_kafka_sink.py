@@ -238,6 +238,7 @@ def _eo_sink(broker, topic, prefix):
     return sink(broker, topic, DeliveryGuarantee.EXACTLY_ONCE, prefix=prefix)
 
 
+@pytest.mark.slow
 def test_a_restore_commits_what_the_crash_left_uncommitted_and_never_writes_a_batch_twice(kafka_broker):
     from confluent_kafka import Producer
 
@@ -293,6 +294,7 @@ def test_a_restore_commits_what_the_crash_left_uncommitted_and_never_writes_a_ba
     assert values(read_topic(kafka_broker, topic))[-1] == "d1"
 
 
+@pytest.mark.slow
 def test_an_unreachable_broker_fails_the_commit_clearly(make_env, tmp_path):
     env = make_env(parallelism=1, state_checkpoints_dir=str(tmp_path / "ck"))
     env.set_restart_strategy(RestartStrategies.no_restart())

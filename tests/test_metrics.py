@@ -77,6 +77,7 @@ def test_records_in_and_out_add_up_and_user_metrics_appear(make_env, runtime):
     assert all(s.busy_ms_per_s >= 0 for s in counted.subtasks)
 
 
+@pytest.mark.slow
 def test_a_running_continuous_job_reports_while_it_runs(make_env):
     """The continuous runtime's tasks report every second: the counts grow while the job runs
     and rates are positive, long before the job ends."""

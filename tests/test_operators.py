@@ -153,6 +153,7 @@ def ops(module_env):
     return o
 
 
+@pytest.mark.slow
 def test_map_flat_map_filter_process(ops):
     assert sorted(ops.results("map")) == sorted((t[0], t[1] * 10) for t in TUPLES)
     assert sorted(ops.results("flat_map")) == sorted(x for t in TUPLES for x in [t[0]] * t[1])
@@ -357,6 +358,7 @@ VALUES = [(i * 7) % 23 for i in range(30)]
 _BY_PARALLELISM: dict[int, tuple] = {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
 def test_stateful_job_gives_identical_results_at_any_parallelism(module_env, parallelism):
     env = module_env(parallelism=parallelism, max_records=24)

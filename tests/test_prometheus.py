@@ -81,6 +81,7 @@ def metrics_job(env, tmp_path):
      .reduce(lambda a, b: a + b).uid("windowed").name("windowed").sink_to(CollectSink()).uid("wout").name("wout"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["epoch", "continuous"])
 def test_scraped_during_a_run_counts_grow_and_add_up_to_what_the_job_processed(make_env, tmp_path, prom, runtime):
     env = make_env(parallelism=2, max_records=1000, **{
@@ -152,6 +153,7 @@ def test_scraped_during_a_run_counts_grow_and_add_up_to_what_the_job_processed(m
     assert not missing, f"docs/grafana/flowpoint-dashboard.json queries metrics the endpoint does not export: {sorted(missing)}"
 
 
+@pytest.mark.slow
 def test_a_second_job_shares_the_endpoint_which_stops_after_the_last_job(make_env, prom):
     """Jobs of one process share one endpoint, told apart by job_id and job_name; a finished job
     stays scrapeable for FINISHED_JOB_RETENTION_S, then the endpoint stops and frees its port."""
@@ -193,6 +195,7 @@ def _free_ports(n: int) -> int:
     pytest.skip("no run of free ports")
 
 
+@pytest.mark.slow
 def test_a_port_range_takes_the_first_free_port_and_a_taken_port_fails_the_submission(make_env, prom):
     first = _free_ports(3)
     with socket.socket() as taken:

@@ -92,6 +92,7 @@ def test_pyfs_ships_a_file_and_a_directory(tmp_path):
     assert all(".zip" in f for f in found), found  # the directory travels zipped
 
 
+@pytest.mark.slow
 def test_without_pyfs_the_module_is_not_found(tmp_path):
     module(tmp_path / "deps", "shippedfile", 11)
     proc = run(tmp_path, job_script(tmp_path), "shippedfile")

@@ -47,6 +47,7 @@ def test_a_budget_below_the_earned_records_does_not_lose_them():
     assert got == [200, 200, 100]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["epoch", "continuous"])
 def test_a_job_reads_at_the_limit(make_env, runtime):
     rate, count = 2_000, 6_000

@@ -86,6 +86,7 @@ def finish_from(make_env, path, parallelism, backend="hashmap"):
     return result, list(sink.results)
 
 
+@pytest.mark.slow
 def test_savepoint_move_and_rescale_1_3_2(make_env, tmp_path):
     sp1, out1 = savepoint_mid_run(make_env, tmp_path / "sp", 2)
     name = os.path.basename(local(sp1))
@@ -347,6 +348,7 @@ def test_state_reader_and_writer(spark, make_env, tmp_path):
     assert result.get_keyed_state("counting", "count") == counts_after(200, counts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
 def test_state_reader_on_retained_checkpoint(spark, make_env, tmp_path, backend):
     """A retained checkpoint (native files of either backend) reads like the savepoint taken at

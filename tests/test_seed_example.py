@@ -93,6 +93,7 @@ def check_shape(rows):
         seen.add((start, channel, behavior))
 
 
+@pytest.mark.slow
 @pytest.mark.compat
 def test_example_counts_equal_pandas(tmp_path):
     """30 s of source lateness, bound 50 s: no event is late, every line equals pandas' count."""

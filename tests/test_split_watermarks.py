@@ -58,6 +58,7 @@ def expected_windows(events) -> Counter:
     return Counter((t // MINUTE * MINUTE, key) for t, key in events)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("chain", "parallelism"), [("map", 1), ("filter+map", 2), ("process", 1), ("source-strategy", 2)])
 def test_windows_fire_for_every_split_of_a_task(make_env, tmp_path, parallelism, chain):
     events = write_splits(tmp_path / "in", files=5, per_file=80)

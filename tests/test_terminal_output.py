@@ -261,6 +261,7 @@ env.execute("bad key")
 '''
 
 
+@pytest.mark.slow
 def test_the_error_output_of_a_failing_key_selector_is_under_40_lines_and_names_the_users_file_line(tmp_path):
     """As a user runs it: `flowpoint run`, checkpointing on (the default restart strategy then
     restarts without limit), a key selector reading a missing field."""

@@ -55,6 +55,7 @@ def run_program(program: Path, spark, source: str | None = None) -> str:
     return out.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.stem for p in PROGRAMS])
 def test_pyflink_program_prints_what_pyflink_prints(program, spark, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # programs that write files write them here
@@ -64,6 +65,7 @@ def test_pyflink_program_prints_what_pyflink_prints(program, spark, monkeypatch,
     assert got == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.stem for p in PROGRAMS])
 def test_the_program_renamed_to_flowpoint_prints_the_same(program, spark, monkeypatch, tmp_path):
     """The port a PyFlink user tries first: ``pyflink`` renamed to ``flowpoint`` everywhere,
