@@ -32,7 +32,7 @@ from flowpoint.errors import JobExecutionError
 from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.epoch_loop import notify_checkpoint_complete
 from flowpoint.runtime.restarts import CommittedLoop
-from flowpoint.runtime.slot_control import SlotControl, check_slots, driver_host
+from flowpoint.runtime.slot_control import SlotControl, check_slots, driver_host, slot_error
 from flowpoint.runtime.source_assignment import SourceAssignment
 from flowpoint.tasks.barrier_snapshot import Barrier
 from flowpoint.tasks.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
@@ -216,8 +216,7 @@ class ContinuousLoop(CommittedLoop):
             for report in msg[2]:
                 self.state.live.add(report)
         elif kind == "failed":
-            error = msg[3]
-            raise error if isinstance(error, BaseException) else JobExecutionError(str(error))
+            raise slot_error(msg)
         elif kind == "lost":
             if self.finished:
                 return

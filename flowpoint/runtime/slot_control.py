@@ -99,8 +99,7 @@ class SlotControl:
             except queue.Empty:
                 return None
             if msg[0] == "failed":
-                error = msg[3]
-                return error if isinstance(error, BaseException) else JobExecutionError(str(error))
+                return slot_error(msg)
 
     def send(self, index: int, cmd: tuple) -> None:
         channel = self.controls.get(index)
@@ -120,6 +119,13 @@ class SlotControl:
     def close(self) -> None:
         self.closed = True
         self.server.close()
+
+
+def slot_error(msg: tuple) -> BaseException:
+    """The error of a slot's ``("failed", stage, partition, error)`` message: the subtask's own
+    exception, or its text when it could not travel as one."""
+    error = msg[3]
+    return error if isinstance(error, BaseException) else JobExecutionError(str(error))
 
 
 def slot_shortage(spark: Any, slots: int, job_name: str, wait_s: float = 0.0, check: Callable[[], None] = lambda: None) -> str | None:

@@ -23,7 +23,7 @@ from flowpoint.api.typed_values import converter
 from flowpoint.errors import FlowpointError, InvalidKeyError, SerializationError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.state.keygroups import canonical_bytes
-from flowpoint.tasks.batches import KeyedBatch, as_rows, dumps, encode, num_records
+from flowpoint.tasks.batches import KeyedBatch, as_rows, encode, num_records
 from flowpoint.tasks.context import ProcessContext
 from flowpoint.tasks.pickling import unpicklable_record
 from flowpoint.tasks.user_errors import user_function_error
@@ -601,13 +601,11 @@ class ExchangeWriter:
             self._before(dest, origin)
         self.out.append((dest, (self.edge.index, (*origin, self.partition), self._encode(data, ts))))
 
-    def _encode(self, data: Any, ts: list | None, pickled: bool = False) -> tuple[str, Any]:
-        """``encode(data, ts)`` (``pickled``: the list as one pickle, as a keyed bucket goes); a
-        record that cannot be pickled fails the job once, naming the operator and the record."""
+    def _encode(self, data: Any, ts: list | None) -> tuple[str, Any]:
+        """``encode(data, ts)``; a record that cannot be pickled fails the job once, naming the
+        operator and the record."""
         try:
-            if not pickled:
-                return encode(data, ts)
-            return ("pickle", dumps(data)) if ts is None else ("pickle+ts", dumps((data, ts)))
+            return encode(data, ts)
         except Exception as e:
             raise unpicklable_record(self.edge, data, e) from e
 
@@ -739,7 +737,7 @@ class KeyedWriter(ExchangeWriter):
     def _send_bucket(self, dest: int, origin: tuple, bucket: Any, ts: list | None) -> None:
         if self.channel_of is not None:
             self._before(dest, origin)
-        blob = self._encode(bucket, ts, pickled=not isinstance(bucket, KeyedBatch))
+        blob = self._encode(bucket, ts)
         self.out.append((dest, (self.edge.index, (*origin, self.partition), blob)))
 
     def _process_columnar(self, origin: tuple, data: pa.RecordBatch, ts: list | None) -> None:
