@@ -36,7 +36,7 @@ The continuous runtime is selected with ``execution.runtime: continuous`` and
 flowpoint does not know these keys yet, its rows say "not available: <the error>" and the epoch
 rows still run.
 
-    python benchmarks/latency.py [--runtime epoch|continuous|both] [--rate 200] [--seconds 20]
+    python benchmarks/latency.py [--runtime epoch|continuous|both] [--spark classic|connect|both] [--rate 200] [--seconds 20]
         [--case kafka|print|generator|all] [--buffer-timeout 5] [--generator-rates 1000,10000]
 
 Results: a table on stdout and ``benchmarks/results/latency-<timestamp>.json``.
@@ -55,7 +55,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -159,18 +159,22 @@ class PacedSource(Source):
         return "Paced Generator"
 
 
-def runtime_settings(runtime: str, buffer_timeout_ms: int) -> dict[str, Any]:
+def runtime_settings(runtime: str, buffer_timeout_ms: int, spark_mode: str = "classic") -> dict[str, Any]:
     """The configuration of a job on ``runtime``; ``config.strict`` makes an unknown key an
-    error instead of a warning, so a continuous row never silently runs the epoch runtime."""
+    error instead of a warning, so a continuous row never silently runs the epoch runtime.
+    ``spark_mode`` connect: the job's session is a Spark Connect one (``spark.api.mode=connect``:
+    PySpark starts a Connect server for ``local[2]`` in the job's process)."""
     settings: dict[str, Any] = {"config.strict": True, "spark.master": "local[2]", "parallelism.default": 2,
                                 "execution.progress.interval": 0, "spark.ui.enabled": "false"}
+    if spark_mode == "connect":
+        settings["spark.api.mode"] = "connect"
     if runtime == "continuous":
         settings[RUNTIME_KEY] = "continuous"
         settings[BUFFER_TIMEOUT_KEY] = f"{buffer_timeout_ms} ms"
     return settings
 
 
-def runtime_unavailable(runtime: str, buffer_timeout_ms: int) -> str | None:
+def runtime_unavailable(runtime: str, buffer_timeout_ms: int) -> str | None:  # (either Spark mode)
     """Why ``runtime`` cannot be selected in this flowpoint (None: it can)."""
     from flowpoint.api.config import Configuration
     from flowpoint.errors import FlowpointError
@@ -183,7 +187,7 @@ def runtime_unavailable(runtime: str, buffer_timeout_ms: int) -> str | None:
 
 
 def job_main(spec: dict) -> int:
-    settings = runtime_settings(spec["runtime"], spec["buffer_timeout_ms"])
+    settings = runtime_settings(spec["runtime"], spec["buffer_timeout_ms"], spec.get("spark", "classic"))
     runtime_keys = {k: settings.pop(k) for k in (RUNTIME_KEY, BUFFER_TIMEOUT_KEY) if k in settings}
     env = StreamExecutionEnvironment.get_execution_environment(settings)
     for k, v in runtime_keys.items():  # as a user selects the runtime
@@ -474,7 +478,7 @@ def run_broker_case(case: str, runtime: str, args: argparse.Namespace, bootstrap
         if r is not None:
             r.start()
             r.ready.wait(10)
-    spec = {"case": case, "runtime": runtime, "rate": args.rate, "buffer_timeout_ms": args.buffer_timeout,
+    spec = {"case": case, "runtime": runtime, "rate": args.rate, "buffer_timeout_ms": args.buffer_timeout, "spark": args.spark_mode,
             "bootstrap": bootstrap, "input_topic": in_topic, "output_topic": out_topic}
     job = JobProcess(spec, workdir)
     producer = Producer(bootstrap, in_topic, args.rate)
@@ -507,7 +511,7 @@ def run_broker_case(case: str, runtime: str, args: argparse.Namespace, bootstrap
 
 
 def run_generator_case(runtime: str, rate: int, args: argparse.Namespace, workdir: str) -> list[Row]:
-    spec = {"case": "generator", "runtime": runtime, "rate": rate, "buffer_timeout_ms": args.buffer_timeout}
+    spec = {"case": "generator", "runtime": runtime, "rate": rate, "buffer_timeout_ms": args.buffer_timeout, "spark": args.spark_mode}
     job = JobProcess(spec, workdir)
     try:
         first = wait_first_output(job.arrivals, job)
@@ -533,12 +537,12 @@ def fmt(x: float | None) -> str:
 
 
 def print_table(rows: list[Row]) -> None:
-    head = f"{'runtime':<11}{'case':<10}{'rate/s':>8}  {'measured':<38}{'count':>7}{'missing':>8}" \
+    head = f"{'runtime':<20}{'case':<10}{'rate/s':>8}  {'measured':<38}{'count':>7}{'missing':>8}" \
            f"{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}"
     print(head)
     print("-" * len(head))
     for r in rows:
-        start = f"{r.runtime:<11}{r.case:<10}{r.rate:>8,}  "
+        start = f"{r.runtime:<20}{r.case:<10}{r.rate:>8,}  "
         if r.stats is None:
             print(start + r.note)
             continue
@@ -557,6 +561,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds after the job's first output before the window opens")
     parser.add_argument("--drain", type=float, default=20.0, help="seconds after the window to wait for its last records")
     parser.add_argument("--buffer-timeout", type=int, default=5, help="execution.buffer-timeout of the continuous runtime, ms")
+    parser.add_argument("--spark", choices=("classic", "connect", "both"), default="classic",
+                        help="the jobs' Spark session: classic, Spark Connect (spark.api.mode=connect), or each in turn")
     parser.add_argument("--bootstrap-servers", help="an existing broker instead of the embedded one")
     parser.add_argument("--job", help=argparse.SUPPRESS)  # internal: run one job (a JSON spec)
     args = parser.parse_args()
@@ -588,16 +594,20 @@ def main() -> int:
                         rows.append(Row(runtime, case, rate, "", note=f"not available: {why}"))
                 print(f"{runtime}: not available: {why}", flush=True)
                 continue
-            for case in cases:
-                for rate in (gen_rates if case == "generator" else [args.rate]):
-                    try:
-                        if case == "generator":
-                            rows += run_generator_case(runtime, rate, args, workdir)
-                        else:
-                            rows += run_broker_case(case, runtime, args, bootstrap, workdir)
-                    except RuntimeError as e:
-                        rows.append(Row(runtime, case, rate, "", note=f"failed: {e}".splitlines()[0]))
-                        print(f"{case}/{runtime} failed: {e}", flush=True)
+            for spark_mode in (["classic", "connect"] if args.spark == "both" else [args.spark]):
+                args.spark_mode = spark_mode
+                label = runtime if spark_mode == "classic" else f"{runtime}@connect"
+                for case in cases:
+                    for rate in (gen_rates if case == "generator" else [args.rate]):
+                        try:
+                            if case == "generator":
+                                got = run_generator_case(runtime, rate, args, workdir)
+                            else:
+                                got = run_broker_case(case, runtime, args, bootstrap, workdir)
+                            rows += [replace(r, runtime=label) for r in got]
+                        except RuntimeError as e:
+                            rows.append(Row(label, case, rate, "", note=f"failed: {e}".splitlines()[0]))
+                            print(f"{case}/{label} failed: {e}", flush=True)
     finally:
         if broker is not None:
             broker.stop()

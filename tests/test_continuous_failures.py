@@ -237,9 +237,9 @@ def test_seed_windows_on_two_workers_with_a_worker_lost_equal_pandas(standalone_
 @pytest.mark.slow
 def test_a_worker_lost_for_good_fails_the_job_naming_the_slots(standalone_cluster, tmp_path):
     """Worker 1 lost and not back: one slot is left for a job that needs two. The restart is
-    refused naming both numbers (after waiting a while for executors to come back), instead
-    of a barrier stage Spark can never schedule."""
-    args = _on_cluster(standalone_cluster, tmp_path, "count", 4_000, 800)
+    refused naming both numbers (after waiting slot.request.timeout for executors to come back),
+    instead of a barrier stage Spark can never schedule."""
+    args = _on_cluster(standalone_cluster, tmp_path, "count", 4_000, 800) + ["--conf=slot.request.timeout=8 s"]
     t0 = time.monotonic()
     proc = _kill_a_worker_mid_run(standalone_cluster, tmp_path, args, restart=False)
     assert proc.returncode != 0, proc.stdout

@@ -15,7 +15,7 @@ from flowpoint import DataGeneratorSource, RuntimeExecutionMode
 from flowpoint.api.config import Configuration
 from flowpoint.connectors.sinks import CollectSink
 from flowpoint.errors import ConfigurationError
-from flowpoint.spark.continuous_executor import slots_available
+from flowpoint.spark.adapter import adapter_for
 from flowpoint.spark.session import DEFAULT_MASTER, default_master
 
 EVENTS = 300
@@ -59,7 +59,7 @@ def test_auto_runs_a_streaming_job_continuously_when_the_slots_are_there(make_en
 
 
 def test_auto_falls_back_to_epochs_and_says_why(make_env, spark, capfd):
-    slots = slots_available(spark)
+    slots = adapter_for(spark).slots_available()
     env = make_env(parallelism=2, **{"execution.runtime": "auto", "execution.progress.interval": 0})
     sink = counting(env, slots + 1)
     client = env.execute_async("auto short of slots")
@@ -73,7 +73,7 @@ def test_auto_falls_back_to_epochs_and_says_why(make_env, spark, capfd):
 
 
 def test_continuous_insists_and_fails_by_name(make_env, spark):
-    slots = slots_available(spark)
+    slots = adapter_for(spark).slots_available()
     env = make_env(parallelism=2, **{"execution.runtime": "continuous"})
     counting(env, slots + 1)
     with pytest.raises(ConfigurationError, match=f"needs {slots + 1} task slots .* Spark offers {slots}"):

@@ -216,18 +216,125 @@ def test_a_savepoint_moves_between_connect_and_classic(spark, connect, tmp_path,
     assert dict(result.get_keyed_state("counting", "count")) == expected_state(2_000)["count"]
 
 
-def test_what_spark_connect_cannot_do_is_refused_by_name(connect, tmp_path, capsys):
-    env = env_on(connect, tmp_path, execution_runtime="continuous")
+def _part_lines(out) -> Counter:
+    lines: Counter = Counter()
+    for root, dirs, files in os.walk(out):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if not name.startswith((".", "_")):
+                with open(os.path.join(root, name), encoding="utf-8") as f:
+                    lines.update(f.read().splitlines())
+    return lines
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_the_continuous_runtime_on_connect_is_exact_through_an_injected_failure(connect, tmp_path, backend, capsys):
+    """execution.runtime: continuous on a Connect session: the slots run as one barrier
+    mapInArrow query once a probing task reached this process. A user function fails once;
+    the run restarts from the last checkpoint (the failed run's query interrupted by its tag);
+    FileSink's parts hold every result once and the keyed state is the uninterrupted job's."""
+    out = tmp_path / "out"
+    env = env_on(connect, tmp_path, execution_runtime="continuous", execution_progress_interval=0,
+                 state_backend_type=backend, state_checkpoints_dir=str(tmp_path / "ck"))
+    env.enable_checkpointing(200)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    flag = str(tmp_path / "failed")
+    (
+        env.from_source(DataGeneratorSource(record, count=EVENTS, rate_limit_per_second=2_000), source_name="numbers").uid("numbers")
+        .key_by(key_of)
+        .process(Counting(fail_value=record(700), flag=flag)).uid("counting")
+        .map(lambda kv: f"{kv[0]},{kv[1]}")
+        .sink_to(FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
+                 .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy()).build()).uid("files")
+    )
+    client = env.execute_async(f"continuous on connect ({backend})")
+    result = client.wait(240)
+    err = capsys.readouterr().err
+    assert re.search(r"running continuously on Spark Connect server sc://127\.0\.0\.1:\d+", err), err[-2000:]
+    assert os.path.exists(flag), "the injected failure never happened"
+    assert client.progress().restarts == 1
+    lines = _part_lines(out)
+    expected = Counter(f"{k},{n}" for k, n in expected_outputs(EVENTS))
+    assert lines == expected, f"duplicates: {sum((lines - expected).values())}, missing: {sum((expected - lines).values())}"
+    assert dict(result.get_keyed_state("counting", "count")) == expected_state(EVENTS)["count"]
+    assert any(s.status == "COMPLETED" for s in result.get_checkpoint_stats())
+
+
+def test_a_continuous_savepoint_on_connect_restores_on_classic_at_another_parallelism(spark, connect, tmp_path):
+    env = env_on(connect, tmp_path / "a", execution_runtime="continuous")
+    sink = build(env, 3_000, rate=1_500)
+    client = env.execute_async("continuous, savepointed")
+    deadline = time.monotonic() + 120
+    while len(sink.results) < 300 and not client.is_done():
+        assert time.monotonic() < deadline, "no output"
+        time.sleep(0.05)
+    assert not client.is_done(), "the job ended before the savepoint"
+    path = client.stop_with_savepoint(str(tmp_path / "sp"))
+    client.wait(60)
+    import json
+
+    local = path[len("file://"):] if path.startswith("file://") else path
+    with open(os.path.join(local, "_metadata")) as f:
+        n = json.load(f)["sinks"]["collect"]
+    before = list(sink.results[:n])
+    assert 0 < n < 3_000
+    env = env_on(spark, tmp_path / "b", parallelism=1, execution_runtime="continuous", execution_savepoint_path=path)
+    sink = build(env, 3_000)
+    result = env.execute("restored on classic")
+    assert sorted(before + list(sink.results)) == expected_outputs(3_000)
+    assert dict(result.get_keyed_state("counting", "count")) == expected_state(3_000)["count"]
+
+
+def test_cancelling_a_continuous_job_on_connect_interrupts_its_slots(connect, tmp_path):
+    """The slots sleep in a map function and cannot answer the driver's cancel: after the
+    grace period the run's query is interrupted by its tag, and the server's cores serve the
+    next job."""
+    env = env_on(connect, tmp_path / "a", execution_runtime="continuous")
+    env.from_source(DataGeneratorSource(record, count=40), source_name="numbers").uid("numbers").rebalance() \
+        .map(Sleeps()).uid("sleeps").sink_to(CollectSink())
+    client = env.execute_async("sleeping slots")
+    deadline = time.monotonic() + 60
+    while client.get_job_status() != JobStatus.RUNNING:
+        assert time.monotonic() < deadline and not client.is_done(), "the job did not start"
+        time.sleep(0.1)
+    time.sleep(3)  # the slots are in the map function now
+    started = time.monotonic()
+    client.cancel()
+    with pytest.raises(JobCancelledError):
+        client.wait(60)
+    took = time.monotonic() - started
+    assert took < 30, f"cancelling took {took:.1f} s"
+    env = env_on(connect, tmp_path / "b", execution_runtime="continuous")
+    sink = build(env, 400)
+    env.execute("after the cancelled one")
+    assert sorted(sink.results) == expected_outputs(400)
+
+
+def test_a_control_host_the_tasks_cannot_reach_runs_in_epochs_or_is_refused_by_name(connect, tmp_path, capsys):
+    """The Spark Connect client is not Spark's driver: before a continuous run, a Spark task
+    must reach this process at the control host. An address it cannot use (here one this host
+    does not have) makes auto run in epochs, saying why in one line, and continuous fail by name."""
+    unreachable = {"execution_continuous_control-host": "192.0.2.1"}
+    env = env_on(connect, tmp_path, execution_runtime="continuous", **unreachable)
     build(env, 50)
-    with pytest.raises(ConfigurationError, match=r"continuous.*Spark Connect.*execution.runtime: epoch"):
-        env.execute("continuous on connect")
-    # auto runs a STREAMING job in epochs there, and says why in one line
-    env = env_on(connect, tmp_path / "auto", execution_runtime="auto", execution_progress_interval=0)
+    with pytest.raises(ConfigurationError, match=r"continuous cannot run.*192\.0\.2\.1.*execution\.continuous\.control-host"):
+        env.execute("continuous, unreachable")
+    env = env_on(connect, tmp_path / "auto", execution_runtime="auto", execution_progress_interval=0, **unreachable)
     sink = build(env, 50)
-    env.execute("auto on connect")
+    env.execute("auto, unreachable")
     said = [line for line in capsys.readouterr().err.splitlines() if "running in epochs:" in line]
-    assert len(said) == 1 and "Spark Connect" in said[0], said
+    assert len(said) == 1 and "Spark Connect" in said[0] and "192.0.2.1" in said[0], said
     assert sorted(sink.results) == expected_outputs(50)
+
+
+def test_a_classic_session_is_not_used_when_the_job_asks_for_spark_connect(spark, monkeypatch):
+    from flowpoint.spark.session import get_spark_session
+
+    with pytest.raises(ConfigurationError, match=r"spark.api.mode=connect asks for a Spark Connect session.*classic"):
+        get_spark_session(None, "x", spark, {"spark.api.mode": "connect"})
+    monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:1")
+    with pytest.raises(ConfigurationError, match=r"\$SPARK_REMOTE 'sc://127.0.0.1:1' asks for a Spark Connect session"):
+        get_spark_session(None, "x", spark, {})
 
 
 def test_a_remote_address_must_be_a_spark_connect_one():

@@ -1,6 +1,6 @@
 """The continuous loop: the driver of a continuous run (docs/architecture.md, section 4b).
 
-One Spark job in barrier execution mode runs the whole run (flowpoint/spark/continuous_executor.py);
+One Spark job in barrier execution mode runs the whole run (the adapter's continuous executor);
 its slots connect to the driver's control channels (runtime/slot_control.py). The loop never
 touches records. It
 
@@ -32,7 +32,7 @@ from flowpoint.errors import JobExecutionError
 from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.epoch_loop import notify_checkpoint_complete
 from flowpoint.runtime.restarts import CommittedLoop
-from flowpoint.runtime.slot_control import SlotControl, check_slots, driver_host, slot_error
+from flowpoint.runtime.slot_control import SlotControl, check_slots, control_host, slot_error
 from flowpoint.runtime.source_assignment import SourceAssignment
 from flowpoint.tasks.barrier_snapshot import Barrier
 from flowpoint.tasks.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
@@ -70,7 +70,7 @@ class ContinuousLoop(CommittedLoop):
     def __init__(
         self, graph: JobGraph, config: Any, *, state: CommittedState, splits: SplitPlanner, savepoints: SavepointService,
         restarts: RestartManager, checkpoints: CheckpointCoordinator | None, files: WorkingFiles, progress: Progress,
-        executor: Any, cancel: threading.Event, plans: dict, spark: Any, job_name: str, settings: Any,
+        executor: Any, cancel: threading.Event, plans: dict, adapter: Any, job_name: str, settings: Any,
     ) -> None:
         self.graph = graph
         self.config = config
@@ -81,10 +81,10 @@ class ContinuousLoop(CommittedLoop):
         self.checkpoints = checkpoints
         self.files = files
         self.progress = progress
-        self.executor = executor  # runs one run on Spark (flowpoint/spark/continuous_executor.py)
+        self.executor = executor  # runs one run on Spark (the adapter's continuous_executor)
         self.cancel = cancel
         self.plans = plans
-        self.spark = spark
+        self.adapter = adapter  # the session's SparkAdapter (flowpoint/spark/adapter.py)
         self.job_name = job_name
         self.settings = settings
         self.epoch = 0  # the last committed segment (the work up to a barrier)
@@ -104,8 +104,8 @@ class ContinuousLoop(CommittedLoop):
 
     def attempt(self) -> None:
         self.finished = False  # a restarted run has its work to do again
-        check_slots(self.spark, self.slots, self.job_name, self._check_cancel)
-        self.control = SlotControl(self.slots, driver_host(self.spark))
+        check_slots(self.adapter, self.slots, self.job_name, int(self.config.get("slot.request.timeout")) / 1000.0, self._check_cancel)
+        self.control = SlotControl(self.slots, control_host(self.adapter, self.config))
         st = self.state
         try:
             spec = ContinuousSpec(

@@ -208,14 +208,16 @@ class Coordinator:
         """The job runs on the continuous runtime (decided when it starts: :meth:`_choose_runtime`)."""
         return self.runtime == "continuous"
 
-    def _choose_runtime(self, spark: Any) -> str:
+    def _choose_runtime(self) -> str:
         """``execution.runtime``: BATCH jobs run in epochs; ``auto`` (the default) runs a STREAMING
         job continuously when Spark offers every slot it needs at once, else in epochs, saying
         why in one line; ``continuous`` insists (and fails by name when it cannot run)."""
         chosen = str(self.config.get("execution.runtime")).lower()
         if self.graph.batch or chosen == "epoch":
             return "epoch"
-        refusal = self.adapter.continuous_refusal()
+        from flowpoint.runtime.slot_control import control_host, slot_shortage
+
+        refusal = self.adapter.continuous_refusal(control_host(self.adapter, self.config))
         if chosen == "continuous":
             if refusal is not None:
                 msg = f"execution.runtime: continuous cannot run job {self.job_name!r}: {refusal}; run it with execution.runtime: epoch (or auto)"
@@ -224,10 +226,9 @@ class Coordinator:
         if refusal is not None:
             self._progress.say(f"running in epochs: {refusal} (docs/deployment.md)")
             return "epoch"
-        from flowpoint.runtime.slot_control import slot_shortage
-
         slots = max(s.parallelism for s in self.graph.stages)
-        reason = slot_shortage(spark, slots, self.job_name, AUTO_SLOTS_WAIT_S, self._check_cancelled)
+        wait_s = min(AUTO_SLOTS_WAIT_S, int(self.config.get("slot.request.timeout")) / 1000.0)
+        reason = slot_shortage(self.adapter, slots, self.job_name, wait_s, self._check_cancelled)
         if reason is None:
             return "continuous"
         self._progress.say(f"running in epochs: {reason} (-D execution.runtime=continuous insists; docs/execution.md)")
@@ -248,7 +249,7 @@ class Coordinator:
         if self.continuous:
             from flowpoint.runtime.continuous_loop import ContinuousLoop
 
-            loop: Any = ContinuousLoop(self.graph, self.config, **services, plans=plans, spark=self.spark, job_name=self.job_name, settings=self.settings)
+            loop: Any = ContinuousLoop(self.graph, self.config, **services, plans=plans, adapter=self.adapter, job_name=self.job_name, settings=self.settings)
         else:
             loop = EpochLoop(self.graph, self.config, **services)
         loop.start(restore)
@@ -262,7 +263,6 @@ class Coordinator:
 
         self._started = time.monotonic()
         try:
-            spark = self.spark
             params = self.env.get_config().get_global_job_parameters()
             self.settings = resolve_checkpoint_settings(self.env)
             backoff = resolve_restart_backoff(self.env, self.settings.enabled)
@@ -273,7 +273,7 @@ class Coordinator:
             self._files.open(self.settings, storage_options(self.config))
             restore = self._restarts.initial_restore(self.settings, backoff)
             plans = build_stage_plans(self.graph, self.job_id, params)
-            self.runtime = self._choose_runtime(spark)
+            self.runtime = self._choose_runtime()
             self._progress.unit = "segment" if self.continuous else "epoch"
             if self.continuous:
                 self._executor = self.adapter.continuous_executor(self.job_id, f"flowpoint {self.job_name} (continuous)")

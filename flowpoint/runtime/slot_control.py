@@ -18,7 +18,6 @@ from flowpoint.errors import ConfigurationError, JobExecutionError
 from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, new_secret
 
 CONNECT_TIMEOUT_S = 180.0
-SLOTS_WAIT_S = 60.0  # on a cluster, how long a run waits for enough executors before it is refused
 
 Handle = Callable[[int, tuple], None]
 
@@ -128,48 +127,45 @@ def slot_error(msg: tuple) -> BaseException:
     return error if isinstance(error, BaseException) else JobExecutionError(str(error))
 
 
-def slot_shortage(spark: Any, slots: int, job_name: str, wait_s: float = 0.0, check: Callable[[], None] = lambda: None) -> str | None:
+def slot_shortage(adapter: Any, slots: int, job_name: str, wait_s: float = 0.0, check: Callable[[], None] = lambda: None) -> str | None:
     """Why the continuous runtime cannot run a job that needs ``slots`` task slots at once on
     this Spark (None when it can): fewer slots than that (on a cluster, after waiting up to
     ``wait_s`` for executors to register; ``check`` raises if the job is cancelled meanwhile),
-    or a setting Spark refuses barrier stages with."""
-    from flowpoint.spark.continuous_executor import slots_available
-
-    have = slots_available(spark)
-    master = spark.sparkContext.master or ""
+    or a setting Spark refuses barrier stages with. ``adapter``: the session's SparkAdapter."""
+    have = adapter.slots_available()
+    master = adapter.master()
     if have < slots and master != "local" and not master.startswith("local["):
         deadline = time.monotonic() + wait_s
         while have < slots and time.monotonic() < deadline:
             check()
             time.sleep(0.5)
-            have = slots_available(spark)
+            have = adapter.slots_available()
     if have < slots:
         return (
             f"the continuous runtime runs every parallel instance at once: job {job_name!r} needs "
             f"{slots} task slots (its largest parallelism) but Spark offers {have} "
-            f"(master {spark.sparkContext.master})"
+            f"(master {master or adapter.describe()})"
         )
-    conf = spark.sparkContext.getConf()
     for key in ("spark.dynamicAllocation.enabled", "spark.speculation"):
-        if str(conf.get(key, "false")).lower() == "true":
+        if str(adapter.conf_value(key) or "false").lower() == "true":
             return f"the continuous runtime runs in a Spark barrier stage, which Spark refuses with {key}=true"
     return None
 
 
-def check_slots(spark: Any, slots: int, job_name: str, check: Callable[[], None] = lambda: None) -> None:
+def check_slots(adapter: Any, slots: int, job_name: str, wait_s: float, check: Callable[[], None] = lambda: None) -> None:
     """A barrier stage runs all its tasks at once: refuse, naming both numbers, a job that needs
     more slots than Spark offers, and the settings Spark refuses barrier stages with. On a
     cluster, executors lost with a failed run may be registering again: wait for them up to
-    ``SLOTS_WAIT_S`` first (``check`` raises if the job is cancelled meanwhile)."""
-    reason = slot_shortage(spark, slots, job_name, SLOTS_WAIT_S, check)
+    ``wait_s`` (``slot.request.timeout``) first (``check`` raises if the job is cancelled meanwhile)."""
+    reason = slot_shortage(adapter, slots, job_name, wait_s, check)
     if reason is not None:
         msg = (f"{reason}; lower the parallelism, add cores or executors, turn that setting off, or run it with "
                "execution.runtime: epoch. Dynamic allocation and speculation do not work with Spark's barrier stages either.")
         raise ConfigurationError(msg)
 
 
-def driver_host(spark: Any) -> str:
-    sc = spark.sparkContext
-    if (sc.master or "").startswith("local"):
-        return "127.0.0.1"
-    return sc.getConf().get("spark.driver.host", "127.0.0.1")
+def control_host(adapter: Any, config: Any) -> str:
+    """The address a continuous run's tasks connect to: ``execution.continuous.control-host``,
+    else the adapter's choice (127.0.0.1 for a local master, ``spark.driver.host`` on a cluster,
+    on Spark Connect the address towards the server)."""
+    return str(config.get("execution.continuous.control-host") or adapter.control_host())

@@ -70,14 +70,28 @@ class SparkAdapter(ABC):
         ``spark_jobs``, ``close()``."""
 
     @abstractmethod
-    def continuous_refusal(self) -> str | None:
-        """Why the continuous runtime cannot run in this mode at all (None: it can, if the
-        slots are there)."""
+    def continuous_refusal(self, control_host: str) -> str | None:
+        """Why the continuous runtime cannot run here at all, its tasks connecting to this
+        process at ``control_host`` (None: it can, if the slots are there)."""
 
+    @abstractmethod
     def continuous_executor(self, job_id: str, description: str) -> Any:
-        from flowpoint.errors import ConfigurationError
+        """The executor of a continuous job's runs: ``start(run, spec, plans, slices)`` runs every
+        slot at once as one barrier Spark job, ``done``, ``error``, ``wait()``, ``cancel()``,
+        ``close()``."""
 
-        raise ConfigurationError(self.continuous_refusal() or "the continuous runtime is not available")
+    @abstractmethod
+    def slots_available(self) -> int:
+        """How many tasks Spark can run at once now (a barrier stage needs all of its at once)."""
+
+    @abstractmethod
+    def conf_value(self, key: str) -> str | None:
+        """A Spark setting of the application that runs the tasks (None when unset or unknown)."""
+
+    @abstractmethod
+    def control_host(self) -> str:
+        """The address of this process that a continuous run's tasks connect to, unless
+        ``execution.continuous.control-host`` names another."""
 
     # -- state jobs -------------------------------------------------------------------------------
 

@@ -49,13 +49,35 @@ class ClassicAdapter(SparkAdapter):
 
         return SparkEpochExecutor(self.spark, graph, plans, job_id)
 
-    def continuous_refusal(self) -> str | None:
-        return None
+    def continuous_refusal(self, control_host: str) -> str | None:
+        return None  # (Spark's executors reach its driver, which this process is)
 
     def continuous_executor(self, job_id: str, description: str) -> Any:
         from flowpoint.spark.continuous_executor import SparkContinuousExecutor
 
         return SparkContinuousExecutor(self.spark, job_id, description)
+
+    def slots_available(self) -> int:
+        """``SparkContext.maxNumConcurrentTasks``: the number Spark's scheduler checks a barrier
+        stage against (the cores of ``local[N]``, or of the executors registered now). Not
+        ``defaultParallelism``, which is at least 2 on a cluster whatever its cores."""
+        from flowpoint.spark.continuous_executor import max_concurrent_tasks
+
+        try:
+            return max_concurrent_tasks(self.sc)
+        except Exception:  # noqa: BLE001 - a Spark without it: its default parallelism
+            return int(self.sc.defaultParallelism)
+
+    def conf_value(self, key: str) -> str | None:
+        value = self.sc.getConf().get(key, None)
+        return None if value is None else str(value)
+
+    def control_host(self) -> str:
+        """127.0.0.1 for a local master (every task runs on this host), else ``spark.driver.host``,
+        the address Spark's own executors reach this driver at."""
+        if self.master().startswith("local"):
+            return "127.0.0.1"
+        return str(self.sc.getConf().get("spark.driver.host", "127.0.0.1"))
 
     def write_savepoint_parts(self, location: Any, items: list, savepoint_uri: str) -> list:
         from flowpoint.spark.state_jobs import write_savepoint_parts

@@ -4,6 +4,11 @@ The job has one partition per slot; Spark schedules all of them at once or not a
 failure of any task fails the stage: the driver then cancels the job and restarts the run from
 the last completed checkpoint. A task attempt that Spark retries on its own (a stage retry)
 refuses to run, so records never flow through a half-restarted run.
+
+:class:`BarrierRun` is what both adapters share (a thread per run, its outcome, waiting);
+:class:`SparkContinuousExecutor` submits the run as a barrier RDD job of a classic session
+(the run's description in a broadcast variable); the Spark Connect adapter's
+(``connect/continuous_executor.py``) as a ``mapInArrow(..., barrier=True)`` query.
 """
 
 from __future__ import annotations
@@ -18,32 +23,30 @@ from flowpoint.errors import JobExecutionError
 _RETRY_REFUSED = "flowpoint: a continuous run does not use Spark's task retries; the driver restarts the run"
 
 
-def _slot_task(payload_bc: Any):
-    def task(iterator: Any):
-        from pyspark import BarrierTaskContext
+def run_barrier_slot(tc: Any, payload: bytes) -> int:
+    """The body of every slot's Spark task, ``tc`` its BarrierTaskContext and ``payload`` the
+    pickled ``(spec, plans, slices)`` of the run: runs slot ``partitionId`` until the run ends;
+    its index."""
+    from flowpoint.tasks.slot import run_slot
 
-        from flowpoint.tasks.slot import run_slot
-
-        tc = BarrierTaskContext.get()
-        if tc.attemptNumber() > 0:  # (a retried stage finds the run's control channel closed)
-            raise JobExecutionError(_RETRY_REFUSED)
-        index = tc.partitionId()
-        spec, plans, slices = cloudpickle.loads(payload_bc.value)
-        infos = tc.getTaskInfos()
-        host = infos[index].address.rsplit(":", 1)[0] if infos and infos[index].address else "127.0.0.1"
-        run_slot(index, host, spec, plans, slices, lambda addr: list(tc.allGather(addr)))
-        yield index
-
-    return task
+    if tc.attemptNumber() > 0:  # (a retried stage finds the run's control channel closed)
+        raise JobExecutionError(_RETRY_REFUSED)
+    index = tc.partitionId()
+    spec, plans, slices = cloudpickle.loads(payload)
+    infos = tc.getTaskInfos()
+    host = infos[index].address.rsplit(":", 1)[0] if infos and infos[index].address else "127.0.0.1"
+    run_slot(index, host, spec, plans, slices, lambda addr: list(tc.allGather(addr)))
+    return index
 
 
-class SparkContinuousExecutor:
-    def __init__(self, spark: Any, job_id: str, description: str):
-        self.sc = spark.sparkContext
+class BarrierRun:
+    """One run at a time, submitted by :meth:`_submit` in a thread of its own: ``done`` is set
+    when the Spark job ends, ``error`` is what it raised."""
+
+    def __init__(self, job_id: str, description: str):
         self.job_id = job_id
         self.description = description
         self._thread: threading.Thread | None = None
-        self._bc: Any = None
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.group = ""
@@ -51,32 +54,61 @@ class SparkContinuousExecutor:
     def start(self, run: int, spec: Any, plans: dict, slices: dict) -> None:
         self.done.clear()
         self.error = None
-        self.close()  # the previous run's broadcast
-        self._bc = self.sc.broadcast(cloudpickle.dumps((spec, plans, slices)))
+        self.close()  # the previous run's resources
         self.group = f"{self.job_id}-run-{run}"
-        self._thread = threading.Thread(target=self._run, args=(spec.slots,), name=f"flowpoint-continuous-{run}", daemon=True)
+        payload = cloudpickle.dumps((spec, plans, slices))
+        self._thread = threading.Thread(target=self._run, args=(spec.slots, payload), name=f"flowpoint-continuous-{run}", daemon=True)
         self._thread.start()
 
-    def _run(self, slots: int) -> None:
-        sc = self.sc
+    def _run(self, slots: int, payload: bytes) -> None:
         try:
-            sc.setJobGroup(self.group, self.description, interruptOnCancel=True)
-            sc.setLocalProperty("spark.job.description", self.description)
-            rdd = sc.parallelize(range(slots), slots).barrier().mapPartitions(_slot_task(self._bc))
-            rdd.collect()
+            self._submit(slots, payload)
         except BaseException as e:  # noqa: BLE001 - the loop reads it
             self.error = e
         finally:
             self.done.set()
+
+    def _submit(self, slots: int, payload: bytes) -> None:
+        """Run the barrier job of ``slots`` tasks to its end (in the run's thread)."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.done.wait(timeout)
+
+    def close(self) -> None:
+        """Release what the last run held."""
+
+
+def _slot_task(payload_bc: Any):
+    def task(iterator: Any):
+        from pyspark import BarrierTaskContext
+
+        yield run_barrier_slot(BarrierTaskContext.get(), payload_bc.value)
+
+    return task
+
+
+class SparkContinuousExecutor(BarrierRun):
+    def __init__(self, spark: Any, job_id: str, description: str):
+        super().__init__(job_id, description)
+        self.sc = spark.sparkContext
+        self._bc: Any = None
+
+    def _submit(self, slots: int, payload: bytes) -> None:
+        sc = self.sc
+        self._bc = sc.broadcast(payload)
+        sc.setJobGroup(self.group, self.description, interruptOnCancel=True)
+        sc.setLocalProperty("spark.job.description", self.description)
+        sc.parallelize(range(slots), slots).barrier().mapPartitions(_slot_task(self._bc)).collect()
 
     def cancel(self) -> None:
         try:
             self.sc.cancelJobGroup(self.group)
         except Exception:  # noqa: BLE001 - Spark may be stopping
             pass
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self.done.wait(timeout)
 
     def close(self) -> None:
         if self._bc is not None:
@@ -85,18 +117,6 @@ class SparkContinuousExecutor:
             except Exception:  # noqa: BLE001
                 pass
             self._bc = None
-
-
-def slots_available(spark: Any) -> int:
-    """How many tasks Spark can run at once now: the number its scheduler checks a barrier
-    stage against (``SparkContext.maxNumConcurrentTasks``: the cores of ``local[N]``, or of the
-    executors registered now). Not ``defaultParallelism``, which is at least 2 on a cluster
-    whatever its cores, so a cluster left with one slot would pass for two."""
-    sc = spark.sparkContext
-    try:
-        return max_concurrent_tasks(sc)
-    except Exception:  # noqa: BLE001 - a Spark without it: its default parallelism
-        return int(sc.defaultParallelism)
 
 
 def max_concurrent_tasks(sc: Any) -> int:

@@ -201,6 +201,7 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
         msg = f"spark.remote {connect[1]!r} is not a Spark Connect address: give sc://host:port (a local master is spark.master, with spark.api.mode=connect)"
         raise ConfigurationError(msg)
     if existing is not None or (existing := _active_session()) is not None:
+        _check_mode(existing, connect, settings)
         _check_versions(existing)
         _warn_unapplied(existing, spark_settings(settings))
         return existing
@@ -247,6 +248,24 @@ def get_spark_session(master: str | None, app_name: str, existing: Any = None, s
     _check_versions(spark)
     log.info("started Spark %s with master %s", spark.version, master)
     return spark
+
+
+def _check_mode(spark: Any, connect: tuple[str, str] | None, settings: Any) -> None:
+    """The job asked for Spark Connect (``spark.remote``, ``spark.api.mode=connect`` or their
+    environment variables) but runs on a classic session it was given or found active: say so
+    rather than run where it was not asked to."""
+    if connect is None or is_connect_session(spark):
+        return
+    items = _items(settings)
+    if connect[0] == "remote":
+        asked = f"spark.remote {connect[1]!r}" if items.get("spark.remote") else f"$SPARK_REMOTE {connect[1]!r}"
+    else:
+        asked = "spark.api.mode=connect" if items.get("spark.api.mode") else "$SPARK_API_MODE=connect"
+    msg = (
+        f"{asked} asks for a Spark Connect session, but the job's SparkSession is a classic one (passed as spark_session= "
+        f"or active in this process): pass a Spark Connect session, stop the classic one first, or drop {asked.split(' ')[0].split('=')[0]}"
+    )
+    raise ConfigurationError(msg)
 
 
 def _remote_session(url: str, app_name: str, settings: Any) -> Any:

@@ -8,7 +8,10 @@ the classic adapter:
   exchanges, acknowledgements as rows); a stateful partition does not prefer the host that
   holds its state (Spark Connect has no way to ask for a task's location): on several hosts a
   partition that moves rebuilds its state from durable storage, correct at that cost;
-- the continuous runtime is refused (:meth:`ConnectAdapter.continuous_refusal`);
+- the continuous runtime runs its slots as one ``mapInArrow(..., barrier=True)`` query
+  (``connect/continuous_executor.py``), once a Spark task has shown that it reaches this process
+  (``connect/reach.py``): a Connect client is not Spark's driver, and the server's executors
+  need not reach it;
 - state jobs (savepoints, ``get_keyed_state``, ``state_reader``) run one ``mapInArrow`` task
   per partition; a ``state_reader`` DataFrame is built from rows read here;
 - ``python.files``/``python.requirements``/``python.archives`` go with ``addArtifacts``;
@@ -18,16 +21,11 @@ the classic adapter:
 from __future__ import annotations
 
 import ipaddress
+import socket
 from typing import Any
 
 from flowpoint.spark.adapter import SparkAdapter
 from flowpoint.spark.connect import frames
-
-CONTINUOUS_REFUSAL = (
-    "the continuous runtime is not available on a Spark Connect session: its slots are one barrier "
-    "Spark job whose tasks open control and data channels to this process, and a Spark Connect client "
-    "is not Spark's driver (the server's executors need not reach it); Spark Connect jobs run in epochs"
-)
 
 
 def _tag(job_id: str) -> str:
@@ -40,6 +38,7 @@ class ConnectAdapter(SparkAdapter):
     def __init__(self, spark: Any):
         super().__init__(spark)
         self._parallelism: int | None = None
+        self._reach: dict[str, str | None] = {}  # control host -> why a task cannot reach it (None: it can)
 
     # -- the session ------------------------------------------------------------------------------
 
@@ -102,8 +101,53 @@ class ConnectAdapter(SparkAdapter):
         frames.check_repartition_by_id(DataFrame)
         return ConnectEpochExecutor(self.spark, graph, plans, job_id, _tag(job_id))
 
-    def continuous_refusal(self) -> str | None:
-        return CONTINUOUS_REFUSAL
+    def continuous_refusal(self, control_host: str) -> str | None:
+        """None when a Spark task reached this process at ``control_host`` (measured once per
+        session and address: ``connect/reach.py``); else why the server's executors cannot
+        open the run's control channels here, and what to do."""
+        from flowpoint.spark.connect.reach import unreachable_reason
+
+        if control_host not in self._reach:
+            self._reach[control_host] = unreachable_reason(self.spark, control_host)
+        reason = self._reach[control_host]
+        if reason is None:
+            return None
+        return (
+            f"the continuous runtime's tasks open control channels to this process, a Spark Connect client "
+            f"(not Spark's driver), and the server {self.url()}'s executors cannot reach it at {control_host}: {reason}; "
+            "give an address of this host they reach with execution.continuous.control-host, or run in epochs"
+        )
+
+    def continuous_executor(self, job_id: str, description: str) -> Any:
+        from flowpoint.spark.connect.continuous_executor import ConnectContinuousExecutor
+
+        return ConnectContinuousExecutor(self.spark, job_id, description, _tag(job_id))
+
+    def slots_available(self) -> int:
+        """The partitions Spark gives a range without a count (its default parallelism: the
+        cores of ``local[N]``, or of the executors registered now, at least 2 on a cluster),
+        asked now; Spark Connect does not show the scheduler's free slots."""
+        self._parallelism = None
+        return self.default_parallelism()
+
+    def conf_value(self, key: str) -> str | None:
+        try:
+            value = self.spark.conf.get(key, None)
+        except Exception:  # noqa: BLE001 - a setting the server does not show
+            return None
+        return None if value is None else str(value)
+
+    def control_host(self) -> str:
+        """127.0.0.1 when the server and its tasks run on this host (a loopback server, a local
+        master); the server's ``spark.driver.host`` when the server runs here but its executors
+        elsewhere; else the address of this host on the route to the server."""
+        from flowpoint.spark.connect.reach import local_address_towards
+
+        if _loopback(self.server_host()):
+            if self.master().startswith("local"):
+                return "127.0.0.1"
+            return self.conf_value("spark.driver.host") or socket.gethostname()
+        return local_address_towards(self.server_host())
 
     # -- state jobs -------------------------------------------------------------------------------
 
