@@ -52,7 +52,8 @@ class Counting(KeyedProcessFunction):
                 f.write("x")
             if os.path.getsize(failures) >= self.fail_times:
                 open(self.flag, "w").close()
-            raise RuntimeError(f"injected failure at record {value}")
+            msg = f"injected failure at record {value}"
+            raise RuntimeError(msg)
         n = (self.count.value() or 0) + 1
         self.count.update(n)
         self.last.update([value])
@@ -95,15 +96,15 @@ def expected_outputs(events: int) -> list:
 
 if __name__ == "__main__":
     checkpoints, backend, events, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    env = StreamExecutionEnvironment.get_execution_environment(
-        {
-            "spark.master": "local[2,4]",
-            "execution.progress.interval": 0,
-            "state.backend.type": backend,
-            "state.checkpoints.dir": checkpoints,
-            "state.checkpoints.num-retained": 3,
-        }
-    )
+    settings = {
+        "execution.progress.interval": 0,
+        "state.backend.type": backend,
+        "state.checkpoints.dir": checkpoints,
+        "state.checkpoints.num-retained": 3,
+    }
+    if not os.environ.get("SPARK_REMOTE"):  # (a Spark Connect server has its own master)
+        settings["spark.master"] = "local[2,4]"
+    env = StreamExecutionEnvironment.get_execution_environment(settings)
     env.set_parallelism(2)
     env.set_epoch_max_records(200)
     env.enable_checkpointing(1)

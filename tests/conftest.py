@@ -1,4 +1,11 @@
-"""Shared fixtures: one local Spark session (2 cores, 4 attempts per task) for the whole run."""
+"""Shared fixtures: one local Spark session (2 cores, 4 attempts per task) for the whole run.
+
+``FLOWPOINT_TEST_SPARK_REMOTE=sc://host:port``: that session is instead a Spark Connect session of
+the server there (``spark``, ``make_env`` and ``build_env`` give it to every environment), and
+``$SPARK_REMOTE`` is set to the same address for the whole run, so jobs a test starts as a
+subprocess (``flowpoint run ...``, a job script) connect to it too. tests/test_connect_compat.py
+runs the compatibility subset so (tests/connect_server.py starts a server by hand).
+"""
 
 from __future__ import annotations
 
@@ -30,6 +37,10 @@ TEST_RUNTIME = os.environ.get("FLOWPOINT_TEST_RUNTIME", "epoch")
 _config.OPTIONS["execution.runtime"] = dataclasses.replace(_config.OPTIONS["execution.runtime"], default=TEST_RUNTIME)
 OTHER_USER = "flowpoint-other"
 
+SPARK_REMOTE = os.environ.get("FLOWPOINT_TEST_SPARK_REMOTE") or None
+if SPARK_REMOTE:
+    os.environ["SPARK_REMOTE"] = SPARK_REMOTE  # subprocesses' jobs connect to the same server
+
 
 @pytest.fixture(scope="session")
 def other_uid():
@@ -56,6 +67,14 @@ def other_uid():
 
 @pytest.fixture(scope="session")
 def spark():
+    """The run's session: classic on ``MASTER``, or a Spark Connect session of ``SPARK_REMOTE``."""
+    if SPARK_REMOTE:
+        from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+        session = RemoteSparkSession.builder.remote(SPARK_REMOTE).create()
+        yield session
+        session.stop()
+        return
     from flowpoint.spark.session import get_spark_session
 
     session = get_spark_session(MASTER, "flowpoint-tests")

@@ -284,6 +284,9 @@ def test_driver_killed_then_resume_continues_from_the_latest_checkpoint(tmp_path
     proc = subprocess.run(cli, capture_output=True, text=True, timeout=600, cwd=HERE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "restoring checkpoint" in proc.stderr
+    remote = os.environ.get("SPARK_REMOTE")  # the subset on a Spark Connect server (tests/test_connect_compat.py)
+    if remote:
+        assert f"on Spark Connect server {remote}" in proc.stderr, proc.stderr[-3000:]
     out = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("{")))
     assert out["count"] == {str(k): v for k, v in expected_state(events)["count"].items()}
     assert out["checkpoints"] and out["checkpoints"][0] == before + 1

@@ -56,6 +56,8 @@ def _savepoint_mid_run(make_env, tmp_path, runtime, parallelism, restore=None, s
     client = env.execute_async(f"savepointed on {runtime}")
     start = client.progress().epoch
     wait_for(lambda: client.progress().epoch >= start + 2 or client.is_done(), what="two commits")
+    if client.is_done():
+        client.wait(0)  # why it failed, if it did
     assert not client.is_done(), "the job ended before the savepoint"
     if stop:
         path = client.stop_with_savepoint(str(tmp_path / "sp"))

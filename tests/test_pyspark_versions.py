@@ -17,26 +17,18 @@ import json
 import os
 import re
 import subprocess
-import time
-import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from checkpoint_jobs import expected_outputs, expected_state
-from pyspark_venvs import REPO, ensure_venv
+from compat_subset import COMPAT_FILES, check_subset, run_subset
+from compat_subset import child_env as subset_env
+from pyspark_venvs import ensure_venv
 
 pytestmark = pytest.mark.slow
 
 VERSIONS = ("3.5.9", "4.0.5", "4.1.4", "4.2.1")  # the latest patch of every minor but the suite's own
-COMPAT_FILES = (  # every test module with tests marked compat (test_the_subset_is_where_this_module_looks)
-    "tests/test_spark_versions.py",
-    "tests/test_checkpoints.py",
-    "tests/test_continuous.py",
-    "tests/test_event_time_differential.py",
-    "tests/test_seed_example.py",
-    "tests/test_kafka_sink.py",
-)
 HERE = Path(__file__).resolve().parent
 # what this process's own Spark set for its Python workers and JVM: never for another PySpark
 INHERITED_NOT = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET",
@@ -59,10 +51,7 @@ def venvs(request):
 
 
 def child_env(version: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in INHERITED_NOT}
-    env["PYTHONPATH"] = str(REPO)  # this checkout, whichever one the venv's editable install names
-    env["FLOWPOINT_EXPECT_PYSPARK"] = version
-    return env
+    return subset_env(INHERITED_NOT, FLOWPOINT_EXPECT_PYSPARK=version)
 
 
 def test_the_subset_is_where_this_module_looks():
@@ -70,15 +59,12 @@ def test_the_subset_is_where_this_module_looks():
     assert marked == sorted(COMPAT_FILES)
 
 
-def run_subset(version: str, venv, xml: Path):
+def run_subset_on(version: str, venv, xml: Path):
     """``(venv set-up seconds, subset seconds, finished pytest process, its junit xml)`` once the
     venv is ready."""
     python, built = venv.result()
-    cmd = [str(python), "-m", "pytest", "-m", "compat", "-q", "-p", "no:cacheprovider", "-o", "addopts=-ra --durations=10",
-           f"--junitxml={xml}", *COMPAT_FILES]
-    started = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=800, cwd=REPO, env=child_env(version))
-    return built, time.monotonic() - started, proc, xml
+    took, proc = run_subset(python, xml, child_env(version))
+    return built, took, proc, xml
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +74,7 @@ def subset_runs(venvs, tmp_path_factory):
     the cores idle much of the time (JVM start-up, checkpoints, restarts)."""
     jobs = int(os.environ.get("FLOWPOINT_TEST_PYSPARK_JOBS", "2"))
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="pyspark-subsets")
-    futures = {v: pool.submit(run_subset, v, f, tmp_path_factory.mktemp(f"compat-{v}") / "compat.xml") for v, f in venvs.items()}
+    futures = {v: pool.submit(run_subset_on, v, f, tmp_path_factory.mktemp(f"compat-{v}") / "compat.xml") for v, f in venvs.items()}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -99,14 +85,7 @@ def test_the_compatibility_subset_passes_on(version, subset_runs, record_propert
     record_property("venv_setup_seconds", round(built, 1))
     record_property("subset_seconds", round(took, 1))
     print(f"PySpark {version}: venv set-up {built:.0f} s ({'built' if built else 'reused'}), subset {took:.0f} s")
-    report = f"PySpark {version}, exit code {proc.returncode}:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0, report
-    suite = ET.parse(xml).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    assert counts["tests"] > 0 and counts["failures"] == counts["errors"] == counts["skipped"] == 0, (counts, report)
-    files = {next(p for p in c.get("classname", "").split(".") if p.startswith("test_")) for c in suite.iter("testcase")}
-    assert files == {Path(f).stem for f in COMPAT_FILES}, (files, report)
+    check_subset(f"PySpark {version}", proc, xml)
 
 
 def run_on(python: Path, version: str, *args) -> dict:

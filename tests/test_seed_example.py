@@ -48,6 +48,9 @@ def run_example(out_dir, lateness_ms: int, events: int = EVENTS, master: str = "
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert proc.returncode == 0, f"example failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     assert f"running {runtime} on Spark" in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    remote = os.environ.get("SPARK_REMOTE")  # the subset on a Spark Connect server (tests/test_connect_compat.py)
+    if remote:
+        assert f"on Spark Connect server {remote}" in proc.stderr, proc.stderr[-3000:]
     rows, late = [], []
     for line in read_lines(out_dir, skip="late"):
         fields = line.split("\t")

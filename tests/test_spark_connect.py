@@ -17,6 +17,7 @@ from collections import Counter
 
 import pytest
 from checkpoint_jobs import Counting, build, expected_outputs, expected_state, key_of, record
+from connect_server import ServerFailed, connect_server
 
 from flowpoint import (
     CollectSink,
@@ -40,53 +41,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory):
     """``sc://127.0.0.1:<port>`` of a Spark Connect server started for this module."""
-    import pyspark
-
     pytest.importorskip("grpc")
-    spark_home = os.path.dirname(pyspark.__file__)
-    port = _free_port()
-    env = dict(os.environ, SPARK_HOME=spark_home, PYSPARK_PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]))
-    log = open(tmp_path_factory.mktemp("connect") / "server.log", "wb")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(
-        [os.path.join(spark_home, "bin", "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-         "--name", "flowpoint-connect-tests", "--master", "local[2,4]",
-         "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-         "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.driver.host=127.0.0.1",
-         "--conf", "spark.ui.enabled=false", "--conf", "spark.python.worker.reuse=true",
-         "--conf", "spark.sql.shuffle.partitions=4"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"the Spark Connect server exited with {server.returncode} (log: {log.name})")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the Spark Connect server did not listen on port {port} within 120 s (log: {log.name})")
-                time.sleep(0.3)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+        with connect_server(tmp_path_factory.mktemp("connect")) as url:
+            yield url
+    except ServerFailed as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")

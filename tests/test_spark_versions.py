@@ -71,10 +71,16 @@ def test_an_existing_session_of_an_unsupported_spark_is_refused_before_the_job_s
 
 
 @pytest.mark.compat
-def test_the_spark_internals_the_adapter_uses_answer(spark):
+def test_the_spark_internals_the_adapter_uses_answer(spark, tmp_path):
     """maxNumConcurrentTasks (the continuous runtime's slots), the executors' hosts (locality)
     and makeRDD with location preferences (a stateful partition's host): py4j calls into
-    Spark's Scala API, which may change between versions."""
+    Spark's Scala API, which may change between versions. On a Spark Connect session
+    (FLOWPOINT_TEST_SPARK_REMOTE), the DataFrame API the Connect adapter relies on instead."""
+    from flowpoint.spark.adapter import is_connect_session
+
+    if is_connect_session(spark):
+        the_connect_api_answers(spark, tmp_path)
+        return
     from flowpoint.spark.continuous_executor import max_concurrent_tasks
     from flowpoint.spark.locality import live_executor_hosts, located_rdd
 
@@ -88,3 +94,77 @@ def test_the_spark_internals_the_adapter_uses_answer(spark):
     jrdd = rdd._jrdd.rdd()  # noqa: SLF001
     prefs = [str(jrdd.preferredLocations(p).mkString(",")) for p in jrdd.partitions()]  # a Scala Seq each
     assert prefs == ["host-a", "host-b", "host-a"]
+
+
+def _partition_and_module(iterator):
+    """A ``mapInArrow`` function: ``(dest, this task's partition, the probe module's VALUE)``."""
+    import importlib
+
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    partition = TaskContext.get().partitionId()
+    for batch in iterator:
+        module = importlib.import_module(batch.column(1)[0].as_py()) if batch.num_rows else None
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(0), pa.array([partition] * batch.num_rows, pa.int32()),
+             pa.array([module.VALUE if module else 0] * batch.num_rows, pa.int64())],
+            names=["dest", "partition", "value"])
+
+
+def _sleeps(iterator):
+    import time
+
+    for batch in iterator:
+        time.sleep(120)
+        yield batch
+
+
+def the_connect_api_answers(spark, tmp_path):
+    """The Connect adapter's DataFrame operations on this session: a local Arrow DataFrame,
+    ``repartitionById`` (each row in the partition it names), ``mapInArrow`` (in the server's
+    Python workers), ``addArtifacts`` (a module they import), a query of one task per item
+    (state jobs), ``addTag``/``interruptTag`` (cancelling a job) and the default parallelism."""
+    import threading
+    import time
+    import uuid
+
+    import pyarrow as pa
+    from pyspark.sql.connect.dataframe import DataFrame
+
+    from flowpoint.spark.adapter import adapter_for
+    from flowpoint.spark.connect import frames
+
+    frames.check_repartition_by_id(DataFrame)  # (Spark 4.1 or later)
+    adapter = adapter_for(spark)
+    assert adapter.mode == "connect" and adapter.default_parallelism() >= 1
+    name = f"flowpoint_probe_{uuid.uuid4().hex}"
+    (tmp_path / f"{name}.py").write_text("VALUE = 7\n")
+    spark.addArtifacts(str(tmp_path / f"{name}.py"), pyfile=True)  # session-scoped: no other session sees it
+    table = pa.table({"dest": pa.array([2, 0, 1, 2, 0], pa.int32()), "module": [name] * 5})
+    rows = (spark.createDataFrame(table).repartitionById(3, "dest")
+            .mapInArrow(_partition_and_module, "dest int, partition int, value long").collect())
+    assert sorted((r.dest, r.partition, r.value) for r in rows) == [(0, 0, 7), (0, 0, 7), (1, 1, 7), (2, 2, 7), (2, 2, 7)]
+    assert frames.run_per_item(spark, ["a", "b", "c"], lambda item: [item * 2]) == ["aa", "bb", "cc"]
+    # a tagged query, interrupted from another thread (tags belong to the thread that adds them)
+    tag, failed = f"flowpoint-probe-{uuid.uuid4().hex}", []
+
+    def tagged_query():
+        spark.addTag(tag)
+        try:
+            spark.range(1).mapInArrow(_sleeps, "id long").collect()
+        except Exception as e:  # noqa: BLE001 - the interruption, whatever PySpark calls it
+            failed.append(e)
+        finally:
+            spark.removeTag(tag)
+
+    query = threading.Thread(target=tagged_query, daemon=True)
+    started = time.monotonic()
+    query.start()
+    interrupted = []
+    while not interrupted and query.is_alive() and time.monotonic() - started < 60:
+        time.sleep(0.2)
+        interrupted = spark.interruptTag(tag)
+    query.join(60)
+    assert interrupted and failed, (interrupted, failed)
+    assert time.monotonic() - started < 60
