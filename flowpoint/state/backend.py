@@ -618,8 +618,14 @@ class RocksDBPartitionBackend(PartitionBackend):
         return TaskStateAck(epoch, token, delta, base, changed, total)
 
     def commit_in_place(self, ts: TaskState, version: int) -> None:
+        """The continuous runtime's commit at a barrier: the overlay's changes go into the DB,
+        and the overlay goes (as an epoch's commit drops it). Kept, every key it ever held stayed
+        dirty, so each later barrier wrote all of them again: a growing key set made every
+        segment's write, flush and incremental checkpoint as large as the whole state, and the
+        overlay held every key in memory (issue 27)."""
         for b in ts.backends.values():
             b.apply(b.delta(), version=version)
+        ts.commit()
         ts.version = version
 
     def release(self, ts: TaskState) -> None:
