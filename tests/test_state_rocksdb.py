@@ -1084,3 +1084,55 @@ def test_a_continuous_commit_leaves_only_the_next_segments_changes_in_the_delta(
     b.current_key = "user-5-99"
     assert state.value() == 99
     b.close()
+
+
+def test_a_slots_dbs_share_one_bounded_block_cache_and_memtable_budget(tmp_path):
+    """state.backend.rocksdb.memory.fixed-per-slot: the DBs of one worker share one block cache
+    of that size, and their memtables are charged to it (Flink's managed RocksDB memory), so
+    however many keys and DBs, the cache's usage (blocks, index and filter blocks, memtables)
+    stays within the bound."""
+    from flowpoint.state.rocksdb import RocksDBMemory, shared_memory
+
+    memory = RocksDBMemory(fixed_per_slot=16 << 20, write_buffer_size=4 << 20)
+    cache, buffers = shared_memory(memory)
+    assert shared_memory(RocksDBMemory(fixed_per_slot=16 << 20, write_buffer_size=4 << 20)) == (cache, buffers)
+    assert buffers.get_buffer_size() == 8 << 20  # write-buffer-ratio 0.5 of the slot's 16 MB
+    backends = [RocksDBKeyedStateBackend(f"op{i}", str(tmp_path / f"db{i}"), MAXP, memory=memory) for i in range(3)]
+    peak = 0
+    for segment in range(4):
+        for b in backends:
+            b.open()
+            state = b.get_partitioned_state(ValueStateDescriptor("v"))
+            for i in range(20_000):
+                b.current_key = f"user-{segment}-{i}"
+                state.update("x" * 100)
+            b.apply(b.delta(), version=segment + 1)
+            b.commit()
+            assert cache.get_usage() >= buffers.get_usage() > 0  # the memtables are charged to the cache
+            peak = max(peak, cache.get_usage())
+        for b in backends:  # and read back: blocks come into the cache
+            b.current_key = f"user-{segment}-7"
+            assert b.get_partitioned_state(ValueStateDescriptor("v")).value() == "x" * 100
+            peak = max(peak, cache.get_usage())
+    assert 0 < peak <= (16 << 20) * 1.05, peak
+    assert sum(b.num_keys() for b in backends) == 3 * 80_000
+    for b in backends:
+        b.close()
+
+
+def test_rocksdb_memory_settings_reach_the_tasks_backends():
+    from flowpoint.api.config import Configuration
+    from flowpoint.state.backend import RocksDBPartitionBackend
+    from flowpoint.state.rocksdb import RocksDBMemory
+    from flowpoint.tasks.protocol import StateLocation
+
+    config = Configuration({"state.backend.rocksdb.memory.fixed-per-slot": "64 mb", "state.backend.rocksdb.memory.write-buffer-ratio": 0.25,
+                            "state.backend.rocksdb.writebuffer.count": 3})
+    memory = RocksDBMemory.from_config(config)
+    assert (memory.per_slot, memory.write_buffer_ratio, memory.write_buffer_count, memory.bounded) == (64 << 20, 0.25, 3, True)
+    location = StateLocation("job/run-0", "", "/tmp/x", "rocksdb", rocksdb_memory=memory.fields())
+    backend = RocksDBPartitionBackend.__new__(RocksDBPartitionBackend)
+    backend.location = pickle.loads(pickle.dumps(location))  # as a task receives it
+    assert backend.memory == memory
+    unmanaged = RocksDBMemory.from_config(Configuration({"state.backend.rocksdb.memory.managed": False}))
+    assert not unmanaged.bounded and unmanaged.block_cache_size == 8 << 20

@@ -171,6 +171,36 @@ def _float(low: float, high: float | None, low_open: bool) -> Callable[[Any], fl
     return parse
 
 
+_MEMORY_UNITS = {"": 1, "b": 1, "bytes": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+                 "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_memory_size(value: Any) -> int:
+    """Flink's MemorySize: bytes as an integer, or ``"64 mb"``, ``"1g"``, ``"512kb"`` (units in
+    powers of 1024, as Flink). Raises ``ValueError``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(value))
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _MEMORY_UNITS:
+            msg = "a memory size: bytes, or a number with a unit (64 mb, 1 gb, 512 kb)"
+            raise ValueError(msg)
+        n = int(m.group(1)) * _MEMORY_UNITS[unit]
+    return n
+
+
+def _memory(min_bytes: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        n = parse_memory_size(value)
+        if n < min_bytes:
+            msg = f"a memory size of at least {min_bytes} bytes"
+            raise ValueError(msg)
+        return n
+
+    return parse
+
+
 def _choice(canonical: dict[str, str]) -> Callable[[Any], str]:
     """Case-insensitive names (or Enum members) -> the canonical spelling."""
     allowed = " | ".join(dict.fromkeys(canonical.values()))
@@ -295,6 +325,12 @@ OPTIONS = {
         Option("execution.checkpointing.externalized-checkpoint-retention", "NO_EXTERNALIZED_CHECKPOINTS", str, "RETAIN_ON_CANCELLATION | DELETE_ON_CANCELLATION | NO_EXTERNALIZED_CHECKPOINTS (default, as Flink 1.19: checkpoints are deleted when the job finishes or is cancelled; a failed job keeps them)", _choice(_names(*RETENTIONS))),
         Option("execution.checkpointing.unaligned", False, bool, "accepted for compatibility; unaligned checkpoints do not apply (no in-flight data between epochs)", parse_bool),
         Option("state.backend.type", "hashmap", str, "working-state backend: hashmap | rocksdb", _choice(_names("hashmap", "rocksdb"))),
+        Option("state.backend.rocksdb.memory.managed", True, bool, "RocksDB: the DBs of each slot (Python worker) share one block cache, and their memtables are charged to it, so the slot's RocksDB memory stays within state.backend.rocksdb.memory.fixed-per-slot (default 256 mb); false: each DB has its own block cache and write buffers (state.backend.rocksdb.block.cache-size, .writebuffer.*), without a bound per slot", parse_bool),
+        Option("state.backend.rocksdb.memory.fixed-per-slot", None, int, "RocksDB: the memory of each slot's (Python worker's) DBs together, block cache and memtables (a memory size: 256 mb); unset: 256 mb when memory.managed", _memory(8 << 20)),
+        Option("state.backend.rocksdb.memory.write-buffer-ratio", 0.5, float, "RocksDB: the share of a slot's bounded memory that memtables may take (0 < ratio < 1)", _float(0.0, 0.99, True)),
+        Option("state.backend.rocksdb.block.cache-size", 8 << 20, int, "RocksDB with memory.managed false and no fixed-per-slot: each DB's block cache (a memory size)", _memory(64 << 10)),
+        Option("state.backend.rocksdb.writebuffer.size", 64 << 20, int, "RocksDB: the size of one memtable of a DB (a memory size); a checkpoint flushes it", _memory(64 << 10)),
+        Option("state.backend.rocksdb.writebuffer.count", 2, int, "RocksDB: memtables a DB may hold before writes wait for a flush", _int(2, 64)),
         Option("state.backend.incremental", False, bool, "incremental checkpoints (rocksdb only): upload only new files; HashMap checkpoints are changelogs by default (state.backend.hashmap.changelog.*)", parse_bool),
         Option(
             "state.backend.hashmap.changelog.max-ratio", 0.5, float,

@@ -65,10 +65,13 @@ class WorkingFiles:
 
     def location(self) -> StateLocation:
         """Where this run's working state lives (shipped to every task)."""
+        from flowpoint.state.rocksdb import RocksDBMemory
+
         s = self.settings
         return StateLocation(
             self.run_key, self.working_dir if self.configured else "", self.durable_root, s.backend,
             self.options, bool(s.incremental), self._changelog(), float(s.changelog_max_ratio), int(s.changelog_max_parts),
+            RocksDBMemory.from_config(self.config).fields() if s.backend == "rocksdb" else (),
         )
 
     def _changelog(self) -> bool:

@@ -467,10 +467,17 @@ class RocksDBPartitionBackend(PartitionBackend):
 
     kind = "rocksdb"
 
+    @property
+    def memory(self) -> Any:
+        """The job's ``state.backend.rocksdb.memory.*`` (a RocksDBMemory)."""
+        from flowpoint.state.rocksdb import RocksDBMemory
+
+        return RocksDBMemory(**dict(self.location.rocksdb_memory))
+
     def new_operator_backend(self, ts: TaskState, uid: str, name: str) -> Any:
         from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
-        b = RocksDBKeyedStateBackend(name, db_path(ts.directory, uid), self.max_parallelism, uid=uid)
+        b = RocksDBKeyedStateBackend(name, db_path(ts.directory, uid), self.max_parallelism, uid=uid, memory=self.memory)
         b.open()
         if b.version() < ts.version:
             b.set_version(ts.version)  # an operator without state until now: empty at every epoch
@@ -504,7 +511,7 @@ class RocksDBPartitionBackend(PartitionBackend):
             if b is None:
                 from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
-                b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid)
+                b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid, memory=self.memory)
             b.open()
             for f in chain.deltas:
                 if f.epoch <= b.version():
@@ -533,7 +540,7 @@ class RocksDBPartitionBackend(PartitionBackend):
                     continue  # an operator without state yet (its empty DB starts at any version)
                 from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
-                b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid)
+                b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid, memory=self.memory)
             b.open()
             if not chain.base_epoch <= b.version() <= chain.version:
                 return False
@@ -566,7 +573,7 @@ class RocksDBPartitionBackend(PartitionBackend):
                 if native:
                     restore_native(db_path(directory, uid), native, self.location.options)
         for uid in names:
-            b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid)
+            b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid, memory=self.memory)
             b.open()
             tables = [f for f in chain.restored if f.uid == uid and not f.files] if chain.base is None else []
             if tables:

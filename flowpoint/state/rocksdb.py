@@ -40,6 +40,7 @@ import os
 import pickle
 import shutil
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -188,14 +189,74 @@ def key_group_prefix(key_group: int) -> bytes:
 
 # -- options -------------------------------------------------------------------------------------
 
-_BLOCK_CACHE: Any = None
-_WRITE_BUFFERS: Any = None
-BLOCK_CACHE_BYTES = 64 << 20  # one LRU block cache shared by every backend of the process
-WRITE_BUFFER_BYTES = 64 << 20  # per DB; a checkpoint flushes it, so it holds one interval's writes
-WRITE_BUFFERS_PER_PROCESS = 256 << 20  # memtables of all backends of a process together
+MANAGED_PER_SLOT = 256 << 20  # state.backend.rocksdb.memory.fixed-per-slot's default when managed
 
 
-def _options() -> Any:
+@dataclass(frozen=True)
+class RocksDBMemory:
+    """How much memory a slot's DBs may use (Flink's ``state.backend.rocksdb.memory.*``).
+
+    ``managed`` (or ``fixed_per_slot`` set): the DBs of one Python worker (a slot) share one LRU
+    block cache of ``fixed_per_slot`` bytes (default :data:`MANAGED_PER_SLOT`), and a write buffer
+    manager of ``write_buffer_ratio`` of it charges their memtables to that cache, so block
+    cache, index and filter blocks and memtables together stay within it, however many keys and
+    operators there are. Otherwise each DB has its own ``block_cache_size`` cache and up to
+    ``write_buffer_count`` memtables of ``write_buffer_size``: memory grows with the number of DBs."""
+
+    managed: bool = True
+    fixed_per_slot: int | None = None
+    write_buffer_ratio: float = 0.5
+    block_cache_size: int = 8 << 20
+    write_buffer_size: int = 64 << 20
+    write_buffer_count: int = 2
+
+    @property
+    def bounded(self) -> bool:
+        return self.managed or self.fixed_per_slot is not None
+
+    @property
+    def per_slot(self) -> int:
+        return self.fixed_per_slot or MANAGED_PER_SLOT
+
+    @classmethod
+    def from_config(cls, config: Any) -> RocksDBMemory:
+        return cls(
+            bool(config.get("state.backend.rocksdb.memory.managed")), config.get("state.backend.rocksdb.memory.fixed-per-slot"),
+            float(config.get("state.backend.rocksdb.memory.write-buffer-ratio")), int(config.get("state.backend.rocksdb.block.cache-size")),
+            int(config.get("state.backend.rocksdb.writebuffer.size")), int(config.get("state.backend.rocksdb.writebuffer.count")),
+        )
+
+    def fields(self) -> tuple[tuple[str, Any], ...]:
+        """As a StateLocation carries it (plain values)."""
+        return tuple((f, getattr(self, f)) for f in self.__dataclass_fields__)
+
+
+_SHARED: dict[RocksDBMemory, tuple[Any, Any]] = {}  # a slot's block cache and write buffer manager, per setting
+_SHARED_LOCK = threading.Lock()
+_SHARED_PID = 0
+
+
+def shared_memory(memory: RocksDBMemory) -> tuple[Any, Any]:
+    """This process's (slot's) block cache and write buffer manager for ``memory`` (created
+    once; a forked worker makes its own)."""
+    from rocksdict import Cache, WriteBufferManager
+
+    global _SHARED_PID
+    with _SHARED_LOCK:
+        if _SHARED_PID != os.getpid():
+            _SHARED.clear()
+            _SHARED_PID = os.getpid()
+        shared = _SHARED.get(memory)
+        if shared is None:
+            cache = Cache(memory.per_slot)
+            buffers = WriteBufferManager.new_write_buffer_manager_with_cache(int(memory.per_slot * memory.write_buffer_ratio), False, cache)
+            shared = _SHARED[memory] = (cache, buffers)
+            while len(_SHARED) > 4:  # jobs with other settings in this worker before: theirs go with their DBs
+                _SHARED.pop(next(iter(_SHARED)))
+        return shared
+
+
+def _options(memory: RocksDBMemory | None = None) -> Any:
     from rocksdict import (
         BlockBasedOptions,
         Cache,
@@ -203,13 +264,9 @@ def _options() -> Any:
         DBCompressionType,
         Options,
         UniversalCompactOptions,
-        WriteBufferManager,
     )
 
-    global _BLOCK_CACHE, _WRITE_BUFFERS
-    if _BLOCK_CACHE is None:
-        _BLOCK_CACHE = Cache(BLOCK_CACHE_BYTES)
-        _WRITE_BUFFERS = WriteBufferManager(WRITE_BUFFERS_PER_PROCESS, False)
+    memory = memory or RocksDBMemory()
     o = Options(raw_mode=True)
     o.create_if_missing(True)
     # Universal compaction: every flush (at least one per checkpoint) adds a sorted run; runs of
@@ -230,18 +287,22 @@ def _options() -> Any:
     o.set_level_zero_file_num_compaction_trigger(12)
     o.set_level_zero_slowdown_writes_trigger(40)
     o.set_level_zero_stop_writes_trigger(60)
-    o.set_write_buffer_size(WRITE_BUFFER_BYTES)
-    o.set_max_write_buffer_number(2)
-    o.set_write_buffer_manager(_WRITE_BUFFERS)
+    o.set_write_buffer_size(memory.write_buffer_size)
+    o.set_max_write_buffer_number(memory.write_buffer_count)
+    t = BlockBasedOptions()
+    t.set_bloom_filter(10, False)  # point lookups skip the runs that do not hold the key
+    if memory.bounded:
+        cache, buffers = shared_memory(memory)
+        o.set_write_buffer_manager(buffers)
+        t.set_block_cache(cache)
+        t.set_cache_index_and_filter_blocks(True)  # (counted in the bound too)
+        t.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    else:
+        t.set_block_cache(Cache(memory.block_cache_size))
     o.set_max_background_jobs(2)
     o.set_compression_type(DBCompressionType.lz4())
     o.set_keep_log_file_num(2)
     o.set_max_log_file_size(1 << 20)
-    t = BlockBasedOptions()
-    t.set_bloom_filter(10, False)  # point lookups skip the runs that do not hold the key
-    t.set_block_cache(_BLOCK_CACHE)
-    t.set_cache_index_and_filter_blocks(True)
-    t.set_pin_l0_filter_and_index_blocks_in_cache(True)
     o.set_block_based_table_factory(t)
     return o
 
@@ -523,8 +584,10 @@ def _closed_get(*_args: Any) -> Any:
 class RocksDBKeyedStateBackend(CurrentKey):
     """The keyed state of one operator for one key-group range, in a RocksDB directory."""
 
-    def __init__(self, operator_name: str, db_path: str, max_parallelism: int, lock_timeout: float = 30.0, uid: str | None = None):
+    def __init__(self, operator_name: str, db_path: str, max_parallelism: int, lock_timeout: float = 30.0, uid: str | None = None,
+                 memory: RocksDBMemory | None = None):
         self.operator_name = operator_name
+        self.memory = memory or RocksDBMemory()
         self.uid = uid
         self.db_path = db_path
         self.max_parallelism = max_parallelism
@@ -564,7 +627,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
         timeout = self.lock_timeout if timeout is None else timeout
         parent = os.path.dirname(os.path.abspath(self.db_path))
         private_files.makedirs(parent)
-        options = _options()
+        options = _options(self.memory)
         deadline = time.monotonic() + timeout
         delay = 0.01
         while True:

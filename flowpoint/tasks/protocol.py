@@ -35,6 +35,7 @@ class StateLocation:
     changelog: bool = False
     changelog_max_ratio: float = 0.5
     changelog_max_parts: int = 20
+    rocksdb_memory: tuple[tuple[str, Any], ...] = ()  # RocksDBMemory.fields() (state.backend.rocksdb.memory.*)
 
     @property
     def options(self) -> dict[str, str]:
