@@ -7,9 +7,12 @@ reads them from.
 
 Notes for Flink users:
 
-- A checkpoint is taken at the first epoch boundary after the interval has passed; every operator
-  has then finished the same epoch, so each checkpoint is an aligned, consistent cut. State is
-  exactly-once in both ``CheckpointingMode`` values; ``AT_LEAST_ONCE`` is accepted for portability.
+- On the epoch runtime a checkpoint is taken at the first epoch boundary after the interval has
+  passed; every operator has then finished the same epoch, so each checkpoint is an aligned,
+  consistent cut and state is exactly-once in both ``CheckpointingMode`` values. On the continuous
+  runtime ``EXACTLY_ONCE`` aligns barriers (an input that delivered barrier n waits until every
+  input has), and ``AT_LEAST_ONCE`` does not (seed 002): no input waits for another, and after a
+  restore the records that passed a barrier early on a faster input count again.
 - Unaligned checkpoints do not apply (there is no in-flight data between epochs): enabling them
   is accepted with a warning and changes nothing.
 - On the epoch runtime at most one checkpoint is in progress (epochs are sequential); on the
@@ -107,7 +110,8 @@ class CheckpointConfig:
         return CheckpointingMode(self._config.get("execution.checkpointing.mode"))
 
     def set_checkpointing_mode(self, checkpointing_mode: CheckpointingMode) -> CheckpointConfig:
-        """EXACTLY_ONCE or AT_LEAST_ONCE; state is exactly-once with either (aligned epochs)."""
+        """EXACTLY_ONCE or AT_LEAST_ONCE. Epochs are exactly-once with either; on the continuous
+        runtime AT_LEAST_ONCE does not align barriers (at-least-once state after a restore)."""
         return self._set("set_checkpointing_mode", "execution.checkpointing.mode", checkpointing_mode)
 
     # -- timing and failures -------------------------------------------------------------------

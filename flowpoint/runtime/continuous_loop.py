@@ -116,6 +116,7 @@ class ContinuousLoop(CommittedLoop):
                 max_frame_items=int(self.config.get("execution.buffer-max-batches")),
                 watermark_interval_ms=int(self.config.get("pipeline.auto-watermark-interval")),
                 watermarks=dict(st.watermarks), splits=self.splits.counts(), generators=dict(st.generators), restored=st.restored_uids,
+                aligned=not at_least_once(self.settings),
             )
             self.executor.start(self.restarts.restarts, spec, self.plans, task_slices(self.graph, self.state))
             self.control.await_slots(self._check, self._handle)
@@ -377,6 +378,11 @@ class ContinuousLoop(CommittedLoop):
 
 class _Cancelled(Exception):  # noqa: N818 - a signal
     pass
+
+
+def at_least_once(settings: Any) -> bool:
+    """Checkpointing mode AT_LEAST_ONCE with checkpoints on: barriers are not aligned."""
+    return bool(settings is not None and settings.enabled and settings.mode == "AT_LEAST_ONCE")
 
 
 def task_slices(graph: JobGraph, state: CommittedState) -> dict[tuple[int, int], TaskSlice]:

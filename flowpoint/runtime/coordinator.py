@@ -294,6 +294,11 @@ class Coordinator:
             self.status = JobStatus.RUNNING
             runtime = "continuously" if self.continuous else "in epochs"
             self._progress.say(f"job {self.job_name!r} ({self.job_id}) running {runtime} on Spark {self.adapter.describe()}")
+            if self.continuous and self.settings.enabled and self.settings.mode == "AT_LEAST_ONCE":
+                self._progress.say(
+                    "checkpointing mode AT_LEAST_ONCE: barriers are not aligned, so no input waits for another; after a "
+                    "restore, records that passed a checkpoint's barrier on a faster input count again (at-least-once state)"
+                )
             self._progress.start(total_records(self.graph), self.records_read, on_terminal(self.graph))
             self._loop.run()
             if self.checkpoints is not None and not self._cancel.is_set():

@@ -89,6 +89,10 @@ class ContinuousSpec:
     splits: dict[str, int] = field(default_factory=dict)
     generators: dict[str, bytes] = field(default_factory=dict)
     restored: frozenset[str] = frozenset()
+    # False: checkpointing mode AT_LEAST_ONCE, barriers are not aligned (seed 002): a subtask
+    # snapshots once a checkpoint's barrier arrived on every input, and keeps reading the inputs
+    # that delivered it meanwhile
+    aligned: bool = True
 
     def __repr__(self) -> str:  # the secret stays out of logs and tracebacks
         return f"ContinuousSpec(run_key={self.run_key!r}, slots={self.slots}, driver={self.driver})"

@@ -80,6 +80,8 @@ class Subtask(SourceReading, BarrierSnapshot):
         self.positions: dict[int, tuple[Any, bool]] = {}  # open splits: (position, finished) so far
         self.aligning: Barrier | None = None
         self.arrived: set = set()
+        # not aligned (AT_LEAST_ONCE): barrier n -> (the barrier, the channels it arrived on)
+        self.unaligned: dict[int, tuple[Barrier, set]] = {}
         self.ended: set = set()
         self.inputs = None
         self.live_sinks = {nid for nid, op in plan.ops.items() if op.kind == "sink" and getattr(op.sink, "continuous_live", False)}
@@ -173,10 +175,18 @@ class Subtask(SourceReading, BarrierSnapshot):
                 live.discard(channel)
                 if self.aligning is not None and self.arrived >= live:
                     self._aligned()
+                self._complete_unaligned(live)
                 if not live:
                     self._end_of_input()
 
     def _arrive(self, channel: Any, barrier: Barrier, live: set) -> None:
+        if not self.spec.aligned and barrier.savepoint is None:
+            # AT_LEAST_ONCE: the channel is not blocked; records after the barrier on it are
+            # processed before the snapshot, and replayed after a restore from it (seed 002).
+            # Savepoints stay aligned: a savepoint is exact whatever the mode
+            self.unaligned.setdefault(barrier.n, (barrier, set()))[1].add(channel)
+            self._complete_unaligned(live)
+            return
         if self.aligning is None:
             self.aligning = barrier
             self.arrived = set()
@@ -187,6 +197,16 @@ class Subtask(SourceReading, BarrierSnapshot):
         self.gate.block(channel)
         if self.arrived >= live:
             self._aligned()
+
+    def _complete_unaligned(self, live: set) -> None:
+        """Snapshot at every unaligned barrier that has arrived on every live input, in order
+        (each channel delivers barriers in order, so barrier n completes no later than n + 1)."""
+        for n in sorted(self.unaligned):
+            barrier, arrived = self.unaligned[n]
+            if not arrived >= live:
+                return
+            del self.unaligned[n]
+            self._barrier(barrier)
 
     def _aligned(self) -> None:
         barrier = self.aligning
