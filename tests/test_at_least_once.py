@@ -16,7 +16,13 @@ from collections import Counter
 
 import pytest
 
-from flowpoint import CheckpointingMode, DataGeneratorSource, KeyedProcessFunction, RestartStrategies, ValueStateDescriptor
+from flowpoint import (
+    CheckpointingMode,
+    DataGeneratorSource,
+    KeyedProcessFunction,
+    RestartStrategies,
+    ValueStateDescriptor,
+)
 from flowpoint.connectors.sinks import CollectSink
 
 pytestmark = pytest.mark.slow
@@ -50,7 +56,8 @@ class Count(KeyedProcessFunction):
     def process_element(self, value, ctx):
         if self.flag and value == ("fast", 1_500) and not os.path.exists(self.flag):
             open(self.flag, "w").close()
-            raise RuntimeError("injected failure at fast record 1500")
+            msg = "injected failure at fast record 1500"
+            raise RuntimeError(msg)
         n = (self.count.value() or 0) + 1
         self.count.update(n)
         yield value[0], value[1], n, time.monotonic()
