@@ -61,6 +61,7 @@ from flowpoint.state.key_identity import CurrentKey, StateKey, state_key
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
 from flowpoint.state.kinds import ABSENT, ATOMIC, immutable, keyed_state
 from flowpoint.tasks.batches import dumps
+from flowpoint.worker_resources import worker
 
 _loads = pickle.loads
 _pickle_dumps = pickle.dumps
@@ -188,8 +189,6 @@ def key_group_prefix(key_group: int) -> bytes:
 
 # -- options -------------------------------------------------------------------------------------
 
-_BLOCK_CACHE: Any = None
-_WRITE_BUFFERS: Any = None
 BLOCK_CACHE_BYTES = 64 << 20  # one LRU block cache shared by every backend of the process
 WRITE_BUFFER_BYTES = 64 << 20  # per DB; a checkpoint flushes it, so it holds one interval's writes
 WRITE_BUFFERS_PER_PROCESS = 256 << 20  # memtables of all backends of a process together
@@ -206,10 +205,8 @@ def _options() -> Any:
         WriteBufferManager,
     )
 
-    global _BLOCK_CACHE, _WRITE_BUFFERS
-    if _BLOCK_CACHE is None:
-        _BLOCK_CACHE = Cache(BLOCK_CACHE_BYTES)
-        _WRITE_BUFFERS = WriteBufferManager(WRITE_BUFFERS_PER_PROCESS, False)
+    # one block cache and one memtable budget per worker process, built once (flowpoint/worker_resources.py)
+    block_cache, write_buffers = worker().part("rocksdb.shared-memory", lambda: (Cache(BLOCK_CACHE_BYTES), WriteBufferManager(WRITE_BUFFERS_PER_PROCESS, False)))
     o = Options(raw_mode=True)
     o.create_if_missing(True)
     # Universal compaction: every flush (at least one per checkpoint) adds a sorted run; runs of
@@ -232,14 +229,14 @@ def _options() -> Any:
     o.set_level_zero_stop_writes_trigger(60)
     o.set_write_buffer_size(WRITE_BUFFER_BYTES)
     o.set_max_write_buffer_number(2)
-    o.set_write_buffer_manager(_WRITE_BUFFERS)
+    o.set_write_buffer_manager(write_buffers)
     o.set_max_background_jobs(2)
     o.set_compression_type(DBCompressionType.lz4())
     o.set_keep_log_file_num(2)
     o.set_max_log_file_size(1 << 20)
     t = BlockBasedOptions()
     t.set_bloom_filter(10, False)  # point lookups skip the runs that do not hold the key
-    t.set_block_cache(_BLOCK_CACHE)
+    t.set_block_cache(block_cache)
     t.set_cache_index_and_filter_blocks(True)
     t.set_pin_l0_filter_and_index_blocks_in_cache(True)
     o.set_block_based_table_factory(t)
