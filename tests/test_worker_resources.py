@@ -332,3 +332,97 @@ def test_the_worker_owns_one_of_each_and_a_forked_child_starts_afresh():
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert worker() is w and cache.get("k") == "parent's"
+
+
+# -- a continuous job whose slots each run four subtasks as threads of one worker ----------------
+
+WORDS = 13
+
+
+class Tag:
+    """A map that notes, once per subtask, which process and thread ran it (``log``: a file)."""
+
+    def __init__(self, name: str, log: str) -> None:
+        self.name = name
+        self.log = log
+        self.seen = False
+
+    def __call__(self, value):
+        if not self.seen:
+            self.seen = True
+            note(self.log, self.name)
+        return value
+
+
+def note(log: str, name: str) -> None:
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()} {threading.get_ident()} {name}\n")
+
+
+def counting(name: str, log: str, key):
+    from flowpoint import KeyedProcessFunction, ValueStateDescriptor
+
+    class CountPerKey(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count"))
+            self.seen = False
+
+        def process_element(self, value, ctx):
+            if not self.seen:
+                self.seen = True
+                note(log, name)
+            n = (self.count.value() or 0) + 1
+            self.count.update(n)
+            yield (name, key(value), n)
+
+    return CountPerKey()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_four_subtasks_per_slot_equal_a_plain_python_reference(make_env, tmp_path, backend):
+    """Source+map, two keyed counts and a rebalanced map, unchained, at parallelism 2 on the
+    continuous runtime: each of the 2 slots runs 4 subtasks as threads of one Python worker,
+    which share its caches (task states, parsed CSV files, durable writes). Output and state
+    equal a sequential count in plain Python."""
+    from flowpoint import CollectSink, FileFormat, FileSource
+
+    d = tmp_path / "csv"
+    d.mkdir()
+    rows = []
+    for f in range(4):
+        lines = ["word,n"]
+        for i in range(250):
+            w = f"w{(i * 7 + f * 3) % WORDS}"
+            rows.append(w)
+            lines.append(f"{w},{i}")
+        (d / f"part-{f}.csv").write_text("\n".join(lines) + "\n")
+    log = str(tmp_path / "threads.log")
+
+    env = make_env(parallelism=2, max_records=100, state_checkpoints_dir=str(tmp_path / "ck"),
+                   execution_runtime="continuous", execution_buffer_timeout=5)
+    env.get_configuration().set("state.backend.type", backend)
+    env.enable_checkpointing(100)
+    sink = CollectSink()
+    (env.from_source(FileSource.for_format(FileFormat.csv(), str(d)).build(), source_name="words")
+        .map(Tag("A", log)).uid("a")
+        .key_by(lambda r: r.word).process(counting("B", log, lambda r: r.word)).uid("b")
+        .key_by(lambda t: t[2] % 8).process(counting("C", log, lambda t: t[2] % 8)).uid("c")
+        .rebalance().map(Tag("D", log)).uid("d")
+        .sink_to(sink))
+    result = env.execute(f"four subtasks per slot on {backend}")
+
+    per_word = Counter(rows)  # the reference: B counts per word, C counts B's outputs per count % 8
+    per_bucket = Counter(n % 8 for w in per_word for n in range(1, per_word[w] + 1))
+    expected = Counter(("C", b, n) for b, m in per_bucket.items() for n in range(1, m + 1))
+    assert Counter(sink.results) == expected
+    assert result.get_keyed_state("b", "count") == dict(per_word)
+    assert result.get_keyed_state("c", "count") == dict(per_bucket)
+
+    threads: dict[str, dict[str, set]] = {}  # pid -> stage -> thread ids
+    with open(log) as f:
+        for line in f:
+            pid, tid, name = line.split()
+            threads.setdefault(pid, {}).setdefault(name, set()).add(tid)
+    full = [p for p, names in threads.items() if set(names) == {"A", "B", "C", "D"} and len(set().union(*names.values())) >= 4]
+    assert full, f"no Python worker ran the four stages' subtasks as four threads: {threads}"
