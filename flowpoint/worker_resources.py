@@ -67,7 +67,8 @@ class _Pending:
 class BoundedCache(Generic[V]):
     """A thread-safe LRU dict of at most ``max_entries`` values (and, with ``weigh``, at most
     ``max_weight`` in total; a value heavier than ``max_weight`` is returned but not kept).
-    ``close`` is called on every value it drops (evicted, replaced, popped or cleared)."""
+    ``close`` is called on every value it drops (evicted, replaced, popped or cleared).
+    None is no value: ``get`` answers None for a missing key, so None is never kept."""
 
     def __init__(self, name: str, max_entries: int, *, close: Callable[[V], None] | None = None,
                  weigh: Callable[[V], int] | None = None, max_weight: int | None = None) -> None:
@@ -173,6 +174,8 @@ class BoundedCache(Generic[V]):
         self._weight -= self._weights.pop(key, 0)
         if old is not None and old is not value:
             dropped.append(old)
+        if value is None:
+            return dropped
         w = self._weigh(value) if self._weigh is not None else 0
         if self.max_weight is not None and w > self.max_weight:
             return dropped  # too heavy to keep: the caller has it, the cache does not
