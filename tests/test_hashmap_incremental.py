@@ -77,11 +77,12 @@ class Churn(KeyedProcessFunction):
             # as if the partitions moved to other workers: every worker process that meets these
             # records forgets the partitions it holds, once; the next epoch rebuilds them from the
             # durable state, with no record of the keys changed since the last checkpoint
-            from flowpoint.state.working import CACHE
+            from flowpoint.state.working import task_states
 
-            if CACHE.__dict__.get("dropped_for") != self.flag:
-                CACHE._by_job.clear()
-                CACHE.dropped_for = self.flag
+            cache = task_states()
+            if cache.__dict__.get("dropped_for") != self.flag:
+                cache.clear()
+                cache.dropped_for = self.flag
                 open(self.flag, "w").close()
         n = (self.count.value() or 0) + 1
         if n % 7 == 0:

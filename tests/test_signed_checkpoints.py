@@ -275,7 +275,7 @@ def test_a_swapped_working_state_file_is_refused_before_it_is_unpickled(tmp_path
     marker = str(tmp_path / "code-ran")
     uri = f"file://{tmp_path}/durable/job/run-0/stage-1/part-0/delta-00000004-t.pkl"
     size, digest = durable.write_file(uri, pickle.dumps(("delta", {"counting": {}})))
-    durable._RECENT.clear()  # as another executor, which never saw the write
+    durable._recent().clear()  # as another executor, which never saw the write
     with open(uri[len("file://"):], "wb") as f:
         f.write(evil(marker))  # swapped by someone who can write the durable root
     with pytest.raises(StateNotFoundError, match="does not match the checksum recorded when its epoch committed"):

@@ -670,7 +670,7 @@ def _count_table(ts) -> dict:
 def _file(directory, kind: str, epoch: int, token: str, per_uid: dict) -> CommittedFile:
     uri = str(directory / f"{kind}-{epoch:08d}-{token}.pkl")
     size, digest = durable.write_file(uri, dumps((kind, per_uid)))
-    durable._RECENT.pop(uri, None)  # as another process wrote it
+    durable._recent().pop(uri)  # as another process wrote it
     return CommittedFile(epoch, token, uri, size, digest)
 
 
@@ -844,11 +844,11 @@ def test_remote_durable_files_are_cached_locally_and_a_bad_copy_is_refetched(tmp
     chain = CommittedChain().committed(1, "t1", _ack(1, "t1", CommittedFile(1, "t1", uri, size, digest)))
     copy = tmp_path / "local" / JOB / "stage-1" / "part-0" / "durable" / "delta-00000001-t1.pkl"
     assert copy.exists()
-    durable._RECENT.clear()  # another worker process
+    durable._recent().clear()  # another worker process
     ts, fresh = HashMapPartitionBackend(location, 128, TaskStateCache()).acquire(1, 0, chain, ["op-uid"])
     assert fresh and _count_table(ts) == {"a": 1}
     copy.write_bytes(b"not the committed bytes")
-    durable._RECENT.clear()
+    durable._recent().clear()
     ts, _ = HashMapPartitionBackend(location, 128, TaskStateCache()).acquire(1, 0, chain, ["op-uid"])
     assert _count_table(ts) == {"a": 1}
     assert copy.read_bytes() != b"not the committed bytes"  # refetched

@@ -46,9 +46,7 @@ import io
 import json
 import os
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -63,6 +61,7 @@ from flowpoint.api.time import Duration
 from flowpoint.api.types import TypeInformation, Types, schema_of
 from flowpoint.connectors.source import Batch, Source, SourceReader, SourceSplit, SplitPlan
 from flowpoint.errors import ConfigurationError
+from flowpoint.worker_resources import BoundedCache, worker
 
 BATCH_SIZE = 8192
 INDEX_EVERY = 4096  # the driver remembers the byte offset of every INDEX_EVERY-th record
@@ -402,10 +401,14 @@ def _scan(path: str, fmt: FileFormat, size: int) -> _FileInfo:
 
 # -- the reader (executor side) ----------------------------------------------------------------
 
-_TABLE_CACHE: OrderedDict = OrderedDict()
-_TABLE_CACHE_LOCK = threading.Lock()
 _TABLE_CACHE_ENTRIES = 4
 _TABLE_CACHE_MAX_BYTES = 256 << 20
+
+
+def _tables() -> BoundedCache:
+    """This worker's parsed CSV files (LRU, at most 4 and 256 MiB; a larger file is not kept):
+    the splits of one file read by one worker parse it once."""
+    return worker().cache("files.csv-tables", _TABLE_CACHE_ENTRIES, weigh=lambda t: t.nbytes, max_weight=_TABLE_CACHE_MAX_BYTES)
 
 
 class _FileReader(SourceReader):
@@ -550,11 +553,8 @@ class _FileReader(SourceReader):
     def _csv_whole(self, path: str, start: int, end: int, count: int) -> Iterator[Batch]:
         st = os.stat(path)
         key = (path, st.st_size, st.st_mtime_ns, self.format.delimiter, self.format.header)
-        with _TABLE_CACHE_LOCK:
-            table = _TABLE_CACHE.get(key)
-            if table is not None:
-                _TABLE_CACHE.move_to_end(key)
-        if table is None:
+
+        def parse() -> Any:
             read, parse_opts = self._csv_options(None)
             try:
                 table = pacsv.read_csv(path, read_options=read, parse_options=parse_opts)
@@ -562,11 +562,9 @@ class _FileReader(SourceReader):
                 raise self._csv_whole_error(path, read, parse_opts, e) from None
             if table.num_rows != count:
                 raise _csv_multiline(path)
-            if table.nbytes <= _TABLE_CACHE_MAX_BYTES:
-                with _TABLE_CACHE_LOCK:
-                    _TABLE_CACHE[key] = table
-                    while len(_TABLE_CACHE) > _TABLE_CACHE_ENTRIES:
-                        _TABLE_CACHE.popitem(last=False)
+            return table
+
+        table = _tables().get_or_create(key, parse)
         yield from _to_batches(table.slice(start, end - start), path, None)
 
     def _csv_whole_error(self, path: str, read: Any, parse_opts: Any, e: Exception) -> ConfigurationError:

@@ -29,8 +29,15 @@ from flowpoint.spark.ui import group_job_ids
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import EpochSpec, TaskAck, TaskSlice
 from flowpoint.tasks.stage_task import run_stage_task
+from flowpoint.worker_resources import BoundedCache, worker
 
-_PLANS: dict[tuple[str, int], StagePlan] = {}  # executor side: deserialized once per process
+_PLAN_JOBS = 16  # jobs whose decoded plans a worker keeps
+
+
+def _plans() -> BoundedCache:
+    """Executor side: job id -> {stage id: StagePlan}, decoded once per worker process (the
+    broadcast holds every stage's plan of the job)."""
+    return worker().cache("epoch-executor.plans", _PLAN_JOBS)
 
 
 class _ListParam(AccumulatorParam):
@@ -46,13 +53,7 @@ class _ListParam(AccumulatorParam):
 
 def _make_task(job_id: str, stage_id: int, plans_bc: Any, spec: EpochSpec, acc: Any):
     def task(partition: int, iterator: Any):
-        plan = _PLANS.get((job_id, stage_id))
-        if plan is None:
-            if len(_PLANS) > 64:
-                _PLANS.clear()
-            for sid, p in cloudpickle.loads(plans_bc.value).items():
-                _PLANS[(job_id, sid)] = p
-            plan = _PLANS[(job_id, stage_id)]
+        plan = _plans().get_or_create(job_id, lambda: cloudpickle.loads(plans_bc.value))[stage_id]
         tc = TaskContext.get()
         attempt = tc.attemptNumber() if tc else 0
         token = f"{tc.stageId()}.{tc.taskAttemptId()}" if tc else f"local.{partition}"

@@ -110,10 +110,10 @@ def remove_task(location: StateLocation, job_id: str):
     local_dir = location.local_dir
 
     def task(iterator: Any):
-        from flowpoint.state.working import CACHE, resolve_working_dir
+        from flowpoint.state.working import resolve_working_dir, task_states
 
         list(iterator)
-        CACHE.drop(job_id)
+        task_states().drop(job_id)
         path = os.path.join(resolve_working_dir(local_dir or None), job_id)  # "": this host's default
         existed = os.path.isdir(path)
         shutil.rmtree(path, ignore_errors=True)

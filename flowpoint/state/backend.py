@@ -37,7 +37,6 @@ from flowpoint.state.compatibility import infer_kind, recorded_states, sample_va
 from flowpoint.state.heap import puts_and_deletes
 from flowpoint.state.key_identity import key_table
 from flowpoint.state.working import (
-    CACHE,
     ChangeTracker,
     CommittedChain,
     CommittedFile,
@@ -48,6 +47,7 @@ from flowpoint.state.working import (
     load_restored,
     partition_dir,
     read_uri,
+    task_states,
 )
 from flowpoint.tasks.batches import dumps
 from flowpoint.tasks.protocol import (
@@ -93,7 +93,7 @@ class PartitionBackend:
         self.location = location
         self.max_parallelism = max_parallelism
         self.options = location.storage_options
-        self.cache = CACHE if cache is None else cache  # this process's partitions (tests pass their own)
+        self.cache = task_states() if cache is None else cache  # this process's partitions (tests pass their own)
         self._root: str | None = None
 
     # -- places --------------------------------------------------------------------------------

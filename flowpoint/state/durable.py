@@ -21,17 +21,22 @@ import contextlib
 import hashlib
 import os
 import shutil
-from collections import OrderedDict
 from typing import Any
 
 from flowpoint.errors import StateIOError, StateNotFoundError
 from flowpoint.private_files import write_private
+from flowpoint.worker_resources import BoundedCache, worker
 
-_ACCESS: dict[tuple[str, tuple], Any] = {}
-_RECENT: OrderedDict[str, bytes] = OrderedDict()  # files this process wrote lately (read-your-writes)
-_RECENT_BYTES = 0
-_RECENT_LIMIT = 64 << 20
+_RECENT_LIMIT = 64 << 20  # bytes of the files this process wrote lately, kept for read-your-writes
+_RECENT_FILES = 4096
+_ACCESS_CLIENTS = 32  # storage clients (one per root and options) kept per process
 RESTORE_HINT = "restore the job from a checkpoint"
+
+
+def _recent() -> BoundedCache:
+    """This worker's files written lately (uri -> bytes, LRU, at most ``_RECENT_LIMIT`` bytes):
+    a task reads back what this process wrote without a round trip."""
+    return worker().cache("durable.recent-writes", _RECENT_FILES, weigh=len, max_weight=_RECENT_LIMIT)
 
 
 def is_local(uri: str) -> bool:
@@ -43,15 +48,11 @@ def local_path(uri: str) -> str:
 
 
 def _access(root: str, options: tuple) -> Any:
+    """This worker's storage client of ``root`` (built once per root and options, LRU)."""
     from flowpoint.checkpoint.storage import CheckpointStorageAccess
 
-    key = (root, options)
-    a = _ACCESS.get(key)
-    if a is None:
-        if len(_ACCESS) > 32:
-            _ACCESS.clear()
-        a = _ACCESS[key] = CheckpointStorageAccess(root, dict(options))
-    return a
+    clients = worker().cache("durable.storage-access", _ACCESS_CLIENTS)
+    return clients.get_or_create((root, options), lambda: CheckpointStorageAccess(root, dict(options)))
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -60,14 +61,8 @@ def _split(uri: str) -> tuple[str, str]:
 
 
 def _remember(uri: str, data: bytes) -> None:
-    global _RECENT_BYTES
-    if len(data) > _RECENT_LIMIT // 4:
-        return
-    _RECENT[uri] = data
-    _RECENT_BYTES += len(data)
-    while _RECENT_BYTES > _RECENT_LIMIT and _RECENT:
-        _, old = _RECENT.popitem(last=False)
-        _RECENT_BYTES -= len(old)
+    if len(data) <= _RECENT_LIMIT // 4:
+        _recent().put(uri, data)
 
 
 def join(root: str, *parts: str) -> str:
@@ -149,7 +144,7 @@ def read_file(uri: str, size: int | None, digest: str | None, options: tuple = (
     if not digest:
         msg = f"working {what} {uri} has no SHA-256 in the committed chain: it cannot be verified, so it is not read; {RESTORE_HINT}"
         raise StateNotFoundError(msg)
-    data = _RECENT.get(uri)
+    data = _recent().get(uri)
     if data is None and not is_local(uri):
         data = _cached(cache, size, digest)
         if data is None and cache:
@@ -215,7 +210,7 @@ def upload_dir(local_dir: str, uri: str, options: tuple = ()) -> list[tuple[str,
 def delete(uris: tuple[str, ...] | list[str], options: tuple = ()) -> None:
     """Best effort: files the committed chain no longer needs."""
     for uri in uris:
-        _RECENT.pop(uri, None)
+        _recent().pop(uri)
         try:
             if is_local(uri):
                 path = local_path(uri)

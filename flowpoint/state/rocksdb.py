@@ -40,7 +40,6 @@ import os
 import pickle
 import shutil
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -231,29 +230,19 @@ class RocksDBMemory:
         return tuple((f, getattr(self, f)) for f in self.__dataclass_fields__)
 
 
-_SHARED: dict[RocksDBMemory, tuple[Any, Any]] = {}  # a slot's block cache and write buffer manager, per setting
-_SHARED_LOCK = threading.Lock()
-_SHARED_PID = 0
-
-
 def shared_memory(memory: RocksDBMemory) -> tuple[Any, Any]:
-    """This process's (slot's) block cache and write buffer manager for ``memory`` (created
-    once; a forked worker makes its own)."""
+    """This worker's (slot's) block cache and write buffer manager for ``memory``: built once per
+    setting and worker process (flowpoint/worker_resources.py; a forked worker makes its own)."""
     from rocksdict import Cache, WriteBufferManager
 
-    global _SHARED_PID
-    with _SHARED_LOCK:
-        if _SHARED_PID != os.getpid():
-            _SHARED.clear()
-            _SHARED_PID = os.getpid()
-        shared = _SHARED.get(memory)
-        if shared is None:
-            cache = Cache(memory.per_slot)
-            buffers = WriteBufferManager.new_write_buffer_manager_with_cache(int(memory.per_slot * memory.write_buffer_ratio), False, cache)
-            shared = _SHARED[memory] = (cache, buffers)
-            while len(_SHARED) > 4:  # jobs with other settings in this worker before: theirs go with their DBs
-                _SHARED.pop(next(iter(_SHARED)))
-        return shared
+    from flowpoint.worker_resources import worker
+
+    def build() -> tuple[Any, Any]:
+        cache = Cache(memory.per_slot)
+        return cache, WriteBufferManager.new_write_buffer_manager_with_cache(int(memory.per_slot * memory.write_buffer_ratio), False, cache)
+
+    # (jobs with other settings in this worker before: theirs go with their DBs)
+    return worker().cache("rocksdb.shared-memory", 4).get_or_create(memory, build)
 
 
 def _options(memory: RocksDBMemory | None = None) -> Any:

@@ -1,9 +1,9 @@
 """Where a task finds its working state from one epoch to the next.
 
 PySpark reuses Python worker processes but does not send a partition to the same worker every
-epoch, and on a cluster not to the same host. Each worker therefore keeps a process-wide cache
-of the task state it has held (:class:`TaskStateCache`), and every epoch's changes are also
-written to a *delta file* in durable shared storage (durable.py). When epoch ``n`` of a
+epoch, and on a cluster not to the same host. Each worker therefore keeps a cache of the task
+state it has held (:class:`TaskStateCache`, one per worker process: :func:`task_states`), and
+every epoch's changes are also written to a *delta file* in durable shared storage (durable.py). When epoch ``n`` of a
 partition starts, its task:
 
 1. looks up the cached state for (job, stage, partition) in its own process;
@@ -27,12 +27,14 @@ import os
 import pickle
 import shutil
 import stat
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.state.keygroups import assign_to_key_group
+from flowpoint.worker_resources import worker
 
 if TYPE_CHECKING:
     from flowpoint.tasks.protocol import TaskStateAck
@@ -215,18 +217,26 @@ class ChangeTracker:
 
 
 class TaskStateCache:
-    """Process-wide: (job id, stage id, partition) -> :class:`TaskState` (LRU over jobs)."""
+    """(job id, stage id, partition) -> :class:`TaskState`, LRU over at most ``MAX_JOBS`` jobs.
+
+    One per Python worker (:func:`task_states`), shared by the subtasks a continuous slot runs as
+    threads: every method holds the lock, so two subtasks acquiring their partitions of a new job
+    at once both keep theirs. Only a task's start and end come here; state access per record
+    goes to the :class:`TaskState` the task holds."""
 
     MAX_JOBS = 4
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._by_job: OrderedDict[str, dict[tuple[int, int], TaskState]] = OrderedDict()
 
     def get(self, job_id: str, stage_id: int, partition: int) -> TaskState | None:
-        return self._entries(job_id).get((stage_id, partition))
+        with self._lock:
+            return self._entries(job_id).get((stage_id, partition))
 
     def put(self, job_id: str, stage_id: int, partition: int, ts: TaskState) -> None:
-        self._entries(job_id)[(stage_id, partition)] = ts
+        with self._lock:
+            self._entries(job_id)[(stage_id, partition)] = ts
 
     def _entries(self, job_id: str) -> dict[tuple[int, int], TaskState]:
         jobs = self._by_job
@@ -239,17 +249,28 @@ class TaskStateCache:
             jobs.move_to_end(job_id)
         return entries
 
+    def jobs(self) -> list[str]:
+        with self._lock:
+            return list(self._by_job)
+
     def drop(self, job_id: str, stage_id: int | None = None, partition: int | None = None) -> None:
-        if stage_id is None:
-            for key in [k for k in self._by_job if k == job_id or k.startswith(job_id + "/")]:
-                self._by_job.pop(key, None)
-            return
-        entries = self._by_job.get(job_id)
-        if entries:
-            entries.pop((stage_id, partition), None)  # type: ignore[arg-type]
+        with self._lock:
+            if stage_id is None:
+                for key in [k for k in self._by_job if k == job_id or k.startswith(job_id + "/")]:
+                    self._by_job.pop(key, None)
+                return
+            entries = self._by_job.get(job_id)
+            if entries:
+                entries.pop((stage_id, partition), None)  # type: ignore[arg-type]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_job.clear()
 
 
-CACHE = TaskStateCache()
+def task_states() -> TaskStateCache:
+    """This Python worker's :class:`TaskStateCache` (flowpoint/worker_resources.py)."""
+    return worker().part("state.task-states", TaskStateCache)
 
 
 def partition_dir(root: str, job_id: str, stage_id: int, partition: int) -> str:

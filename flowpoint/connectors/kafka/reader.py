@@ -4,8 +4,9 @@ The driver planned ``[start, end)``; the task assigns the partition at ``start``
 group, no subscription) and reads until the first offset at or past ``end``, so a retried or
 recomputed task reads the same records. Offsets in the range that hold no record for the
 consumer (transaction markers, compacted records) are passed over: the range ends when the
-consumer's position or the partition's end reaches ``end``. One consumer per configuration is
-kept per Python worker and reused by its tasks.
+consumer's position or the partition's end reaches ``end``. A read borrows a consumer of its
+configuration from its Python worker's pool (flowpoint/worker_resources.py): reads in threads of
+one worker never share one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from flowpoint.connectors.source import (
     SourceSplit,
     TimestampedBatch,
 )
+from flowpoint.worker_resources import ClientPool, worker
 
 BATCH = 10_000
 SKIPPED_METRIC = "numRecordsSkippedDeserialization"
@@ -33,24 +35,30 @@ _READER_OVERRIDES = {
     "enable.partition.eof": True,
     "auto.offset.reset": "error",
 }
-_consumers: dict[tuple, Any] = {}
+_IDLE_CONSUMERS = 4  # consumers a worker keeps idle between reads (closed beyond that)
 
 
-def _consumer(config: dict):
-    key = tuple(sorted((k, str(v)) for k, v in config.items()))
-    c = _consumers.get(key)
-    if c is None:
-        from confluent_kafka import Consumer
+def _close(c: Any) -> None:
+    c.close()
 
-        conf = dict(config)
-        conf.setdefault("group.id", "flowpoint-kafka-source")
-        conf.setdefault("log_level", 2)
-        # ranges are planned up to records that exist: a long-held fetch only delays the next
-        # task's requests on this consumer's connection (see metadata.py)
-        conf.setdefault("fetch.wait.max.ms", 10)
-        conf.update(_READER_OVERRIDES)
-        c = _consumers[key] = Consumer(conf)
-    return c
+
+def _consumers() -> ClientPool:
+    """This worker's reading consumers: lent to one read at a time (a read assigns its own
+    partition), kept idle per configuration for the next read."""
+    return worker().pool("kafka.reader-consumers", _IDLE_CONSUMERS, _close)
+
+
+def _new_consumer(config: dict) -> Any:
+    from confluent_kafka import Consumer
+
+    conf = dict(config)
+    conf.setdefault("group.id", "flowpoint-kafka-source")
+    conf.setdefault("log_level", 2)
+    # ranges are planned up to records that exist: a long-held fetch only delays the next
+    # task's requests on this consumer's connection (see metadata.py)
+    conf.setdefault("fetch.wait.max.ms", 10)
+    conf.update(_READER_OVERRIDES)
+    return Consumer(conf)
 
 
 class KafkaSourceReader(SourceReader):
@@ -61,12 +69,16 @@ class KafkaSourceReader(SourceReader):
         self.timeout_s = timeout_s
 
     def read(self, split: SourceSplit, spec: Any) -> Iterator[Any]:
-        from confluent_kafka import KafkaError, TopicPartition
-
         topic, partition, start, end = spec
         if end <= start:
             return
-        c = _consumer(self.client_config)
+        key = tuple(sorted((k, str(v)) for k, v in self.client_config.items()))
+        with _consumers().lease(key, lambda: _new_consumer(self.client_config)) as c:
+            yield from self._read(c, topic, partition, start, end)
+
+    def _read(self, c: Any, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
+        from confluent_kafka import KafkaError, TopicPartition
+
         tp = TopicPartition(topic, partition, start)
         c.assign([tp])
         deserialize = self.deserializer.deserialize

@@ -39,17 +39,15 @@ from flowpoint.spark.tasks_common import spark_failure
 from flowpoint.tasks.batches import dumps
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import EpochSpec, TaskAck, TaskSlice
+from flowpoint.worker_resources import worker
 
-_PLANS: dict[tuple[str, int], StagePlan] = {}  # executor side: decoded once per worker process
+_PLANS = 64  # (job, stage) plans a worker keeps decoded
 
 
 def _plan(job_id: str, stage_id: int, blob: bytes) -> StagePlan:
-    plan = _PLANS.get((job_id, stage_id))
-    if plan is None:
-        if len(_PLANS) > 64:
-            _PLANS.clear()
-        plan = _PLANS[(job_id, stage_id)] = cloudpickle.loads(blob)
-    return plan
+    """Executor side: the stage's plan, decoded once per worker process (LRU)."""
+    plans = worker().cache("connect-epoch-executor.plans", _PLANS)
+    return plans.get_or_create((job_id, stage_id), lambda: cloudpickle.loads(blob))
 
 
 def _stage_task(job_id: str, stage_id: int, plan_blob: bytes, spec: EpochSpec, source: bool, carrier_p: int | None):
