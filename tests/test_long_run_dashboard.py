@@ -96,6 +96,7 @@ def _store_with_reports() -> MetricStore:
         r.worker, r.status = f"host:{100 + p}", {RSS: 100e6 + p}
         r.gauges[("count", "rocksdb.cur-size-all-mem-tables")] = 2048.0
         r.gauges[("count", "rocksdb.estimate-pending-compaction-bytes")] = 0.0
+        r.gauges[("count", "rocksdb.block-cache-usage")] = 1000.0 - p
         store.add(r)
     return store
 
@@ -109,6 +110,7 @@ def test_workers_memory_and_rocksdb_figures_reach_the_store_get_metrics_and_prom
     assert [(w["id"], w["status"][RSS], w["subtasks"]) for w in workers] == [("host:100", 100e6, [(1, 0)]), ("host:101", 100e6 + 1, [(1, 1)])]
     flat = store.flat()
     assert flat["count.rocksdb.cur-size-all-mem-tables"] == 4096 and flat["count.rocksdb.estimate-pending-compaction-bytes"] == 0
+    assert flat["count.rocksdb.block-cache-usage"] == 1000  # a shared cache: the largest, not the sum
 
     class Client:
         def metric_store(self):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowpoint.metrics.report import MetricReport
-from flowpoint.metrics.system import ROCKSDB_PREFIX, RSS, rss_bytes, worker_id
+from flowpoint.metrics.system import ROCKSDB_PREFIX, RSS, combine_rocksdb, rss_bytes, worker_id
 
 RATE_WINDOW_S = 5.0  # rates are averaged over about this long
 SAMPLE_EVERY_S = 0.5
@@ -223,5 +223,5 @@ class MetricStore:
                 if name.startswith(ROCKSDB_PREFIX) and (uid, name) not in self._user:
                     info = self.operators.get(uid)
                     key = f"{info.name if info else uid}.{name}"
-                    out[key] = out.get(key, 0) + v
+                    out[key] = combine_rocksdb(name, out.get(key), v)
         return {k: int(v) if float(v).is_integer() else v for k, v in out.items()}

@@ -75,3 +75,11 @@ def rocksdb_gauges(backends: dict[str, Any]) -> dict[tuple[str, str], float]:
         for name, value in figures().items():
             out[(uid, name)] = value
     return out
+
+
+def combine_rocksdb(name: str, total: float | None, value: float) -> float:
+    """An operator's figure over its subtasks: the sum, but for the block cache, which the DBs of
+    a worker process share (each reports the whole cache), the largest."""
+    if total is None:
+        return value
+    return max(total, value) if name.startswith("rocksdb.block-cache") else total + value

@@ -16,6 +16,7 @@ from typing import Any
 
 from flowpoint import __version__
 from flowpoint.control.rest.snapshot import JobSnapshot
+from flowpoint.metrics.system import combine_rocksdb
 
 REFRESH_INTERVAL_MS = 3000
 JOB_STATES = ("INITIALIZING", "CREATED", "RUNNING", "FAILING", "FAILED", "CANCELLING", "CANCELED", "FINISHED", "RESTARTING", "SUSPENDED", "RECONCILING")
@@ -183,11 +184,11 @@ def operator_entry(s: JobSnapshot, vertex: Any, op: Any) -> dict:
             "backPressuredTimeMsPerSecond": round(m.max_of("backpressured_ms_per_s"), 1),
             "idleTimeMsPerSecond": round(sum(x.idle_ms_per_s for x in subtasks) / len(subtasks), 1) if subtasks else 0.0,
         })
-        rocksdb: dict[str, float] = {}  # RocksDB's own figures, summed over the subtasks
+        rocksdb: dict[str, float] = {}  # RocksDB's own figures over the subtasks
         for x in subtasks:
             for name, value in x.gauges.items():
                 if name.startswith("rocksdb.") and name not in m.user_kinds:
-                    rocksdb[name] = rocksdb.get(name, 0) + value
+                    rocksdb[name] = combine_rocksdb(name, rocksdb.get(name), value)
         if rocksdb:
             metrics["rocksdb"] = {k: int(v) for k, v in sorted(rocksdb.items())}
     return {

@@ -250,8 +250,9 @@
     return unit === 'segment' ? 'Segment' : 'Epoch';
   }
 
-  /** RocksDB's own figures of an operator (summed over its subtasks), under its state size. */
-  function rocksdbLine(m) {
+  /** RocksDB's own figures of an operator (summed over its subtasks; the block cache, shared by
+   *  a worker's DBs, its largest), in a row under the operator's. */
+  function rocksdbRow(m, columns) {
     const r = obj(m.rocksdb);
     if (!Object.keys(r).length) return '';
     const parts = [];
@@ -260,7 +261,7 @@
     if (isNum(r['rocksdb.live-sst-files-size'])) parts.push(['SST', `${fmt.bytes(r['rocksdb.live-sst-files-size'])}${isNum(r['rocksdb.live-sst-files']) ? ` in ${fmt.count(r['rocksdb.live-sst-files'])} files` : ''}`]);
     if (isNum(r['rocksdb.estimate-pending-compaction-bytes'])) parts.push(['pending compaction', fmt.bytes(r['rocksdb.estimate-pending-compaction-bytes'])]);
     const title = Object.keys(r).sort().map((k) => `${k}: ${r[k]}`).join('\n');
-    return h`<div class="sub rocksdb-figures" title="${title}">RocksDB: ${parts.map(([k, v], i) => h`${i ? ' · ' : ''}${k} ${v}`)}</div>`;
+    return h`<tr class="op-sub rocksdb-figures"><td colspan="${columns}"><span class="sub" title="${title}">RocksDB: ${parts.map(([k, v], i) => h`${i ? ' · ' : ''}${k} <b>${v}</b>`)}</span></td></tr>`;
   }
 
   function planNodes(details) {
@@ -1024,7 +1025,7 @@
             <td class="meter-cell">${meter(m.busyTimeMsPerSecond, 'busy')}</td><td class="meter-cell">${meter(m.backPressuredTimeMsPerSecond, 'backpressured')}</td>
             <td class="nowrap">${watermarkCell(m.currentInputWatermark)}</td>
             <td class="num ${m.numLateRecordsDropped > 0 ? 'warn' : ''}">${fmt.count(m.numLateRecordsDropped)}</td>
-            <td class="num">${fmt.bytes(m.stateSize)}${rocksdbLine(m)}</td></tr>`;
+            <td class="num">${fmt.bytes(m.stateSize)}</td></tr>${rocksdbRow(m, 11)}`;
         })}</tbody></table></div>`);
     }
 
@@ -1038,10 +1039,13 @@
           <th>Process</th><th>Role</th><th class="num" title="Status.Python.Memory.RSS: resident memory">Memory (RSS)</th><th>Subtasks</th><th>Last report</th>
         </tr></thead><tbody>${workers.map((w) => {
           const m = obj(w.metrics);
-          const subtasks = arr(w.subtasks);
+          const subtasks = arr(w.subtasks).map(String);
+          // a continuous slot hosts subtask i of every stage: "subtask 0 of 2 tasks"
+          const parts = [...new Set(subtasks.map((t) => t.split('.')[1]))];
+          const where = parts.length === 1 ? `subtask ${parts[0]} of ${subtasks.length} task${subtasks.length === 1 ? '' : 's'}` : subtasks.join(' ');
           return h`<tr class="worker-row ${stale(w) ? 'muted' : ''}" data-worker="${w.id}"><td class="mono">${w.id}</td><td>${w.role === 'driver' ? 'driver' : 'worker'}</td>
             <td class="num">${fmt.bytes(m['Status.Python.Memory.RSS'])}</td>
-            <td class="mono">${subtasks.length ? subtasks.join(' ') : DASH}</td><td>${w.role === 'driver' ? 'now' : fmt.ago(w['last-report'])}</td></tr>`;
+            <td title="${subtasks.map((t) => `stage ${t.split('.')[0]}, subtask ${t.split('.')[1]}`).join('\n')}">${subtasks.length ? where : DASH}</td><td>${w.role === 'driver' ? 'now' : fmt.ago(w['last-report'])}</td></tr>`;
         })}</tbody></table></div>
         ${obj(details.flowpoint).runtime === 'continuous' ? '' : h`<div class="note">On the epoch runtime Spark's tasks report no memory: only the driver's is shown.</div>`}`);
     }
