@@ -187,8 +187,9 @@ class MetricStore:
         with self._lock:
             workers = [
                 {"id": wid, "role": "worker", "status": dict(w["status"]), "subtasks": sorted(w["subtasks"]), "updated": w["updated"]}
-                for wid, w in sorted(self._workers.items())
+                for wid, w in self._workers.items()
             ]
+        workers.sort(key=lambda w: (min((p for _, p in w["subtasks"]), default=0), w["id"]))  # slot 0 first
         return [driver, *workers]
 
     def throughput(self) -> list[tuple[float, float, float]]:

@@ -808,7 +808,7 @@
           <section class="panel"><h2>Operators</h2><div id="job-operators"></div></section>
           <div class="two-col">
             <section class="panel"><h2>Throughput</h2><div class="chart" id="throughput-chart"></div><div id="throughput-note"></div></section>
-            <section class="panel"><h2>Epochs</h2><div id="job-epochs"></div></section>
+            <section class="panel"><h2 id="job-epochs-title">Epochs</h2><div id="job-epochs"></div></section>
           </div>
           <section class="panel"><h2>Workers</h2><div id="job-workers"></div></section>`;
       }
@@ -1056,10 +1056,14 @@
       const epochs = arr(obj(data).epochs).filter((e) => e && isNum(e.epoch));
       const live = !TERMINAL.has(String(details.state)); // Spark's UI went with the job's process
       const link = (url) => (live ? safeUrl(url) : null);
+      const title = $('#job-epochs-title', this.root);
+      if (title) title.textContent = unitLabel(fp) === 'Segment' ? 'Segments' : 'Epochs';
       if (!epochs.length) {
-        setHtml(el, empty(fp.runtime === 'continuous'
-          ? 'This job runs on the continuous runtime: one long-running Spark job, no epochs.'
-          : 'No epochs yet.'));
+        setHtml(el, fp.runtime === 'continuous'
+          ? h`<div class="facts">${fact('Segments committed', isNum(fp.epoch) ? fmt.count(first(fp.segment, fp.epoch)) : DASH)}</div>
+            <div class="note">This job runs on the continuous runtime: one long-running Spark job, no epochs. A segment is
+            the records up to a checkpoint barrier: one ends at every checkpoint (every second without checkpointing).</div>`
+          : empty('No epochs yet.'));
         return;
       }
       epochs.sort((a, b) => a.epoch - b.epoch);
