@@ -83,3 +83,15 @@ def combine_rocksdb(name: str, total: float | None, value: float) -> float:
     if total is None:
         return value
     return max(total, value) if name.startswith("rocksdb.block-cache") else total + value
+
+
+def add_process_figures(report: Any, backends: dict[str, Any] | None) -> Any:
+    """Stamp ``report`` (a MetricReport) with this worker's id and memory and the RocksDB figures
+    of ``backends`` (a TaskState's keyed backends, by operator uid)."""
+    report.worker = worker_id()
+    rss = rss_bytes()
+    if rss is not None:
+        report.status[RSS] = rss
+    if backends:
+        report.gauges.update(rocksdb_gauges(backends))
+    return report

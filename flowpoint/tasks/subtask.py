@@ -37,7 +37,7 @@ from typing import Any
 import cloudpickle
 
 from flowpoint.errors import FlowpointError
-from flowpoint.metrics.system import RSS, rocksdb_gauges, rss_bytes, worker_id
+from flowpoint.metrics.system import add_process_figures
 from flowpoint.state.backend import partition_backend
 from flowpoint.tasks.barrier_snapshot import Barrier, BarrierSnapshot, now_ms
 from flowpoint.tasks.input_gate import CONTROL, InputGate
@@ -305,13 +305,7 @@ class Subtask(SourceReading, BarrierSnapshot):
         busy = max(0, wall - idle - blocked)
         report = rt.meter.report(self.plan.stage_id, self.partition, busy / 1e6, blocked / 1e6, idle / 1e6)
         # the worker's memory and RocksDB's own figures: a few reads once a report, not per record
-        report.worker = worker_id()
-        rss = rss_bytes()
-        if rss is not None:
-            report.status[RSS] = rss
-        if self.ts is not None:
-            report.gauges.update(rocksdb_gauges(self.ts.backends))
-        return report
+        return add_process_figures(report, self.ts.backends if self.ts is not None else None)
 
     def watermark(self) -> int | None:
         if self.inputs is not None:

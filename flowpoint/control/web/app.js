@@ -1047,7 +1047,7 @@
             <td class="num">${fmt.bytes(m['Status.Python.Memory.RSS'])}</td>
             <td title="${subtasks.map((t) => `stage ${t.split('.')[0]}, subtask ${t.split('.')[1]}`).join('\n')}">${subtasks.length ? where : DASH}</td><td>${w.role === 'driver' ? 'now' : fmt.ago(w['last-report'])}</td></tr>`;
         })}</tbody></table></div>
-        ${obj(details.flowpoint).runtime === 'continuous' ? '' : h`<div class="note">On the epoch runtime Spark's tasks report no memory: only the driver's is shown.</div>`}`);
+        ${obj(details.flowpoint).runtime === 'continuous' ? '' : h`<div class="note">On the epoch runtime a worker reports when it runs one of the job's tasks; Spark may end idle workers.</div>`}`);
     }
 
     renderEpochs(details, data) {
