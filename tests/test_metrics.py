@@ -75,6 +75,11 @@ def test_records_in_and_out_add_up_and_user_metrics_appear(make_env, runtime):
     assert {s.distributions["mine.values"][2] for s in counted.subtasks} == {0}
     assert {s.distributions["mine.values"][3] for s in counted.subtasks} == {6}
     assert all(s.busy_ms_per_s >= 0 for s in counted.subtasks)
+    # the processes that ran the tasks, with their memory, on both runtimes
+    driver, *workers = client.metric_store().workers()
+    assert driver["status"]["Status.Python.Memory.RSS"] > 0
+    assert workers and all(w["status"]["Status.Python.Memory.RSS"] > 0 for w in workers)
+    assert {t for w in workers for t in w["subtasks"]} >= {(1, 0), (1, 1)}
 
 
 @pytest.mark.slow

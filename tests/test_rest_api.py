@@ -157,7 +157,8 @@ def check_checkpoints(c: dict, savepoint: str) -> None:
     for entry in c["history"]:
         subtype = {"completed": ["CompletedCheckpointStatistics"], "failed": ["FailedCheckpointStatistics"]}.get(entry["className"], [])
         holds(entry, "CheckpointStatistics", *subtype)
-        assert set(entry["flowpoint"]) == {"sync_duration", "async_duration", "incremental_size", "epoch"}
+        assert set(entry["flowpoint"]) == {"sync_duration", "async_duration", "incremental_size", "epoch", "unit"}
+        assert entry["flowpoint"]["unit"] == "epoch"  # an epoch job's checkpoints come after epochs
     ids = [e["id"] for e in c["history"]]
     assert ids == sorted(ids, reverse=True)
     if c["latest"]["restored"] is not None:

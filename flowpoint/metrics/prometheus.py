@@ -43,6 +43,7 @@ PREFIX = "flowpoint"
 OPERATOR_LABELS = ("job_id", "job_name", "task_name", "operator_id", "operator_name", "subtask_index")
 TASK_LABELS = ("job_id", "job_name", "task_id", "task_name", "subtask_index")
 JOB_LABELS = ("job_id", "job_name")
+WORKER_LABELS = ("job_id", "job_name", "worker")
 
 # Flink's name -> (kind, help): the families every job exports (user metrics aside)
 OPERATOR_METRICS = {
@@ -66,6 +67,9 @@ JOB_METRICS = {
     "lastCheckpointDuration": ("gauge", "ms the last completed checkpoint took (once one completed)"),
     "lastCheckpointSize": ("gauge", "bytes of the last completed checkpoint (once one completed)"),
     "uptime": ("gauge", "ms since the job was submitted; frozen when it ends"),
+}
+STATUS_METRICS = {
+    "Status.Python.Memory.RSS": "bytes of resident memory of the process (the driver: jobmanager; a worker: taskmanager)",
 }
 WINDOW_KIND = "window"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
@@ -180,7 +184,7 @@ def export_job(job: MonitoredJob, out: _Families) -> None:
         info = om.info
         for s in om.subtasks:
             labels = [*jl, tasks[info.stage_id], info.uid, info.name, str(s.subtask)]
-            _operator(out, info, s, labels)
+            _operator(out, info, s, labels, om.user_kinds)
             _user(out, om, s, labels)
             if (info.stage_id, s.subtask) not in seen_tasks:  # every operator of a chain has its task's times
                 seen_tasks.add((info.stage_id, s.subtask))
@@ -188,6 +192,11 @@ def export_job(job: MonitoredJob, out: _Families) -> None:
                 for name, value in (("busyTimeMsPerSecond", s.busy_ms_per_s), ("backPressuredTimeMsPerSecond", s.backpressured_ms_per_s),
                                     ("idleTimeMsPerSecond", s.idle_ms_per_s)):
                     out.gauge(f"{PREFIX}_task_{name}", TASK_METRICS[name][1], TASK_LABELS, tl, value)
+    store = job.client.metric_store()
+    for w in store.workers() if hasattr(store, "workers") else []:
+        scope = "jobmanager" if w["role"] == "driver" else "taskmanager"
+        for name, value in sorted(w["status"].items()):
+            out.gauge(f"{PREFIX}_{scope}_{_UNSAFE.sub('_', name)}", STATUS_METRICS.get(name, name), WORKER_LABELS, [*jl, w["id"]], float(value))
     metrics = job.client.get_metrics()
     metrics["uptime"] = job.uptime_ms()
     for name, (kind, doc) in JOB_METRICS.items():
@@ -196,7 +205,7 @@ def export_job(job: MonitoredJob, out: _Families) -> None:
             add(f"{PREFIX}_job_{name}", doc, JOB_LABELS, jl, float(metrics[name]))
 
 
-def _operator(out: _Families, info: Any, s: Any, labels: list[str]) -> None:
+def _operator(out: _Families, info: Any, s: Any, labels: list[str], user_kinds: dict[str, str]) -> None:
     for name, (kind, doc) in OPERATOR_METRICS.items():
         if kind == "counter":
             if name == "numLateRecordsDropped" and info.kind != WINDOW_KIND and name not in s.counters:
@@ -208,6 +217,12 @@ def _operator(out: _Families, info: Any, s: Any, labels: list[str]) -> None:
             out.gauge(f"{PREFIX}_operator_{name}", doc, OPERATOR_LABELS, labels, s.gauges[name])
         elif name.endswith("PerSecond"):
             out.gauge(f"{PREFIX}_operator_{name}", doc, OPERATOR_LABELS, labels, 0.0)  # no rate yet
+
+
+    for name in sorted(s.gauges):
+        if name.startswith("rocksdb.") and name not in user_kinds:
+            out.gauge(f"{PREFIX}_operator_{_UNSAFE.sub('_', name)}", f"RocksDB's {name[8:]} of the operator's DB (Flink's {name})",
+                      OPERATOR_LABELS, labels, s.gauges[name])
 
 
 def _user(out: _Families, om: Any, s: Any, labels: list[str]) -> None:

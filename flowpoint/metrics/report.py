@@ -43,6 +43,8 @@ class MetricReport:
     busy_ms: float = 0.0
     backpressured_ms: float = 0.0
     idle_ms: float = 0.0
+    worker: str = ""  # host:pid of the process the task runs in (continuous runtime)
+    status: dict[str, float] = field(default_factory=dict)  # that process's figures now: Status.Python.Memory.RSS
 
 
 def _items(d: dict) -> list:

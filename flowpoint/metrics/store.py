@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowpoint.metrics.report import MetricReport
+from flowpoint.metrics.system import ROCKSDB_PREFIX, RSS, combine_rocksdb, rss_bytes, worker_id
 
 RATE_WINDOW_S = 5.0  # rates are averaged over about this long
 SAMPLE_EVERY_S = 0.5
@@ -78,6 +79,7 @@ class MetricStore:
         self._dists: dict[tuple[str, int, str], list] = {}
         self._user: dict[tuple[str, str], str] = {}
         self._task_ms: dict[tuple[int, int], list[float]] = {}  # (stage, subtask) -> busy, backpressured, idle
+        self._workers: dict[str, dict[str, Any]] = {}  # host:pid -> {"status": {...}, "subtasks": {(stage, p)}, "updated": wall ms}
         self._samples: deque = deque()  # (monotonic s, wall ms, totals copy, task ms copy)
         self._last_sample = 0.0
         self.reports = 0
@@ -97,6 +99,12 @@ class MetricStore:
                 d[1] += total
                 d[2], d[3] = lo, hi
             self._user.update(r.user)
+            worker = getattr(r, "worker", "")
+            if worker:
+                w = self._workers.setdefault(worker, {"status": {}, "subtasks": set(), "updated": 0.0})
+                w["status"].update(getattr(r, "status", {}))
+                w["subtasks"].add((r.stage_id, p))
+                w["updated"] = time.time() * 1000
             t = self._task_ms.setdefault((r.stage_id, p), [0.0, 0.0, 0.0])
             t[0] += r.busy_ms
             t[1] += r.backpressured_ms
@@ -168,6 +176,22 @@ class MetricStore:
         with self._lock:
             return [tuple(self._task_ms.get((stage_id, p), (0.0, 0.0, 0.0))) for p in range(parallelism)]  # type: ignore[misc]
 
+    def workers(self) -> list[dict[str, Any]]:
+        """The processes that reported (the continuous runtime's slots: ``host:pid``), each
+        with its figures (``Status.Python.Memory.RSS``), the subtasks ``(stage, partition)`` it
+        ran and when it last reported (wall ms); the driver's own process first, read now."""
+        driver: dict[str, Any] = {"id": worker_id(), "role": "driver", "status": {}, "subtasks": [], "updated": time.time() * 1000}
+        rss = rss_bytes()
+        if rss is not None:
+            driver["status"][RSS] = rss
+        with self._lock:
+            workers = [
+                {"id": wid, "role": "worker", "status": dict(w["status"]), "subtasks": sorted(w["subtasks"]), "updated": w["updated"]}
+                for wid, w in self._workers.items()
+            ]
+        workers.sort(key=lambda w: (min((p for _, p in w["subtasks"]), default=0), w["id"]))  # slot 0 first
+        return [driver, *workers]
+
     def throughput(self) -> list[tuple[float, float, float]]:
         """``(wall ms, records/s read by the sources, records/s written by the sinks)`` between
         consecutive samples: the throughput chart."""
@@ -196,4 +220,9 @@ class MetricStore:
                 info = self.operators.get(uid)
                 key = f"{info.name if info else uid}.{name}"
                 out[key] = out.get(key, 0) + v
+            for (uid, _, name), v in self._gauges.items():  # RocksDB's figures: the sum over the instances
+                if name.startswith(ROCKSDB_PREFIX) and (uid, name) not in self._user:
+                    info = self.operators.get(uid)
+                    key = f"{info.name if info else uid}.{name}"
+                    out[key] = combine_rocksdb(name, out.get(key), v)
         return {k: int(v) if float(v).is_integer() else v for k, v in out.items()}

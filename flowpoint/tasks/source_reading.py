@@ -29,11 +29,15 @@ class SourceReading:
                 cmd = self.commands.get_nowait() if self.open_reads else self.commands.get(timeout=self._wait())
             except queue.Empty:
                 cmd = None
-            if cmd is None and self.open_reads:
-                if not self._poll_open(head, min(self._wait(), OPEN_POLL_S)):
-                    self.idle_ns += time.perf_counter_ns() - t0  # nothing new in the open splits
-            elif cmd is None:
+            if not self.open_reads:
+                # waiting for the driver's next assignment is idle time, whether one came or not:
+                # a rate-limited source (its next records not yet due) or one with nothing new
+                # waits here, as Flink's source with nothing to read counts as idle
                 self.idle_ns += time.perf_counter_ns() - t0
+            elif cmd is None:
+                t1 = time.perf_counter_ns()
+                if not self._poll_open(head, min(self._wait(), OPEN_POLL_S)):
+                    self.idle_ns += time.perf_counter_ns() - t1  # nothing new in the open splits
             self._tick()
             if cmd is None:
                 continue

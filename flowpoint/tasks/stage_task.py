@@ -21,6 +21,7 @@ from flowpoint.connectors.source import SourceMetric, TimestampedBatch
 from flowpoint.errors import FlowpointError, UserFunctionError
 from flowpoint.metrics.group import MetricGroup
 from flowpoint.metrics.report import ChainMeter
+from flowpoint.metrics.system import add_process_figures
 from flowpoint.state.backend import partition_backend
 from flowpoint.state.compatibility import declared_states
 from flowpoint.state.working import TaskState
@@ -310,6 +311,7 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
             head.records_in = 0
         rt.end_epoch(ack)
         ack.report = rt.meter.report(plan.stage_id, partition, busy_ms=(time.perf_counter() - started) * 1000)
+        add_process_figures(ack.report, ts.backends)  # the worker's memory, RocksDB's figures: once per task
         ack.declared = {uid: declared_states(b) for uid, b in ts.backends.items()}
         if rt.operator_states:
             operator_state = rt.snapshot_operator_state(spec.epoch, spec.processing_time)

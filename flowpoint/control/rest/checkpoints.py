@@ -30,7 +30,7 @@ def _end_to_end(st: Any, now: int) -> int:
     return int(st.end_to_end_ms)
 
 
-def history_entry(st: Any, discarded: bool, now: int) -> dict:
+def history_entry(st: Any, discarded: bool, now: int, unit: str = "epoch") -> dict:
     """One checkpoint or savepoint (Flink's ``CheckpointStatistics`` and its completed and
     failed kinds)."""
     savepoint = st.kind != "checkpoint"
@@ -46,7 +46,8 @@ def history_entry(st: Any, discarded: bool, now: int) -> dict:
         "checkpoint_type": TYPES.get(st.kind, "CHECKPOINT"), "tasks": {},
         "flowpoint": {
             "sync_duration": round(st.sync_ms), "async_duration": round(st.async_ms),
-            "incremental_size": st.incremental_size, "epoch": st.epoch,
+            "incremental_size": st.incremental_size, "epoch": st.epoch, "unit": unit,
+            **({"segment": st.epoch} if unit == "segment" else {}),
         },
     }
     if st.status == "COMPLETED":
@@ -84,7 +85,8 @@ def checkpointing_statistics(client: Any) -> dict:
     now = now_ms()
     stats = sorted([*client.get_checkpoint_stats(), *client.get_savepoint_stats()], key=lambda s: s.checkpoint_id)
     discarded = _discarded(stats, client.get_checkpoint_settings(), client.get_job_status().value)
-    entries = [history_entry(s, s.checkpoint_id in discarded, now) for s in stats]
+    unit = "segment" if client.get_runtime() == "continuous" else "epoch"
+    entries = [history_entry(s, s.checkpoint_id in discarded, now, unit) for s in stats]
     done = [(s, e) for s, e in zip(stats, entries, strict=True) if s.status == "COMPLETED"]
     restored_count, restored = _restored(client)
 

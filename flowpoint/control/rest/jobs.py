@@ -16,6 +16,7 @@ from typing import Any
 
 from flowpoint import __version__
 from flowpoint.control.rest.snapshot import JobSnapshot
+from flowpoint.metrics.system import combine_rocksdb
 
 REFRESH_INTERVAL_MS = 3000
 JOB_STATES = ("INITIALIZING", "CREATED", "RUNNING", "FAILING", "FAILED", "CANCELLING", "CANCELED", "FINISHED", "RESTARTING", "SUSPENDED", "RECONCILING")
@@ -183,9 +184,25 @@ def operator_entry(s: JobSnapshot, vertex: Any, op: Any) -> dict:
             "backPressuredTimeMsPerSecond": round(m.max_of("backpressured_ms_per_s"), 1),
             "idleTimeMsPerSecond": round(sum(x.idle_ms_per_s for x in subtasks) / len(subtasks), 1) if subtasks else 0.0,
         })
+        rocksdb: dict[str, float] = {}  # RocksDB's own figures over the subtasks
+        for x in subtasks:
+            for name, value in x.gauges.items():
+                if name.startswith("rocksdb.") and name not in m.user_kinds:
+                    rocksdb[name] = combine_rocksdb(name, rocksdb.get(name), value)
+        if rocksdb:
+            metrics["rocksdb"] = {k: int(v) for k, v in sorted(rocksdb.items())}
     return {
         "uid": op.uid, "name": op.name, "kind": op.kind, "vertex-id": vertex.id, "parallelism": op.parallelism,
         "chained-to": op.chained_to, "metrics": metrics,
+    }
+
+
+def worker_entry(w: dict) -> dict:
+    """The driver or a worker process: its id (``host:pid``), the subtasks it ran (``"stage.p"``)
+    and its metrics (``Status.Python.Memory.RSS``, bytes)."""
+    return {
+        "id": w["id"], "role": w["role"], "subtasks": [f"{stage}.{p}" for stage, p in w["subtasks"]],
+        "last-report": int(w["updated"]), "metrics": {k: int(v) for k, v in sorted(w["status"].items())},
     }
 
 
@@ -201,7 +218,9 @@ def job_details(s: JobSnapshot) -> dict:
         "now": s.now_ms, "timestamps": {state: s.timestamps.get(state, 0) for state in JOB_STATES},
         "vertices": vertices, "status-counts": status_counts, "plan": plan(s),
         "flowpoint": {
-            "runtime": s.runtime, "epoch": s.epoch, "records-read": s.records_read, "restarts": s.restarts,
+            "runtime": s.runtime, "unit": s.unit, "epoch": s.epoch, **({"segment": s.epoch} if s.unit == "segment" else {}),
+            "records-read": s.records_read, "restarts": s.restarts,
+            "workers": [worker_entry(w) for w in s.workers],
             "spark-ui": s.spark_ui, "current-watermark": s.watermark, "pid": s.pid,
             "operators": [operator_entry(s, v, op) for v in s.plan.vertices for op in v.operators],
         },

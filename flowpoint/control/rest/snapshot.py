@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELED")
@@ -37,6 +37,12 @@ class JobSnapshot:
     spark_ui: str | None
     operator_sizes: dict[str, int] | None  # uid -> bytes in the latest completed checkpoint or savepoint
     last_checkpoint: dict | None  # {"id", "time", "path"} of the latest completed checkpoint
+    workers: list[dict] = field(default_factory=list)  # the driver and the workers: MetricStore.workers()
+
+    @property
+    def unit(self) -> str:
+        """What the job commits in: epochs, or segments (up to a barrier) on the continuous runtime."""
+        return "segment" if self.runtime == "continuous" else "epoch"
 
     @property
     def ended(self) -> bool:
@@ -68,6 +74,7 @@ class JobSnapshot:
             records_read=progress.records_read, restarts=progress.restarts, watermark=client.get_current_watermark(),
             spark_ui=job.spark_ui, operator_sizes=latest_sizes(client),
             last_checkpoint=last_checkpoint(client),
+            workers=store.workers() if hasattr(store, "workers") else [],
         )
 
 

@@ -243,6 +243,27 @@
 
   const metricsOf = (o) => obj(o && o.metrics);
 
+  /** What a job commits in, as its header and checkpoints say it: an epoch, or (the continuous
+   *  runtime) a segment up to a checkpoint barrier; ``fp``: a "flowpoint" object. */
+  function unitLabel(fp) {
+    const unit = fp.unit || (fp.runtime === 'continuous' ? 'segment' : 'epoch');
+    return unit === 'segment' ? 'Segment' : 'Epoch';
+  }
+
+  /** RocksDB's own figures of an operator (summed over its subtasks; the block cache, shared by
+   *  a worker's DBs, its largest), in a row under the operator's. */
+  function rocksdbRow(m, columns) {
+    const r = obj(m.rocksdb);
+    if (!Object.keys(r).length) return '';
+    const parts = [];
+    if (isNum(r['rocksdb.cur-size-all-mem-tables'])) parts.push(['memtables', fmt.bytes(r['rocksdb.cur-size-all-mem-tables'])]);
+    if (isNum(r['rocksdb.block-cache-usage'])) parts.push(['block cache', fmt.bytes(r['rocksdb.block-cache-usage'])]);
+    if (isNum(r['rocksdb.live-sst-files-size'])) parts.push(['SST', `${fmt.bytes(r['rocksdb.live-sst-files-size'])}${isNum(r['rocksdb.live-sst-files']) ? ` in ${fmt.count(r['rocksdb.live-sst-files'])} files` : ''}`]);
+    if (isNum(r['rocksdb.estimate-pending-compaction-bytes'])) parts.push(['pending compaction', fmt.bytes(r['rocksdb.estimate-pending-compaction-bytes'])]);
+    const title = Object.keys(r).sort().map((k) => `${k}: ${r[k]}`).join('\n');
+    return h`<tr class="op-sub rocksdb-figures"><td colspan="${columns}"><span class="sub" title="${title}">RocksDB: ${parts.map(([k, v], i) => h`${i ? ' · ' : ''}${k} <b>${v}</b>`)}</span></td></tr>`;
+  }
+
   function planNodes(details) {
     const nodes = arr(obj(obj(details).plan).nodes).filter((n) => n && n.id !== undefined);
     if (nodes.length) return nodes;
@@ -787,8 +808,9 @@
           <section class="panel"><h2>Operators</h2><div id="job-operators"></div></section>
           <div class="two-col">
             <section class="panel"><h2>Throughput</h2><div class="chart" id="throughput-chart"></div><div id="throughput-note"></div></section>
-            <section class="panel"><h2>Epochs</h2><div id="job-epochs"></div></section>
-          </div>`;
+            <section class="panel"><h2 id="job-epochs-title">Epochs</h2><div id="job-epochs"></div></section>
+          </div>
+          <section class="panel"><h2>Workers</h2><div id="job-workers"></div></section>`;
       }
       if (this.tab === 'checkpoints') {
         const subs = [['', 'History'], ['summary', 'Summary'], ['config', 'Configuration']];
@@ -895,7 +917,7 @@
           ${fact('Records in', fmt.count(rec.recordsIn))}
           ${fact('Records out', fmt.count(rec.recordsOut))}
           ${fact('Restarts', isNum(fp.restarts) ? String(fp.restarts) : DASH)}
-          ${isNum(fp.epoch) ? fact('Epoch', fmt.count(fp.epoch)) : ''}
+          ${isNum(fp.epoch) ? fact(unitLabel(fp), fmt.count(first(fp.segment, fp.epoch))) : ''}
           ${fact('Watermark', fmt.watermark(fp['current-watermark']))}
           ${lc && lc.id !== undefined ? fact('Last checkpoint', `#${lc.id} · ${fmt.ago(lc.time)}`) : ''}
         </div>`);
@@ -934,6 +956,7 @@
       }
       setHtml($('#throughput-note', this.root), samples.length ? (note ? h`<div class="note">${note}</div>` : '') : empty(TERMINAL.has(String(details.state)) ? 'No throughput samples.' : 'No throughput samples yet.'));
       this.renderEpochs(details, epochs);
+      this.renderWorkers(details);
     }
 
     /** The selected vertex's subtasks (Flink's JobVertexDetailsInfo). */
@@ -1002,8 +1025,29 @@
             <td class="meter-cell">${meter(m.busyTimeMsPerSecond, 'busy')}</td><td class="meter-cell">${meter(m.backPressuredTimeMsPerSecond, 'backpressured')}</td>
             <td class="nowrap">${watermarkCell(m.currentInputWatermark)}</td>
             <td class="num ${m.numLateRecordsDropped > 0 ? 'warn' : ''}">${fmt.count(m.numLateRecordsDropped)}</td>
-            <td class="num">${fmt.bytes(m.stateSize)}</td></tr>`;
+            <td class="num">${fmt.bytes(m.stateSize)}</td></tr>${rocksdbRow(m, 11)}`;
         })}</tbody></table></div>`);
+    }
+
+    renderWorkers(details) {
+      const el = $('#job-workers', this.root);
+      if (!el) return;
+      const workers = arr(obj(details.flowpoint).workers).filter((w) => w && typeof w === 'object');
+      if (!workers.length) { setHtml(el, empty('No worker has reported.')); return; }
+      const stale = (w) => w.role === 'worker' && !TERMINAL.has(String(details.state)) && isNum(w['last-report']) && Date.now() - w['last-report'] > 10000;
+      setHtml(el, h`<div class="table-scroll"><table class="table table-compact workers-table"><thead><tr>
+          <th>Process</th><th>Role</th><th class="num" title="Status.Python.Memory.RSS: resident memory">Memory (RSS)</th><th>Subtasks</th><th>Last report</th>
+        </tr></thead><tbody>${workers.map((w) => {
+          const m = obj(w.metrics);
+          const subtasks = arr(w.subtasks).map(String);
+          // a continuous slot hosts subtask i of every stage: "subtask 0 of 2 tasks"
+          const parts = [...new Set(subtasks.map((t) => t.split('.')[1]))];
+          const where = parts.length === 1 ? `subtask ${parts[0]} of ${subtasks.length} task${subtasks.length === 1 ? '' : 's'}` : subtasks.join(' ');
+          return h`<tr class="worker-row ${stale(w) ? 'muted' : ''}" data-worker="${w.id}"><td class="mono">${w.id}</td><td>${w.role === 'driver' ? 'driver' : 'worker'}</td>
+            <td class="num">${fmt.bytes(m['Status.Python.Memory.RSS'])}</td>
+            <td title="${subtasks.map((t) => `stage ${t.split('.')[0]}, subtask ${t.split('.')[1]}`).join('\n')}">${subtasks.length ? where : DASH}</td><td>${w.role === 'driver' ? 'now' : fmt.ago(w['last-report'])}</td></tr>`;
+        })}</tbody></table></div>
+        ${obj(details.flowpoint).runtime === 'continuous' ? '' : h`<div class="note">On the epoch runtime a worker reports when it runs one of the job's tasks; Spark may end idle workers.</div>`}`);
     }
 
     renderEpochs(details, data) {
@@ -1012,10 +1056,14 @@
       const epochs = arr(obj(data).epochs).filter((e) => e && isNum(e.epoch));
       const live = !TERMINAL.has(String(details.state)); // Spark's UI went with the job's process
       const link = (url) => (live ? safeUrl(url) : null);
+      const title = $('#job-epochs-title', this.root);
+      if (title) title.textContent = unitLabel(fp) === 'Segment' ? 'Segments' : 'Epochs';
       if (!epochs.length) {
-        setHtml(el, empty(fp.runtime === 'continuous'
-          ? 'This job runs on the continuous runtime: one long-running Spark job, no epochs.'
-          : 'No epochs yet.'));
+        setHtml(el, fp.runtime === 'continuous'
+          ? h`<div class="facts">${fact('Segments committed', isNum(fp.epoch) ? fmt.count(first(fp.segment, fp.epoch)) : DASH)}</div>
+            <div class="note">This job runs on the continuous runtime: one long-running Spark job, no epochs. A segment is
+            the records up to a checkpoint barrier: one ends at every checkpoint (every second without checkpointing).</div>`
+          : empty('No epochs yet.'));
         return;
       }
       epochs.sort((a, b) => a.epoch - b.epoch);
@@ -1117,7 +1165,7 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
           ['Sync / async duration', `${fmt.duration(fp.sync_duration)} / ${fmt.duration(fp.async_duration)}`],
           ['Full / incremental size', `${fmt.bytes(c.state_size)} / ${fmt.bytes(first(fp.incremental_size, c.checkpointed_size))}`],
         ];
-        if (isNum(fp.epoch)) details.push(['Epoch', String(fp.epoch)]);
+        if (isNum(fp.epoch)) details.push([unitLabel(fp), String(first(fp.segment, fp.epoch))]);
         if (c.discarded) details.push(['Discarded', 'yes (no longer retained)']);
         if (c.failure_message) details.push(['Failure', h`<pre class="trace">${c.failure_message}</pre>`], ['Failed at', fmt.time(c.failure_timestamp, true)]);
         return h`${row}<tr class="ck-detail"><td></td><td colspan="8">${kv(details)}</td></tr>`;
