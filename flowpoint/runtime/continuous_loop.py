@@ -125,8 +125,12 @@ class ContinuousLoop(CommittedLoop):
                 # the slots end their Spark tasks themselves: a cancelled barrier job kills its
                 # Python workers, and a restart then waits seconds for new ones to import the job
                 self.control.broadcast(("cancel",))
+            # a run that ends before any slot connected (cancelled while Spark starts its
+            # tasks): no slot heard the cancel, so none ends its task by itself; Spark cancels
+            # them at once instead of after the grace
+            told = bool(self.control.controls)
             self.control.close()
-            if not self.executor.wait(0) and not self.executor.wait(_END_GRACE_S):
+            if not self.executor.wait(0) and not (told and self.executor.wait(_END_GRACE_S)):
                 self.executor.cancel()
                 self.executor.wait(30)
 
