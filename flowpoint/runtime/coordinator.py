@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,32 @@ if TYPE_CHECKING:
 log = logging.getLogger("flowpoint")
 
 AUTO_SLOTS_WAIT_S = 10.0  # on a cluster, how long execution.runtime: auto waits for executors to register
+
+
+def most_slots(spark: Any) -> int | None:
+    """The most task slots a cluster's settings can ever give this application (None: no bound
+    known): ``local-cluster[N,C,M]`` has N executors of C cores; ``spark.cores.max`` caps a
+    standalone application's cores; with dynamic allocation off, ``spark.executor.instances``
+    executors of ``spark.executor.cores`` (both set) on YARN or Kubernetes. Each slot takes
+    ``spark.task.cpus`` cores."""
+    sc = spark.sparkContext
+    master = sc.master or ""
+    conf = sc.getConf()
+    try:
+        cpus = max(1, int(conf.get("spark.task.cpus", "1")))
+        m = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master.strip())
+        if m:
+            return int(m[1]) * int(m[2]) // cpus
+        cores_max = conf.get("spark.cores.max", None)
+        if cores_max is not None and master.startswith("spark://"):
+            return int(cores_max) // cpus
+        instances, cores = conf.get("spark.executor.instances", None), conf.get("spark.executor.cores", None)
+        dynamic = str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true"
+        if instances is not None and cores is not None and not dynamic and master.startswith(("yarn", "k8s://")):
+            return int(instances) * (int(cores) // cpus)
+    except (TypeError, ValueError):
+        return None
+    return None
 
 
 class Coordinator:
@@ -227,7 +254,10 @@ class Coordinator:
         from flowpoint.runtime.slot_control import slot_shortage
 
         slots = max(s.parallelism for s in self.graph.stages)
-        reason = slot_shortage(spark, slots, self.job_name, AUTO_SLOTS_WAIT_S, self._check_cancelled)
+        most = most_slots(spark)
+        # executors that may still register can only help up to what the settings allow
+        wait_s = AUTO_SLOTS_WAIT_S if most is None or most >= slots else 0.0
+        reason = slot_shortage(spark, slots, self.job_name, wait_s, self._check_cancelled)
         if reason is None:
             return "continuous"
         self._progress.say(f"running in epochs: {reason} (-D execution.runtime=continuous insists; docs/execution.md)")
