@@ -31,7 +31,7 @@ def _slot_task(payload_bc: Any):
         spec, plans, slices = cloudpickle.loads(payload_bc.value)
         infos = tc.getTaskInfos()
         host = infos[index].address.rsplit(":", 1)[0] if infos and infos[index].address else "127.0.0.1"
-        run_slot(index, host, spec, plans, slices, lambda addr: list(tc.allGather(addr)))
+        run_slot(index, host, spec, plans, slices)
         yield index
 
     return task
