@@ -214,7 +214,7 @@ def test_seed_windows_on_two_workers_with_a_worker_lost_equal_pandas(standalone_
     with worker 1 lost mid-run and back: every window fires once with pandas' count."""
     from continuous_jobs import LATENESS_MS, clicks
 
-    events = 60_000
+    events = 30_000  # five seconds of reading at 6,000 a second: the worker is lost after two checkpoints (100 ms apart)
     proc = _kill_a_worker_mid_run(standalone_cluster, tmp_path, _on_cluster(standalone_cluster, tmp_path, "windows", events, 6_000, backend), restart=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Restarting from checkpoint" in proc.stderr, proc.stderr[-3000:]

@@ -114,7 +114,8 @@ def _wait_for_epoch(proc: subprocess.Popen, epoch: int, timeout: float = 300) ->
 @pytest.mark.parametrize("backend", ["rocksdb"])  # HashMap loses an executor in test_cluster
 def test_a_worker_killed_mid_run_costs_no_record(standalone_cluster, s3, backend):
     cluster = standalone_cluster
-    proc = _start(_args(cluster, s3, backend, "count", "-p", "4", "--events", "6000", "--rate", "400"))
+    # 7.5 s of reading at 400 a second; the worker is lost at epoch 4 (some 800 records in)
+    proc = _start(_args(cluster, s3, backend, "count", "-p", "4", "--events", "3000", "--rate", "400"))
     try:
         _wait_for_epoch(proc, 4)
         cluster.kill_worker(1)  # the host is lost with its executor, working files and shuffle output
@@ -131,7 +132,8 @@ def test_a_worker_killed_mid_run_costs_no_record(standalone_cluster, s3, backend
 @pytest.mark.parametrize("backend", ["rocksdb"])  # HashMap keeps only copies of durable files on disk
 def test_local_files_removed_between_epochs_are_rebuilt_from_shared_storage(standalone_cluster, s3, backend):
     cluster = standalone_cluster
-    proc = _start(_args(cluster, s3, backend, "count", "-p", "2", "--events", "5000", "--rate", "500",
+    # 5 s of reading at 500 a second; the files go at epoch 3 (some 600 records in)
+    proc = _start(_args(cluster, s3, backend, "count", "-p", "2", "--events", "2500", "--rate", "500",
                         "--conf=execution.progress.interval=0"))
     try:
         _wait_for_epoch(proc, 3)

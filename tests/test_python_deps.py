@@ -14,8 +14,9 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MASTER = "local-cluster[2,1,1024]"
 
-# the map function imports the module named on the command line, on the executor; the result
-# says where the module was found, so the test sees it was Spark's shipped copy
+# the map function imports each module named on the command line, on the executor; the result
+# says where each module was found, so the test sees it was Spark's shipped copy (several names:
+# one run, one Spark start, checks several modules)
 JOB = textwrap.dedent(
     """
     import json
@@ -24,18 +25,22 @@ JOB = textwrap.dedent(
     from flowpoint import StreamExecutionEnvironment
 
 
-    def where(x, name=sys.argv[1]):
+    def where(x, names=tuple(sys.argv[1:])):
         import importlib
         import os
 
-        m = importlib.import_module(name)
-        return json.dumps([x, m.VALUE, os.path.abspath(m.__file__), os.getpid()])
+        found = {}
+        for name in names:
+            m = importlib.import_module(name)
+            found[name] = [x, m.VALUE, os.path.abspath(m.__file__), os.getpid()]
+        return json.dumps(found)
 
 
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
-    rows = [json.loads(r) for r in env.from_collection(list(range(6))).map(where).execute_and_collect()]
-    print("RESULT " + json.dumps({"rows": sorted(rows), "driver_pid": os.getpid()}))
+    found = [json.loads(r) for r in env.from_collection(list(range(6))).map(where).execute_and_collect()]
+    rows = {name: sorted(f[name] for f in found) for name in sys.argv[1:]}
+    print("RESULT " + json.dumps({"rows": rows, "driver_pid": os.getpid()}))
     """
 ).replace("import json\n", "import json\nimport os\n", 1)
 
@@ -49,10 +54,14 @@ def run(tmp_path, *args, timeout: float = 600) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=str(workdir))
 
 
-def result(proc: subprocess.CompletedProcess) -> dict:
+def result(proc: subprocess.CompletedProcess, module: str | None = None) -> dict:
+    """The job's result; of JOB, the rows of ``module`` (one of the names it was given)."""
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    out = json.loads(line[len("RESULT "):])
+    if module is not None:
+        out["rows"] = out["rows"][module]
+    return out
 
 
 def job_script(tmp_path) -> str:
@@ -85,10 +94,9 @@ def test_pyfs_ships_a_file_and_a_directory(tmp_path):
     module(tmp_path / "lib" / "shippedpkg", "__init__", 12)
     script = job_script(tmp_path)
     files = [str(tmp_path / "deps" / "shippedfile.py"), str(tmp_path / "lib")]
-    out = result(run(tmp_path, "-pyfs", ",".join(files), script, "shippedfile"))
-    assert_from_executors(out, 11, str(tmp_path))
-    out = result(run(tmp_path, "-pyfs", ",".join(files), script, "shippedpkg"))
-    found = assert_from_executors(out, 12, str(tmp_path))
+    proc = run(tmp_path, "-pyfs", ",".join(files), script, "shippedfile", "shippedpkg")  # both in one job
+    assert_from_executors(result(proc, "shippedfile"), 11, str(tmp_path))
+    found = assert_from_executors(result(proc, "shippedpkg"), 12, str(tmp_path))
     assert all(".zip" in f for f in found), found  # the directory travels zipped
 
 
@@ -123,7 +131,7 @@ def test_pyreq_installs_the_requirements_for_the_executors(tmp_path):
     reqs = tmp_path / "reqs"
     name = wheel(reqs / "wheels", "reqmod", 21)
     (reqs / "requirements.txt").write_text(f"./wheels/{name}\n")  # relative to the file's folder
-    out = result(run(tmp_path, "-pyreq", str(reqs / "requirements.txt"), job_script(tmp_path), "reqmod"))
+    out = result(run(tmp_path, "-pyreq", str(reqs / "requirements.txt"), job_script(tmp_path), "reqmod"), "reqmod")
     files = assert_from_executors(out, 21, str(tmp_path))
     assert all(".zip" in f for f in files), files
     assert not any(f.startswith(str(tmp_path / "home")) for f in files)  # not the driver's install
@@ -173,7 +181,7 @@ def test_pym_runs_a_module_shipped_with_pyfs(tmp_path):
     (src / "__init__.py").write_text("")
     (src / "helper.py").write_text("VALUE = 31\n")
     (src / "job.py").write_text(JOB)
-    out = result(run(tmp_path, "-pyfs", str(tmp_path / "src"), "-pym", "jobpkg.job", "jobpkg.helper"))
+    out = result(run(tmp_path, "-pyfs", str(tmp_path / "src"), "-pym", "jobpkg.job", "jobpkg.helper"), "jobpkg.helper")
     files = assert_from_executors(out, 31, str(tmp_path))
     assert all(".zip" in f for f in files), files
 

@@ -72,6 +72,36 @@ def test_auto_falls_back_to_epochs_and_says_why(make_env, spark, capfd):
     assert f"needs {slots + 1} task slots" in lines[0] and f"Spark offers {slots}" in lines[0]
 
 
+class _Conf(dict):
+    def get(self, key, default=None):
+        return super().get(key, default)
+
+
+class _Session:
+    """A stand-in SparkSession: its master and settings, what most_slots reads."""
+
+    def __init__(self, master: str, **conf: str):
+        self.sparkContext = type("SC", (), {"master": master, "getConf": lambda _: _Conf({k.replace("_", "."): v for k, v in conf.items()})})()
+
+
+@pytest.mark.parametrize(("session", "most"), [
+    (_Session("local-cluster[2,1,1024]"), 2),
+    (_Session("local-cluster[3, 2, 512]", spark_task_cpus="2"), 3),
+    (_Session("spark://h:7077", spark_cores_max="4"), 4),
+    (_Session("spark://h:7077"), None),  # executors of any number may register
+    (_Session("yarn", spark_executor_instances="3", spark_executor_cores="2"), 6),
+    (_Session("yarn", spark_executor_instances="3", spark_executor_cores="2", spark_dynamicAllocation_enabled="true"), None),
+    (_Session("k8s://https://api:6443", spark_executor_instances="2"), None),  # cores: the cluster's default
+])
+def test_auto_knows_when_a_cluster_can_never_offer_the_slots(session, most):
+    """``auto`` waits up to 10 s for executors to register only when they could give the job
+    its slots: not when the cluster's settings cap its cores below them."""
+    from flowpoint.runtime.slot_control import most_slots
+    from flowpoint.spark.classic import ClassicAdapter
+
+    assert most_slots(ClassicAdapter(session)) == most
+
+
 def test_continuous_insists_and_fails_by_name(make_env, spark):
     slots = adapter_for(spark).slots_available()
     env = make_env(parallelism=2, **{"execution.runtime": "continuous"})

@@ -120,16 +120,32 @@ class ContinuousLoop(CommittedLoop):
             )
             self.executor.start(self.restarts.restarts, spec, self.plans, task_slices(self.graph, self.state))
             self.control.await_slots(self._check, self._handle)
+            self._send_peers()
             self._loop()
         finally:
             if not self.finished:
                 # the slots end their Spark tasks themselves: a cancelled barrier job kills its
                 # Python workers, and a restart then waits seconds for new ones to import the job
                 self.control.broadcast(("cancel",))
+            # a run that ends before any slot connected (cancelled while Spark starts its
+            # tasks): no slot heard the cancel, so none ends its task by itself; Spark cancels
+            # them at once instead of after the grace
+            told = bool(self.control.controls)
             self.control.close()
-            if not self.executor.wait(0) and not self.executor.wait(_END_GRACE_S):
+            if not self.executor.wait(0) and not (told and self.executor.wait(_END_GRACE_S)):
                 self.executor.cancel()
                 self.executor.wait(30)
+
+    def _send_peers(self) -> None:
+        """Once every slot has said where its data channels listen, tell every slot all the
+        addresses (each connects its channels to the others)."""
+        control = self.control
+        while len(control.slot_addresses) < self.slots:
+            self._check()
+            control.drain(0.05, self._handle)
+        peers = [control.slot_addresses[i] for i in range(self.slots)]
+        for index in range(self.slots):
+            control.send(index, ("peers", peers))
 
     def endpoints(self) -> list[str]:
         """The running run's listening endpoints: the driver's control channel, then the slots'."""

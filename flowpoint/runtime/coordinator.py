@@ -215,7 +215,7 @@ class Coordinator:
         chosen = str(self.config.get("execution.runtime")).lower()
         if self.graph.batch or chosen == "epoch":
             return "epoch"
-        from flowpoint.runtime.slot_control import control_host, slot_shortage
+        from flowpoint.runtime.slot_control import control_host, most_slots, slot_shortage
 
         refusal = self.adapter.continuous_refusal(control_host(self.adapter, self.config))
         if chosen == "continuous":
@@ -227,7 +227,9 @@ class Coordinator:
             self._progress.say(f"running in epochs: {refusal} (docs/deployment.md)")
             return "epoch"
         slots = max(s.parallelism for s in self.graph.stages)
-        wait_s = min(AUTO_SLOTS_WAIT_S, int(self.config.get("slot.request.timeout")) / 1000.0)
+        most = most_slots(self.adapter)
+        # executors that may still register can only help up to what the settings allow
+        wait_s = min(AUTO_SLOTS_WAIT_S, int(self.config.get("slot.request.timeout")) / 1000.0) if most is None or most >= slots else 0.0
         reason = slot_shortage(self.adapter, slots, self.job_name, wait_s, self._check_cancelled)
         if reason is None:
             return "continuous"

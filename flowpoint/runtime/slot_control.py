@@ -10,6 +10,7 @@ drains; commands go back on the same channels.
 from __future__ import annotations
 
 import queue
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -169,3 +170,27 @@ def control_host(adapter: Any, config: Any) -> str:
     else the adapter's choice (127.0.0.1 for a local master, ``spark.driver.host`` on a cluster,
     on Spark Connect the address towards the server)."""
     return str(config.get("execution.continuous.control-host") or adapter.control_host())
+
+
+def most_slots(adapter: Any) -> int | None:
+    """The most task slots a cluster's settings can ever give this application (None: no bound
+    known): ``local-cluster[N,C,M]`` has N executors of C cores; ``spark.cores.max`` caps a
+    standalone application's cores; with dynamic allocation off, ``spark.executor.instances``
+    executors of ``spark.executor.cores`` (both set) on YARN or Kubernetes. Each slot takes
+    ``spark.task.cpus`` cores. ``adapter``: the session's SparkAdapter (classic or Connect)."""
+    master = adapter.master() or ""
+    try:
+        cpus = max(1, int(adapter.conf_value("spark.task.cpus") or "1"))
+        m = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master.strip())
+        if m:
+            return int(m[1]) * int(m[2]) // cpus
+        cores_max = adapter.conf_value("spark.cores.max")
+        if cores_max is not None and master.startswith("spark://"):
+            return int(cores_max) // cpus
+        instances, cores = adapter.conf_value("spark.executor.instances"), adapter.conf_value("spark.executor.cores")
+        dynamic = str(adapter.conf_value("spark.dynamicAllocation.enabled") or "false").lower() == "true"
+        if instances is not None and cores is not None and not dynamic and master.startswith(("yarn", "k8s://")):
+            return int(instances) * (int(cores) // cpus)
+    except (TypeError, ValueError):
+        return None
+    return None

@@ -1,11 +1,11 @@
 """A slot of a continuous job: one Spark barrier task hosting partition ``i`` of every stage
 whose parallelism exceeds ``i`` (Flink's slot sharing, docs/architecture.md, section 4b).
 
-The slot listens for its input channels on its executor's own address, learns its peers'
-addresses through the barrier stage (``allGather``), connects one channel per (edge, upstream
+The slot listens for its input channels on its executor's own address, connects its control
+channel to the driver and sends it that address, learns its peers' addresses from the driver
+once every slot has connected (``("peers", [...])``), connects one channel per (edge, upstream
 partition, downstream partition) to each peer (partitions in the same slot hand frames over in
-memory), connects its control channel to the driver, and runs its subtasks until the driver
-says finish, a subtask fails (its error goes to the driver, which ends the run; an error that
+memory), and runs its subtasks until the driver says finish, a subtask fails (its error goes to the driver, which ends the run; an error that
 could not reach it fails the slot, and with it the Spark stage and the run), or the driver goes
 away.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, connect
@@ -63,10 +62,21 @@ class Slot:
     def address(self) -> str:
         return f"{self.server.address[0]}:{self.server.address[1]}"
 
-    def connect(self, peers: list[str]) -> None:
-        """Outgoing channels to every consumer partition of this slot's subtasks."""
+    def connect(self) -> bool:
+        """The control channel to the driver (which learns this slot's address on it and
+        answers with every slot's), then outgoing channels to every consumer partition of this
+        slot's subtasks. False when the driver ended the run before it began (``cancel``)."""
         self.control = connect(self.spec.driver, self.spec.secret, ("control", self.index))
         self.control.send(("address", self.address))
+        # the driver's answer, not Spark's allGather: that one polls every second, a second
+        # added to the start of every run (and restart)
+        cmd = self.control.recv()
+        if cmd[0] == "cancel":
+            return False
+        if cmd[0] != "peers":
+            msg = f"slot {self.index} expected its peers' addresses from the driver, got {cmd[0]!r}"
+            raise SubtaskFailed(msg)
+        peers = cmd[1]
         for (sid, p), _ in self.subtasks.items():
             for op in self.plans[sid].ops.values():
                 for e in op.out_edges:
@@ -78,6 +88,7 @@ class Slot:
                         else:
                             host, port = peers[dest].rsplit(":", 1)
                             self.out[(e.edge_id, dest)] = connect((host, int(port)), self.spec.secret, ("data", e.edge_id, p, dest))
+        return True
 
     def _accept(self, hello: tuple, channel: Channel) -> None:
         """A peer's channel: its frames go to the receiving subtask's gate until it closes."""
@@ -214,12 +225,14 @@ class Slot:
             self.control.close()
 
 
-def run_slot(index: int, host: str, spec: ContinuousSpec, plans: dict[int, StagePlan], slices: dict[tuple[int, int], TaskSlice], all_gather: Callable[[str], list[str]]) -> None:
+def run_slot(index: int, host: str, spec: ContinuousSpec, plans: dict[int, StagePlan], slices: dict[tuple[int, int], TaskSlice]) -> None:
     slot = Slot(index, host, spec, plans, slices)
     try:
-        peers = all_gather(slot.address)
-        slot.connect(peers)
+        began = slot.connect()
     except BaseException:
         slot.close()
         raise
+    if not began:
+        slot.close()
+        return
     slot.run()

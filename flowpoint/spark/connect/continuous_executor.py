@@ -2,8 +2,8 @@
 one row per slot (``spark.range(0, slots, 1, slots)``: partition ``i`` holds slot ``i``).
 
 Spark runs the tasks of a barrier ``mapInArrow`` stage all at once, as the classic adapter's
-``rdd.barrier()`` job, and gives each its ``BarrierTaskContext`` (``allGather`` of the slots'
-data channel addresses, ``getTaskInfos``); the slots then run exactly as on a classic session
+``rdd.barrier()`` job, and gives each its ``BarrierTaskContext`` (its attempt, ``getTaskInfos``
+for the host its data channel listens on); the slots then run exactly as on a classic session
 (:func:`~flowpoint.spark.continuous_executor.run_barrier_slot`). The run's description travels
 in the function's closure (Spark Connect has no broadcast variables); the query carries the
 job's tag and the run's, so cancelling either interrupts it (``interruptTag``).
