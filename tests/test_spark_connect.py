@@ -444,7 +444,8 @@ def test_spark_remote_in_the_environment_chooses_the_connect_server(connect_url,
 def test_spark_api_mode_connect_runs_the_job_on_a_connect_server_in_its_own_process(tmp_path):
     """``-D spark.api.mode=connect -m local[2]``: PySpark starts a Spark Connect server for the
     master inside the job's process (on loopback, with its own token) and the job is its client:
-    it runs in epochs with the Connect adapter, exactly."""
+    it runs with the Connect adapter, continuously (``auto``: the probing task reached the job's
+    process and local[2] offers its two slots), exactly."""
     from flowpoint.spark.session import API_MODE_PORT
 
     with socket.socket() as s:
@@ -453,7 +454,7 @@ def test_spark_api_mode_connect_runs_the_job_on_a_connect_server_in_its_own_proc
     proc = flowpoint_run(tmp_path, "-m", "local[2]", "-D", "spark.api.mode=connect", "JOB")
     out = cli_result(proc)
     assert out["conf"] == {"spark.master": "local[2]", "spark.connect.grpc.binding.address": "127.0.0.1"}
-    assert f"running in epochs on Spark Connect server sc://localhost:{API_MODE_PORT} (master local[2])" in proc.stderr
+    assert f"running continuously on Spark Connect server sc://localhost:{API_MODE_PORT} (master local[2])" in proc.stderr
 
 
 def test_spark_api_mode_connect_is_refused_when_its_port_is_taken_or_moved(monkeypatch):

@@ -14,6 +14,7 @@ Locality: a stateful stage's partitions prefer the hosts that hold their state
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from dataclasses import replace
 from typing import Any
@@ -53,7 +54,10 @@ class _ListParam(AccumulatorParam):
 
 def _make_task(job_id: str, stage_id: int, plans_bc: Any, spec: EpochSpec, acc: Any):
     def task(partition: int, iterator: Any):
-        plan = _plans().get_or_create(job_id, lambda: cloudpickle.loads(plans_bc.value))[stage_id]
+        # keyed by the plans' digest too: a job id can come again (a resubmitted job, a test's
+        # fixed id) with other plans, and a stale plan would run the other job's functions
+        blob = plans_bc.value
+        plan = _plans().get_or_create((job_id, hashlib.sha256(blob).digest()), lambda: cloudpickle.loads(blob))[stage_id]
         tc = TaskContext.get()
         attempt = tc.attemptNumber() if tc else 0
         token = f"{tc.stageId()}.{tc.taskAttemptId()}" if tc else f"local.{partition}"

@@ -18,6 +18,7 @@ so a retried or speculative task is counted once (Spark's accumulator gave the s
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from collections import deque
 from typing import Any
@@ -47,7 +48,9 @@ _PLANS = 64  # (job, stage) plans a worker keeps decoded
 def _plan(job_id: str, stage_id: int, blob: bytes) -> StagePlan:
     """Executor side: the stage's plan, decoded once per worker process (LRU)."""
     plans = worker().cache("connect-epoch-executor.plans", _PLANS)
-    return plans.get_or_create((job_id, stage_id), lambda: cloudpickle.loads(blob))
+    # keyed by the plan's bytes too: a job id can come again (a test's fixed one, a resubmitted
+    # job) with other plans, and a stale plan would run the old job's functions and sinks
+    return plans.get_or_create((job_id, stage_id, hashlib.sha256(blob).digest()), lambda: cloudpickle.loads(blob))
 
 
 def _stage_task(job_id: str, stage_id: int, plan_blob: bytes, spec: EpochSpec, source: bool, carrier_p: int | None):
