@@ -282,8 +282,8 @@ def test_a_spark_failure_noticed_after_the_final_commit_neither_restarts_nor_und
     real = continuous_executor.SparkContinuousExecutor._run
     runs = []
 
-    def fails_after_the_end(self, slots):
-        real(self, slots)
+    def fails_after_the_end(self, slots, payload):
+        real(self, slots, payload)
         runs.append(self.error)
         if len(runs) == 1 and self.error is None:
             self.error = RuntimeError("Job aborted due to stage failure: executor 1 lost (noticed after the job's end)")
