@@ -231,7 +231,7 @@ def test_a_stage_plan_is_decoded_once_by_a_worker_whose_threads_all_ask(monkeypa
 
     monkeypatch.setattr(cloudpickle, "loads", slow_loads)
     job = f"job-{time.monotonic_ns()}"
-    plans = hammer(lambda _i: epoch_executor._plan(job, 3, b"blob"))
+    plans = hammer(lambda _i: epoch_executor._plan((job, 3, "digest"), b"blob"))
     assert len(decoded) == 1
     assert all(p is plans[0] for p in plans)
 

@@ -36,7 +36,7 @@ _PLAN_JOBS = 16  # jobs whose decoded plans a worker keeps
 
 
 def _plans() -> BoundedCache:
-    """Executor side: job id -> {stage id: StagePlan}, decoded once per worker process (the
+    """Executor side: (job id, plans' SHA-256) -> {stage id: StagePlan}, decoded once per worker process (the
     broadcast holds every stage's plan of the job)."""
     return worker().cache("epoch-executor.plans", _PLAN_JOBS)
 
@@ -52,12 +52,12 @@ class _ListParam(AccumulatorParam):
 
 
 
-def _make_task(job_id: str, stage_id: int, plans_bc: Any, spec: EpochSpec, acc: Any):
+def _make_task(plans_key: tuple[str, str], stage_id: int, plans_bc: Any, spec: EpochSpec, acc: Any):
+    """``plans_key``: the job id and the plans' SHA-256 (a job id can come again, a resubmitted
+    job or a test's fixed id, with other plans: a stale plan would run the other job's functions)."""
+
     def task(partition: int, iterator: Any):
-        # keyed by the plans' digest too: a job id can come again (a resubmitted job, a test's
-        # fixed id) with other plans, and a stale plan would run the other job's functions
-        blob = plans_bc.value
-        plan = _plans().get_or_create((job_id, hashlib.sha256(blob).digest()), lambda: cloudpickle.loads(blob))[stage_id]
+        plan = _plans().get_or_create(plans_key, lambda: cloudpickle.loads(plans_bc.value))[stage_id]
         tc = TaskContext.get()
         attempt = tc.attemptNumber() if tc else 0
         token = f"{tc.stageId()}.{tc.taskAttemptId()}" if tc else f"local.{partition}"
@@ -93,7 +93,9 @@ class SparkEpochExecutor:
         self.sc = spark.sparkContext
         self.graph = graph
         self.job_id = job_id
-        self.plans_bc = self.sc.broadcast(cloudpickle.dumps(plans))
+        blob = cloudpickle.dumps(plans)
+        self.plans_bc = self.sc.broadcast(blob)
+        self.plans_key = (job_id, hashlib.sha256(blob).hexdigest())  # what a worker caches the decoded plans under
         self.acc = self.sc.accumulator([], _ListParam())
         self.consumers = {s.id: graph.consumers(s) for s in graph.stages}
         self.stateful = {s.id for s in graph.stages if not s.is_source and any(graph.nodes[n].keyed for n in s.nodes)}
@@ -131,7 +133,7 @@ class SparkEpochExecutor:
                 if base.getNumPartitions() != p:
                     msg = f"stage {stage.id}: Spark did not union its {len(shuffled)} shuffled inputs partition by partition"
                     raise JobExecutionError(msg)
-            out = base.mapPartitionsWithIndex(_make_task(self.job_id, stage.id, self.plans_bc, spec, self.acc))
+            out = base.mapPartitionsWithIndex(_make_task(self.plans_key, stage.id, self.plans_bc, spec, self.acc))
             if len(self.consumers[stage.id]) > 1:
                 out = out.persist(StorageLevel.MEMORY_AND_DISK)
                 persisted.append(out)

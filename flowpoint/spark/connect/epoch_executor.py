@@ -45,15 +45,16 @@ from flowpoint.worker_resources import worker
 _PLANS = 64  # (job, stage) plans a worker keeps decoded
 
 
-def _plan(job_id: str, stage_id: int, blob: bytes) -> StagePlan:
-    """Executor side: the stage's plan, decoded once per worker process (LRU)."""
+def _plan(key: tuple[str, int, str], blob: bytes) -> StagePlan:
+    """Executor side: the stage's plan, decoded once per worker process (LRU). ``key``: the job
+    id, the stage id and the plan's SHA-256, computed on the driver (a job id can come again, a
+    resubmitted job or a test's fixed id, with other plans: a stale plan would run the other
+    job's functions and sinks)."""
     plans = worker().cache("connect-epoch-executor.plans", _PLANS)
-    # keyed by the plan's bytes too: a job id can come again (a test's fixed one, a resubmitted
-    # job) with other plans, and a stale plan would run the old job's functions and sinks
-    return plans.get_or_create((job_id, stage_id, hashlib.sha256(blob).digest()), lambda: cloudpickle.loads(blob))
+    return plans.get_or_create(key, lambda: cloudpickle.loads(blob))
 
 
-def _stage_task(job_id: str, stage_id: int, plan_blob: bytes, spec: EpochSpec, source: bool, carrier_p: int | None):
+def _stage_task(plan_key: tuple[str, int, str], plan_blob: bytes, spec: EpochSpec, source: bool, carrier_p: int | None):
     """The ``mapInArrow`` function of one stage. ``carrier_p``: the parallelism of the consumer
     that carries this stage's acknowledgements (None: the stage is terminal, its rows are the
     result)."""
@@ -64,7 +65,8 @@ def _stage_task(job_id: str, stage_id: int, plan_blob: bytes, spec: EpochSpec, s
         from flowpoint.spark.tasks_common import executor_id
         from flowpoint.tasks.stage_task import run_stage_task
 
-        plan = _plan(job_id, stage_id, plan_blob)
+        plan = _plan(plan_key, plan_blob)
+        stage_id = plan_key[1]
         tc = TaskContext.get()
         attempt = tc.attemptNumber() if tc else 0
         token = f"{tc.stageId()}.{tc.taskAttemptId()}" if tc else "local"
@@ -105,6 +107,7 @@ class ConnectEpochExecutor:
         self.job_id = job_id
         self.tag = tag
         self.plan_blobs = {sid: cloudpickle.dumps(plan) for sid, plan in plans.items()}
+        self.plan_keys = {sid: (job_id, sid, hashlib.sha256(blob).hexdigest()) for sid, blob in self.plan_blobs.items()}
         self.consumers = {s.id: graph.consumers(s) for s in graph.stages}
         self.spark_jobs: deque[tuple[int, tuple[int, ...]]] = deque(maxlen=1000)  # Spark's job ids: not on Connect
         # the consumer that carries each stage's acknowledgements: the first (None: terminal)
@@ -143,7 +146,7 @@ class ConnectEpochExecutor:
                     wanted += f" OR edge = {ACK}"
                 frame = frame.union(frames[up].filter(wanted))
             carrier = self.carrier[stage.id]
-            task = _stage_task(self.job_id, stage.id, self.plan_blobs[stage.id], spec, stage.is_source,
+            task = _stage_task(self.plan_keys[stage.id], self.plan_blobs[stage.id], spec, stage.is_source,
                                None if carrier is None else parallelism[carrier])
             out = by_destination(frame, p).mapInArrow(task, DDL)
             if len(self._consumer_ids(stage.id)) > 1:
