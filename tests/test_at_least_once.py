@@ -44,8 +44,8 @@ def sluggish(v):
 
 
 class Count(KeyedProcessFunction):
-    """Counts per input; emits ``(input, record, count, time)``; fails once at a fast record
-    after ``fail_after`` s when ``flag`` is set and missing."""
+    """Counts per input; emits ``(input, record, count, time)``; fails once at fast record 1500
+    when ``flag`` is set and the file is missing."""
 
     def __init__(self, flag: str | None = None):
         self.flag = flag

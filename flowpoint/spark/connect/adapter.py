@@ -63,20 +63,22 @@ class ConnectAdapter(SparkAdapter):
             return ""
 
     def default_parallelism(self) -> int:
-        """``spark.default.parallelism`` when the server sets it, else the partitions Spark gives
-        a range without a count (Spark's default parallelism: the executors' cores), asked once."""
+        """Spark's default parallelism (:meth:`_ask_parallelism`), asked once."""
         if self._parallelism is None:
-            value = None
-            try:
-                value = self.spark.conf.get("spark.default.parallelism", None)
-            except Exception:  # noqa: BLE001
-                value = None
-            if value:
-                self._parallelism = max(1, int(value))
-            else:
-                row = self.spark.range(0, 1 << 16).selectExpr("spark_partition_id() AS p").agg({"p": "max"}).collect()[0]
-                self._parallelism = max(1, int(row[0]) + 1)
+            self._parallelism = self._ask_parallelism()
         return self._parallelism
+
+    def _ask_parallelism(self) -> int:
+        """``spark.default.parallelism`` when the server sets it, else the partitions Spark gives
+        a range without a count (Spark's default parallelism: the executors' cores)."""
+        try:
+            value = self.spark.conf.get("spark.default.parallelism", None)
+        except Exception:  # noqa: BLE001
+            value = None
+        if value:
+            return max(1, int(value))
+        row = self.spark.range(0, 1 << 16).selectExpr("spark_partition_id() AS p").agg({"p": "max"}).collect()[0]
+        return max(1, int(row[0]) + 1)
 
     def on_a_cluster(self) -> bool:
         """The server runs on another host, or its master is not a local one: its executors do
@@ -127,8 +129,8 @@ class ConnectAdapter(SparkAdapter):
         """The partitions Spark gives a range without a count (its default parallelism: the
         cores of ``local[N]``, or of the executors registered now, at least 2 on a cluster),
         asked now; Spark Connect does not show the scheduler's free slots."""
-        self._parallelism = None
-        return self.default_parallelism()
+        self._parallelism = self._ask_parallelism()
+        return self._parallelism
 
     def conf_value(self, key: str) -> str | None:
         try:
