@@ -13,8 +13,12 @@ Notes for Flink users:
   runtime ``EXACTLY_ONCE`` aligns barriers (an input that delivered barrier n waits until every
   input has), and ``AT_LEAST_ONCE`` does not (seed 002): no input waits for another, and after a
   restore the records that passed a barrier early on a faster input count again.
-- Unaligned checkpoints do not apply (there is no in-flight data between epochs): enabling them
-  is accepted with a warning and changes nothing.
+- Unaligned checkpoints (``enable_unaligned_checkpoints()``, ``execution.checkpointing.unaligned``)
+  apply to the continuous runtime in ``EXACTLY_ONCE``: a barrier overtakes the records in flight,
+  which the checkpoint stores as channel state and a restore replays (tasks/channel_state.py), so
+  checkpoints complete under backpressure. As in Flink they need ``max-concurrent-checkpoints``
+  1, and savepoints stay aligned. On the epoch runtime there is nothing in flight between epochs:
+  every checkpoint is aligned without waiting, and the setting is accepted with a warning.
 - On the epoch runtime at most one checkpoint is in progress (epochs are sequential); on the
   continuous runtime up to ``max-concurrent-checkpoints`` (default 1) barriers are in flight.
 - Externalized checkpoint retention defaults to ``NO_EXTERNALIZED_CHECKPOINTS``, the default a
@@ -43,12 +47,6 @@ if TYPE_CHECKING:
     from flowpoint.api.environment import StreamExecutionEnvironment
 
 log = logging.getLogger("flowpoint")
-
-UNALIGNED_WARNING = (
-    "unaligned checkpoints were requested (execution.checkpointing.unaligned); they do not apply "
-    "in flowpoint: a checkpoint is taken between epochs, where no data is in flight, so every "
-    "checkpoint is aligned without waiting"
-)
 
 
 class CheckpointingMode(Enum):
@@ -171,14 +169,13 @@ class CheckpointConfig:
     def is_externalized_checkpoints_enabled(self) -> bool:
         return self.get_externalized_checkpoint_retention() is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
 
-    # -- unaligned checkpoints (accepted; they do not apply) -----------------------------------
+    # -- unaligned checkpoints (the continuous runtime) -----------------------------------------
 
     def enable_unaligned_checkpoints(self, enabled: bool = True) -> CheckpointConfig:
-        """Accepted for portability; logs a warning: every flowpoint checkpoint is aligned for free."""
+        """Unaligned checkpoints on the continuous runtime (EXACTLY_ONCE): barriers overtake the
+        records in flight, which are stored with the checkpoint. The epoch runtime warns: its
+        checkpoints are aligned without waiting."""
         self._set("enable_unaligned_checkpoints", "execution.checkpointing.unaligned", enabled)
-        if self._config.get("execution.checkpointing.unaligned") and not self._warned_unaligned:
-            log.warning(UNALIGNED_WARNING)
-            self._warned_unaligned = True
         return self
 
     def disable_unaligned_checkpoints(self) -> CheckpointConfig:
@@ -229,6 +226,7 @@ class CheckpointSettings:
     changelog_max_ratio: float = 0.5  # hashmap: state.backend.hashmap.changelog.max-ratio (0: full snapshots only)
     changelog_max_parts: int = 20  # hashmap: state.backend.hashmap.changelog.max-parts
     max_concurrent: int = 1  # continuous runtime: checkpoints in flight at once
+    unaligned: bool = False  # execution.checkpointing.unaligned (the continuous runtime, EXACTLY_ONCE)
 
 
 def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSettings:
@@ -257,10 +255,14 @@ def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSe
         incremental=config.get("state.backend.incremental"),
         changelog_max_ratio=config.get("state.backend.hashmap.changelog.max-ratio"),
         changelog_max_parts=config.get("state.backend.hashmap.changelog.max-parts"),
+        unaligned=bool(checkpoint_config.is_unaligned_checkpoints_enabled()),
     )
-    if settings.enabled and checkpoint_config.is_unaligned_checkpoints_enabled() and not checkpoint_config._warned_unaligned:
-        log.warning(UNALIGNED_WARNING)
-        checkpoint_config._warned_unaligned = True
+    if settings.enabled and settings.unaligned and settings.mode == "EXACTLY_ONCE" and settings.max_concurrent > 1:
+        msg = (
+            f"unaligned checkpoints (execution.checkpointing.unaligned) need execution.checkpointing.max-concurrent-checkpoints: 1 "
+            f"(it is {settings.max_concurrent}), as in Flink: set one of them differently"
+        )
+        raise ConfigurationError(msg)
     if settings.enabled and settings.retention != "NO_EXTERNALIZED_CHECKPOINTS" and settings.storage == "jobmanager":
         log.warning(
             "checkpoint retention %s has no effect with jobmanager checkpoint storage: checkpoints live "

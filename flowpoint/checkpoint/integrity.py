@@ -155,6 +155,8 @@ def _owners(metadata: CheckpointMetadata) -> dict[str, tuple[StateFile, str]]:
         for sub in op.subtasks:
             for f in sub.files:
                 out.setdefault(f.path, (f, op.uid))
+    for f in metadata.channel_state:
+        out.setdefault(f.path, (f, f.writer))
     return out
 
 

@@ -194,6 +194,31 @@ class SplitPosition:
 
 
 @dataclass
+class ChannelStateFile(StateFile):
+    """An unaligned checkpoint's in-flight records written by one subtask (tasks/channel_state.py):
+    ``stages`` are the head uids of the stages whose input it holds, ``writer`` the subtask."""
+
+    stages: list[str] = field(default_factory=list)
+    writer: str = ""
+
+    def __init__(self, path: str, size: int, sha256: str | None, stages: list[str], writer: str) -> None:
+        super().__init__(path, size, "channel", None, None, sha256)
+        self.stages = list(stages)
+        self.writer = writer
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256, "stages": list(self.stages), "writer": self.writer}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ChannelStateFile:
+        stages = d.get("stages", [])
+        if not isinstance(stages, list) or not all(isinstance(x, str) for x in stages):
+            msg = f"channel state file {d.get('path')!r}: 'stages' must be a list of operator uids"
+            raise CheckpointError(msg)
+        return cls(str(d["path"]), int(d["size"]), d.get("sha256"), stages, str(d.get("writer", "")))
+
+
+@dataclass
 class CheckpointMetadata:
     """Everything a restore needs, and what the ``flowpoint checkpoints`` listing shows."""
 
@@ -217,11 +242,13 @@ class CheckpointMetadata:
     # signature covers (checkpoint/signing.py); None for metadata built in this process
     signature: Any = field(default=None, repr=False, compare=False)
     signed_digest: bytes | None = field(default=None, repr=False, compare=False)
+    # unaligned checkpoints: the records in flight at the cut (tasks/channel_state.py)
+    channel_state: list[ChannelStateFile] = field(default_factory=list)
 
     # -- derived -------------------------------------------------------------------------------
 
     def files(self) -> list[StateFile]:
-        return [f for op in self.operators for sub in op.subtasks for f in sub.files]
+        return [f for op in self.operators for sub in op.subtasks for f in sub.files] + list(self.channel_state)
 
     def referenced_files(self) -> set[str]:
         """The relative paths of every file this checkpoint needs."""
@@ -258,6 +285,8 @@ class CheckpointMetadata:
             "sinks": _user_map(self.sinks, "the driver state of sink"),
             "operators": [op.to_dict() for op in self.operators],
         }
+        if self.channel_state:
+            d["channel_state"] = [f.to_dict() for f in self.channel_state]
         return d
 
     def to_json(self, keyring: Keyring | None = None) -> str:
@@ -312,6 +341,7 @@ class CheckpointMetadata:
                 watermarks=_read_user_map(d["watermarks"]),
                 stats=_read_data_map(d["stats"]),
                 format_version=version,
+                channel_state=[ChannelStateFile.from_dict(f) for f in d.get("channel_state", [])],
             )
         except CheckpointError:
             raise

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.metadata import (
+    ChannelStateFile,
     CheckpointMetadata,
     OperatorState,
     SplitPosition,
@@ -67,6 +68,7 @@ class CheckpointStats:
     path: str | None = None
     kind: str = "checkpoint"  # checkpoint | savepoint | stop (a stop-with-savepoint's savepoint)
     operator_sizes: dict[str, int] = field(default_factory=dict)  # uid -> bytes of its state in it
+    channel_state_size: int = 0  # unaligned: bytes of the records in flight it stores (Flink's persisted in-flight data)
 
     def fail(self, reason: str) -> None:
         """It failed now: ``end_to_end_ms`` is how long after its trigger."""
@@ -99,6 +101,7 @@ class CutState:
     new_shared: dict[str, str] = field(default_factory=dict)  # shared/ files this checkpoint uploaded
     cancelled: bool = False
     watermarks: dict[str, Any] = field(default_factory=dict)  # event time: channels and generator states
+    channel_state: list = field(default_factory=list)  # unaligned: ChannelStatePart of each subtask with frames in flight
 
 
 def merge_states(op: OperatorState, states: dict[str, dict[str, Any]]) -> None:
@@ -287,6 +290,8 @@ class CheckpointCoordinator:
         for ack in acks:
             if ack.snapshot is not None:
                 cut.parts[(ack.stage_id, ack.partition)] = ack.snapshot
+            if getattr(ack, "channel_state", None) is not None:
+                cut.channel_state.append(ack.channel_state)
             if ack.snapshot_error:
                 declined.append(f"stage {ack.stage_id} partition {ack.partition}: {ack.snapshot_error}")
         cut.awaiting_sync = False
@@ -332,6 +337,7 @@ class CheckpointCoordinator:
         t0 = time.perf_counter()
         chk = self.store.begin(cut.checkpoint_id)
         operators, task_async = assemble_operators(self.graph, cut, self.settings.backend, self.declared, self.store)
+        channel_files, in_flight = channel_state_files(cut, self.store)
         cut.stats.async_ms = task_async + (time.perf_counter() - t0) * 1000
         cut.stats.duration_ms = cut.stats.sync_ms + cut.stats.async_ms
         meta = CheckpointMetadata(
@@ -357,7 +363,9 @@ class CheckpointCoordinator:
                 "incremental_size": cut.stats.incremental_size,
                 "tasks_acknowledged": cut.stats.tasks_acknowledged,
                 "records_read": cut.records_read,
+                **({"channel_state_size": sum(f.size for f in channel_files), "channel_state_items": in_flight} if channel_files else {}),
             },
+            channel_state=channel_files,
         )
         if cut.cancelled:
             msg = f"checkpoint {cut.checkpoint_id} was aborted while its files were written"
@@ -493,6 +501,22 @@ class CheckpointCoordinator:
         that never completed go (a task's upload may have outlived the abort)."""
         if self.settings.storage == "filesystem" and self.store.job_access.exists():
             self.store.remove_incomplete()
+
+
+def channel_state_files(cut: CutState, store: Any) -> tuple[list[ChannelStateFile], int]:
+    """``_metadata``'s entries of an unaligned checkpoint's channel state files (driver-memory
+    storage: their bytes are written here), and the exchange items they hold."""
+    files, items = [], 0
+    for part in cut.channel_state:
+        h = part.handle
+        if h.data is not None:
+            store.write_file(h.path, h.data)
+        files.append(ChannelStateFile(h.path, h.size, h.sha256, list(part.stages), part.writer))
+        cut.stats.state_size += h.size
+        cut.stats.incremental_size += h.size
+        cut.stats.channel_state_size += h.size
+        items += part.items
+    return files, items
 
 
 def assemble_operators(graph: JobGraph, cut: CutState, backend: str, declared: dict, store: Any) -> tuple[dict[str, OperatorState], float]:

@@ -42,6 +42,7 @@ class CommittedState:
         self.metrics: dict[str, int] = {}  # committed counts (exact: one per accepted epoch or segment)
         self.live = MetricStore(operator_infos(graph))  # the tasks' metric reports, as they arrive
         self.records_read = 0
+        self.channel_state: dict[str, tuple] = {}  # restored in-flight records: stage head uid -> files
 
     def reset(self) -> None:
         """A restart: the failed run's state is gone (metrics and declared states stay)."""
@@ -49,6 +50,7 @@ class CommittedState:
         self.records_read = 0
         self.watermarks, self.generators = {}, {}
         self.operator_state, self.restored_uids = {}, frozenset()
+        self.channel_state = {}
 
     def apply_restore(self, restore: RestoredJob, allow_non_restored: bool) -> None:
         """State from a checkpoint or savepoint (sinks separately: :meth:`restore_sinks`)."""
@@ -57,6 +59,7 @@ class CommittedState:
         self.restored_uids = frozenset(uid.rsplit(":", 1)[0] for uid in self.operator_state)
         self.chains = dict(restore.chains)
         self.records_read = restore.records_read
+        self.channel_state = dict(restore.channel_state)
 
     def restore_sinks(self, sinks: dict[str, Any] | None) -> None:
         """The sinks' driver state from a checkpoint or savepoint; None: from the beginning."""

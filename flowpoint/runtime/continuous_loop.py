@@ -94,6 +94,8 @@ class ContinuousLoop(CommittedLoop):
         self.buffer_timeout_ms = int(config.get("execution.buffer-timeout"))
         self.poll_s = max(0.001, min(self.buffer_timeout_ms, 5) / 1000.0)
         self.finished = False
+        # unaligned checkpoints: EXACTLY_ONCE checkpoints' barriers overtake in-flight frames
+        self.unaligned = bool(checkpoints is not None and settings is not None and settings.unaligned and settings.mode == "EXACTLY_ONCE")
 
     # -- what the restart manager asks of a loop (start, run, reset, restore: CommittedLoop) ----
 
@@ -116,7 +118,7 @@ class ContinuousLoop(CommittedLoop):
                 max_frame_items=int(self.config.get("execution.buffer-max-batches")),
                 watermark_interval_ms=int(self.config.get("pipeline.auto-watermark-interval")),
                 watermarks=dict(st.watermarks), splits=self.splits.counts(), generators=dict(st.generators), restored=st.restored_uids,
-                aligned=not at_least_once(self.settings),
+                aligned=not at_least_once(self.settings), unaligned=self.unaligned,
             )
             self.executor.start(self.restarts.restarts, spec, self.plans, task_slices(self.graph, self.state))
             self.control.await_slots(self._check, self._handle)
@@ -258,7 +260,9 @@ class ContinuousLoop(CommittedLoop):
                             files = cp.shared_files(node.uid, p, cid)
                             if files:
                                 shared[(node.uid, p)] = files
-        barrier = Barrier(self.segment, target, shared, final)
+        # unaligned: a checkpoint's barrier overtakes in-flight frames; the final one is aligned
+        # (everything drains before a bounded job ends anyway)
+        barrier = Barrier(self.segment, target, shared, final, unaligned=self.unaligned and target is not None and not final)
         self.inflight[self.segment] = _InFlight(barrier, self.sources.planned(), trigger_ms=now_ms())
         self.control.broadcast(("barrier", barrier))
         if final:
@@ -292,6 +296,9 @@ class ContinuousLoop(CommittedLoop):
         stop = any(r.stop for r in requests)
         if any(r.stop and r.drain for r in requests):
             self.sources.final_watermarks()
+        while self.unaligned and self.inflight:  # a savepoint is aligned: no unaligned barrier flies beside it
+            self._check()
+            self.control.drain(self.poll_s, self._handle)
         for i, r in enumerate(requests):
             try:
                 access = self.savepoints.create(r.target)
@@ -348,7 +355,7 @@ class ContinuousLoop(CommittedLoop):
                 n, st.stateful_tasks(), positions, st.sink_states(), st.records_read, st.event_time(),
                 checkpoint_id=target.checkpoint_id, trigger_ms=flight.trigger_ms,
             )
-            cp.attach_snapshots(stats.checkpoint_id, [a for a in acks if a.snapshot is not None or a.snapshot_error])
+            cp.attach_snapshots(stats.checkpoint_id, [a for a in acks if a.snapshot is not None or a.snapshot_error or a.channel_state is not None])
             if flight.barrier.final:
                 self._poll_checkpoint(cp, wait=True)
         if flight.savepoint is not None:
@@ -409,7 +416,8 @@ def task_slices(graph: JobGraph, state: CommittedState) -> dict[tuple[int, int],
         uids = [graph.nodes[n].uid for n in stage.nodes]
         for p in range(stage.parallelism):
             ops = {f"{u}:{p}": operator_state[f"{u}:{p}"] for u in uids if f"{u}:{p}" in operator_state}
-            out[(stage.id, p)] = TaskSlice(stage.id, p, state.chain((stage.id, p)), False, ops)
+            channel_state = state.channel_state.get(graph.nodes[stage.head].uid, ())
+            out[(stage.id, p)] = TaskSlice(stage.id, p, state.chain((stage.id, p)), False, ops, channel_state=channel_state)
     return out
 
 

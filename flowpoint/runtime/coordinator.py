@@ -296,6 +296,8 @@ class Coordinator:
             self.status = JobStatus.RUNNING
             runtime = "continuously" if self.continuous else "in epochs"
             self._progress.say(f"job {self.job_name!r} ({self.job_id}) running {runtime} on Spark {self.adapter.describe()}")
+            if self.settings.enabled and self.settings.unaligned:
+                self._say_unaligned()
             if self.continuous and self.settings.enabled and self.settings.mode == "AT_LEAST_ONCE":
                 self._progress.say(
                     "checkpointing mode AT_LEAST_ONCE: barriers are not aligned, so no input waits for another; after a "
@@ -316,6 +318,22 @@ class Coordinator:
                     log.exception("job %s failed", self.job_id)
         finally:
             self._end()
+
+    def _say_unaligned(self) -> None:
+        """What execution.checkpointing.unaligned does for this job, in one line."""
+        if not self.continuous:
+            log.warning(
+                "unaligned checkpoints were requested (execution.checkpointing.unaligned); they do not apply "
+                "to the epoch runtime: a checkpoint is taken between epochs, where no data is in flight, so every "
+                "checkpoint is aligned without waiting (the continuous runtime takes them unaligned)"
+            )
+        elif self.settings.mode == "AT_LEAST_ONCE":
+            log.warning("unaligned checkpoints apply to EXACTLY_ONCE; with AT_LEAST_ONCE barriers are not aligned at all, and no channel state is stored")
+        else:
+            self._progress.say(
+                "unaligned checkpoints: barriers overtake the records in flight, which each checkpoint stores as channel state "
+                "and a restore replays; savepoints stay aligned"
+            )
 
     def _end(self) -> None:
         self._ended = time.monotonic()

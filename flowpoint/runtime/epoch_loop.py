@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.errors import CheckpointError
 from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.restarts import CommittedLoop
 from flowpoint.tasks.protocol import EpochSpec, TaskSlice
@@ -60,6 +61,13 @@ class EpochLoop(CommittedLoop):
         self._checkpointed_epoch = 0
 
     def restore(self, restore: RestoredJob | None) -> None:
+        if restore is not None and restore.channel_state:
+            msg = (
+                f"checkpoint {restore.checkpoint_id} is unaligned: it holds records that were in flight between operators, "
+                f"which only the continuous runtime replays. Restore it with execution.runtime: continuous (or auto), or "
+                f"restore a savepoint (savepoints are always aligned)"
+            )
+            raise CheckpointError(msg)
         super().restore(restore)
         self._checkpointed_epoch = self.epoch
 

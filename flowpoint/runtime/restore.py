@@ -50,6 +50,8 @@ class RestoredJob:
     records_read: int
     dropped_uids: list[str] = field(default_factory=list)
     watermarks: dict[str, Any] = field(default_factory=dict)  # see CheckpointMetadata.watermarks
+    # an unaligned checkpoint's in-flight records: receiving stage head uid -> its files
+    channel_state: dict[str, tuple] = field(default_factory=dict)
 
 
 def split_position(node: Node, index: int, split: Any, position: Any, finished: bool) -> SplitPosition:
@@ -176,7 +178,31 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
     return RestoredJob(
         meta.checkpoint_id, meta.epoch, restored_chains, positions, sinks,
         int(meta.stats.get("records_read", 0)), sorted(set(dropped)), watermarks,
+        _channel_state(meta, job_dir_uri.rstrip("/"), graph, where, allow_non_restored),
     )
+
+
+def _channel_state(meta: CheckpointMetadata, base: str, graph: JobGraph, where: str, allow_non_restored: bool) -> dict[str, tuple]:
+    """Each receiving stage's channel state files (unaligned checkpoints: tasks/channel_state.py)."""
+    from flowpoint.tasks.channel_state import RestoredChannelFile
+
+    heads = {graph.nodes[s.head].uid for s in graph.stages}
+    out: dict[str, list] = {}
+    for f in meta.channel_state:
+        uri = f"{base}/{f.path}"
+        data = read_uri_bytes(uri) if uri.startswith("memory://") else None
+        for uid in f.stages:
+            if uid not in heads:
+                if allow_non_restored:
+                    continue
+                msg = (
+                    f"{where} holds records in flight to operator uid {uid!r} (an unaligned checkpoint's channel state), "
+                    f"which this job has no stage starting with. Give the operator its old uid, or allow dropping those "
+                    f"records (--allow-non-restored-state)"
+                )
+                raise CheckpointError(msg)
+            out.setdefault(uid, []).append(RestoredChannelFile(uri, f.size, f.sha256 or "", data))
+    return {uid: tuple(files) for uid, files in out.items()}
 
 
 def _recorded_kinds(op: Any) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from flowpoint.state.compatibility import declared_states
+from flowpoint.tasks.channel_state import data_items, write_channel_state
 from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.protocol import TaskAck
 from flowpoint.tasks.state_values import unpicklable_operator_state_error
@@ -23,17 +24,29 @@ class Barrier:
     ends a segment (sinks commit; no state is written); ``final`` is the last one; a barrier
     with a ``savepoint`` directory (its URI) has every keyed subtask write its canonical part there."""
 
-    __slots__ = ("final", "n", "savepoint", "shared", "target")
+    __slots__ = ("final", "n", "savepoint", "shared", "target", "unaligned")
 
-    def __init__(self, n: int, target: Any, shared: dict, final: bool, savepoint: str | None = None) -> None:
+    def __init__(self, n: int, target: Any, shared: dict, final: bool, savepoint: str | None = None, unaligned: bool = False) -> None:
         self.n = n
         self.target = target
         self.shared = shared  # (uid, partition) -> the shared files of the last completed checkpoint
         self.final = final
         self.savepoint = savepoint
+        self.unaligned = unaligned  # overtakes in-flight frames; they become channel state
 
     def __reduce__(self) -> Any:
-        return Barrier, (self.n, self.target, self.shared, self.final, self.savepoint)
+        return Barrier, (self.n, self.target, self.shared, self.final, self.savepoint, self.unaligned)
+
+
+@dataclass
+class _Unaligned:
+    """An unaligned checkpoint a subtask has snapshotted and whose in-flight input it records."""
+
+    barrier: Barrier
+    ack: TaskAck
+    write: Any
+    outputs: list  # channel state entries of the frames this subtask had not sent
+    inputs: dict  # channel -> the items in flight on it at the cut (known once its barrier came)
 
 
 class BarrierSnapshot:
@@ -42,6 +55,29 @@ class BarrierSnapshot:
 
     def _barrier(self, barrier: Barrier) -> None:
         """Snapshot at barrier ``n``, forward it, acknowledge once the parts are written."""
+        ack, write = self._snapshot(barrier)
+        self._in_barrier = True  # an aligned barrier (a savepoint, the final one) is not overtaken
+        try:
+            self._flush()
+            self._broadcast(("barrier", barrier))
+        finally:
+            self._in_barrier = False
+        if write is None:
+            self.report(("ack", ack))
+            return
+
+        def upload() -> None:
+            try:
+                ack.snapshot = write()
+            except Exception as e:  # noqa: BLE001 - the subtask declines the checkpoint; the job goes on
+                ack.snapshot_error = f"{type(e).__name__}: {e}"
+            self.report(("ack", ack))
+
+        threading.Thread(target=upload, name=f"flowpoint-checkpoint-{barrier.n}", daemon=True).start()
+
+    def _snapshot(self, barrier: Barrier) -> tuple[TaskAck, Any]:
+        """The synchronous part at barrier ``n``: the acknowledgement and the function that writes
+        the state's files (None: nothing to write)."""
         rt, plan = self.rt, self.plan
         self.segment = barrier.n
         ack = TaskAck(plan.stage_id, self.partition, barrier.n, self.token, 0)
@@ -78,15 +114,58 @@ class BarrierSnapshot:
                 for uid in self.uids:
                     shared.update(barrier.shared.get((uid, self.partition), {}))
                 write = self.backend.snapshot(self.ts, self.uids, self.partition, barrier.target, shared)
-        self._flush()
-        self._broadcast(("barrier", barrier))
-        if write is None:
-            self.report(("ack", ack))
-            return
+        return ack, write
+
+    # -- unaligned checkpoints (tasks/channel_state.py) ----------------------------------------
+
+    def _unaligned_snapshot(self, barrier: Barrier) -> None:
+        """The first unaligned barrier ``n`` reached this subtask: snapshot now, record the frames
+        not sent yet as output channel state, and send the barrier ahead of them."""
+        ack, write = self._snapshot(barrier)
+        outputs: dict[tuple[int, int], list] = {}
+        for key, q in self.outq.items():
+            if q:
+                outputs[key] = data_items(q)
+        for edge_id, w in self.rt.writers:
+            for dest, item in w.out:
+                outputs.setdefault((edge_id, dest), []).append(item)
+        entries = []
+        for (edge_id, dest), items in outputs.items():
+            stage_uid, parallelism = self.receivers[edge_id]
+            entries.append((stage_uid, parallelism, dest, items))
+        for edge_id, w in self.rt.writers:
+            for dest in range(w.edge.parallelism):
+                self.output(edge_id, dest).send_priority(("barrier", barrier))
+        self.pending_uc = _Unaligned(barrier, ack, write, entries, {})
+        if self.gate is not None:
+            self.gate.record()
+
+    def _unaligned_input(self, channel: Any, items: list, live: set) -> None:
+        """Channel ``channel`` delivered barrier ``n`` (or ended): its in-flight items are known."""
+        uc = self.pending_uc
+        uc.inputs[channel] = items
+        if set(uc.inputs) >= live:
+            self._unaligned_done()
+
+    def _unaligned_done(self) -> None:
+        """Barrier ``n`` arrived on every input: write the state and channel state, acknowledge."""
+        uc, self.pending_uc = self.pending_uc, None
+        if self.gate is not None:
+            self.gate.checkpoint_done()
+        entries = list(uc.outputs)
+        mine = [item for items in uc.inputs.values() for item in items]
+        if mine:
+            entries.append((self.plan.head_uid, self.plan.parallelism, self.partition, mine))
+        ack, write, barrier = uc.ack, uc.write, uc.barrier
+        writer = f"{self.plan.head_uid}:{self.partition}"
+        name = f"{self.plan.stage_id}-{self.partition}"
+        options = self.spec.location.options
 
         def upload() -> None:
             try:
-                ack.snapshot = write()
+                if write is not None:
+                    ack.snapshot = write()
+                ack.channel_state = write_channel_state(entries, barrier.target, options, writer, name)
             except Exception as e:  # noqa: BLE001 - the subtask declines the checkpoint; the job goes on
                 ack.snapshot_error = f"{type(e).__name__}: {e}"
             self.report(("ack", ack))

@@ -6,6 +6,15 @@ with at most ``capacity`` frames per channel in memory. While a checkpoint's bar
 aligned, the channels that delivered the barrier are *blocked*: their frames stay queued (and
 their senders stop once the queue is full) until the barrier has arrived on every channel.
 Commands from the task (checkpoint notifications, finish, cancel) are never blocked.
+
+Unaligned checkpoints (``execution.checkpointing.unaligned``) add *priority* barriers: a
+barrier put with :meth:`priority` overtakes the frames queued on its channel (those frames, its
+channel's in-flight data, are handed to the subtask with it), and once the subtask has taken
+its snapshot (:meth:`record`), every frame queued or arriving on a channel whose barrier has not
+arrived yet is recorded too, until that barrier arrives: together the checkpoint's input
+channel state (docs/architecture.md, section 4b). Senders then hold *credits*: ``put_nowait``
+refuses a frame beyond ``capacity``, and ``on_taken(channel)`` hands one back to the sender as
+the subtask takes a frame off that channel.
 """
 
 from __future__ import annotations
@@ -33,6 +42,12 @@ class InputGate:
         self.closed = False
         self._next = 0
         self.backpressured_ns = 0  # time receivers waited for room
+        # unaligned checkpoints: barriers that overtook their channel's queue, in arrival order:
+        # (channel, barrier, the frames they overtook); the channels recording in-flight frames
+        self.priority_barriers: deque = deque()
+        self.recording: dict[Any, list] = {}
+        self.barrier_arrived: set = set()  # channels whose barrier of the current checkpoint arrived
+        self.on_taken: Any = None  # (channel) -> None: a frame left the channel's queue (a credit back)
 
     def put(self, channel: Any, frame: Any) -> int:
         """Queue ``frame``, waiting while the channel's queue is full; returns the ns waited."""
@@ -51,6 +66,84 @@ class InputGate:
             self.cond.notify_all()
         return waited
 
+    def put_nowait(self, channel: Any, frame: Any) -> bool:
+        """Queue ``frame`` if the channel has room (the sender holds a credit); False otherwise."""
+        q = self.queues[channel]
+        with self.cond:
+            if self.closed:
+                raise GateClosed
+            if len(q) >= self.capacity:
+                return False
+            q.append(frame)
+            rec = self.recording.get(channel)
+            if rec is not None:
+                rec.append(frame)
+            self.cond.notify_all()
+        return True
+
+    def put_credited(self, channel: Any, frame: Any) -> None:
+        """Queue a frame a remote sender sent on a credit (it never exceeds the capacity)."""
+        with self.cond:
+            if self.closed:
+                raise GateClosed
+            self.queues[channel].append(frame)
+            rec = self.recording.get(channel)
+            if rec is not None:
+                rec.append(frame)
+            self.cond.notify_all()
+
+    def priority(self, channel: Any, barrier: Any) -> None:
+        """An unaligned barrier: it overtakes the frames queued on ``channel``. Those frames (or,
+        when the channel was recording for a snapshot already taken, what it recorded) are the
+        channel's in-flight data of the checkpoint."""
+        with self.cond:
+            if self.closed:
+                raise GateClosed
+            rec = self.recording.pop(channel, None)
+            overtaken = rec if rec is not None else list(self.queues[channel])
+            self.barrier_arrived.add(channel)
+            self.priority_barriers.append((channel, barrier, overtaken))
+            self.cond.notify_all()
+
+    def record(self) -> None:
+        """The subtask took its unaligned snapshot: every channel whose barrier has not arrived
+        records its queued frames and those still to come, until its barrier arrives."""
+        with self.cond:
+            for c, q in self.queues.items():
+                if c not in self.barrier_arrived:
+                    self.recording[c] = list(q)
+
+    def prepend_recorded(self, channel: Any, frame: Any) -> None:
+        """The rest of a frame taken off ``channel`` before the snapshot but processed after it:
+        in flight at the cut, ahead of what the channel recorded (or its barrier overtook)."""
+        with self.cond:
+            rec = self.recording.get(channel)
+            if rec is not None:
+                rec.insert(0, frame)
+                return
+            for c, _barrier, overtaken in self.priority_barriers:
+                if c == channel:
+                    overtaken.insert(0, frame)
+                    return
+
+    def stop_recording(self, channel: Any) -> list:
+        """A channel ended without its barrier: what it recorded."""
+        with self.cond:
+            return self.recording.pop(channel, [])
+
+    def checkpoint_done(self) -> None:
+        with self.cond:
+            self.barrier_arrived.clear()
+            self.recording.clear()
+
+    def has_priority(self) -> bool:
+        return bool(self.priority_barriers)
+
+    def take_priority(self) -> tuple | None:
+        """The next unaligned barrier ``(channel, barrier, overtaken frames)``, if one arrived."""
+        with self.cond:
+            return self.priority_barriers.popleft() if self.priority_barriers else None
+
     def command(self, cmd: Any) -> None:
         with self.cond:
             self.control.append(cmd)
@@ -64,6 +157,9 @@ class InputGate:
             while True:
                 if self.control:
                     return CONTROL, self.control.popleft()
+                if self.priority_barriers:
+                    channel, barrier, overtaken = self.priority_barriers.popleft()
+                    return channel, ("priority", barrier, overtaken)
                 n = len(self.order)
                 for i in range(n):
                     c = self.order[(self._next + i) % n]
@@ -73,6 +169,8 @@ class InputGate:
                         frame = q.popleft()
                         if len(q) == self.capacity - 1:
                             self.cond.notify_all()  # a receiver may wait for this room
+                        if self.on_taken is not None:
+                            self.on_taken(c)
                         return c, frame
                 if deadline is None:
                     deadline = time.monotonic() + timeout
@@ -80,6 +178,13 @@ class InputGate:
                 if left <= 0:
                     return None
                 self.cond.wait(left)
+
+    def wait_room(self, channel: Any, timeout: float) -> None:
+        """Wait up to ``timeout`` s for room on ``channel`` (a local sender out of credit)."""
+        q = self.queues[channel]
+        with self.cond:
+            if len(q) >= self.capacity and not self.closed:
+                self.cond.wait(timeout)
 
     def block(self, channel: Any) -> None:
         with self.cond:

@@ -93,6 +93,10 @@ class ContinuousSpec:
     # snapshots once a checkpoint's barrier arrived on every input, and keeps reading the inputs
     # that delivered it meanwhile
     aligned: bool = True
+    # True: unaligned checkpoints (execution.checkpointing.unaligned): checkpoint barriers
+    # overtake in-flight frames, which the checkpoint stores as channel state; senders hold
+    # credits for their receivers' queues (tasks/channel_state.py)
+    unaligned: bool = False
 
     def __repr__(self) -> str:  # the secret stays out of logs and tracebacks
         return f"ContinuousSpec(run_key={self.run_key!r}, slots={self.slots}, driver={self.driver})"
@@ -111,6 +115,9 @@ class TaskSlice:
     # downstream partitions' slices this task passes on, unread, as records (edge id, partition,
     # slice) of its output: each slice reaches its task through the epoch's own shuffle
     forward: tuple[tuple[int, int, TaskSlice], ...] = ()
+    # unaligned checkpoints: the restored checkpoint's channel state files holding input of
+    # this stage (tasks/channel_state.py RestoredChannelFile), fed before any new input
+    channel_state: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -178,3 +185,4 @@ class TaskAck:
     declared: dict[str, dict[str, dict]] = field(default_factory=dict)  # uid -> state name -> {kind, schema}: what the operators registered
     positions: dict[int, tuple[Any, bool]] = field(default_factory=dict)  # continuous runtime: open splits' (position, finished) at the barrier
     savepoint_parts: list = field(default_factory=list)  # continuous runtime: [(uid, SubtaskState, state counts)] written at a savepoint barrier
+    channel_state: Any = None  # unaligned checkpoint: the in-flight frames' file (tasks/channel_state.py ChannelStatePart)

@@ -12,12 +12,14 @@ away.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from typing import Any
 
 from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, connect
+from flowpoint.tasks.credits import CreditedChannel, LocalOutput
 from flowpoint.tasks.input_gate import GateClosed, InputGate
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import ContinuousSpec, TaskSlice
@@ -44,6 +46,10 @@ class Slot:
         self.finished = threading.Event()
         self.reported = threading.Event()  # a subtask's failure reached the driver
         self._commands_thread: threading.Thread | None = None
+        # unaligned checkpoints (tasks/credits.py): each output's credits, and the channel that
+        # takes a receiving gate's credits back to its sender
+        self.outputs: dict[tuple[int, int], Any] = {}
+        self.credit_back: dict[tuple[int, Any], Channel] = {}
         for sid, plan in plans.items():
             for e in plan.input_edges:
                 self.edge_stage[e.edge_id] = sid
@@ -53,7 +59,10 @@ class Slot:
             if plan.source_reader is None:
                 channels = [(e.edge_id, j) for e in plan.input_edges for j in range(e.upstream_parallelism)]
                 gate = self.gates[sid] = InputGate(channels, spec.buffers_per_channel)
-            self.subtasks[(sid, index)] = Subtask(plan, slices[(sid, index)], spec, self._send, self._report, gate)
+                if spec.unaligned:
+                    gate.on_taken = functools.partial(self._credit, sid)
+            output = self._output if spec.unaligned else None
+            self.subtasks[(sid, index)] = Subtask(plan, slices[(sid, index)], spec, self._send, self._report, gate, output)
         self.server = ChannelServer(host, spec.secret, self._accept, name=f"flowpoint-slot-{index}")
 
     # -- wiring --------------------------------------------------------------------------------
@@ -102,10 +111,40 @@ class Slot:
             channel.close()
             return
         try:
+            if not self.spec.unaligned:
+                while True:
+                    gate.put(key, channel.recv())
+            sid = self.edge_stage[hello[1]]
+            self.credit_back[(sid, key)] = channel
             while True:
-                gate.put(key, channel.recv())
+                frame = channel.recv()
+                if frame[0] == "barrier" and frame[1].unaligned:
+                    gate.priority(key, frame[1])
+                else:
+                    gate.put_credited(key, frame)
         except (ChannelError, GateClosed):
             channel.close()
+
+    def _credit(self, sid: int, key: Any) -> None:
+        """The subtask of stage ``sid`` took a frame of channel ``key``: a credit back to its sender."""
+        channel = self.credit_back.get((sid, key))
+        if channel is not None:
+            try:
+                channel.send(("credit", 1))
+            except ChannelError:
+                pass  # the sender is gone: its failure ends the run
+
+    def _output(self, edge_id: int, dest: int) -> Any:
+        """The credit-holding output to a consumer (unaligned checkpoints)."""
+        out = self.outputs.get((edge_id, dest))
+        if out is None:
+            target = self.out[(edge_id, dest)]
+            if isinstance(target, InputGate):
+                out = LocalOutput(target, (edge_id, self.index))
+            else:
+                out = CreditedChannel(target, self.spec.buffers_per_channel)
+            self.outputs[(edge_id, dest)] = out
+        return out
 
     def _send(self, edge_id: int, dest: int, frame: Any) -> int:
         """Send a frame to a consumer; returns the ns the sender was blocked (backpressure)."""

@@ -52,7 +52,7 @@ class SourceReading:
                 self._after_input()
                 self.report(("read-done", self.plan.stage_id, self.partition, cmd[2]))
             elif kind == "barrier":
-                self._barrier(cmd[1])
+                self._on_barrier(cmd[1])
             elif self._command(cmd):
                 return
 

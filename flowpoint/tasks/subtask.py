@@ -31,6 +31,7 @@ import queue
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,7 @@ from flowpoint.errors import FlowpointError
 from flowpoint.metrics.system import add_process_figures
 from flowpoint.state.backend import partition_backend
 from flowpoint.tasks.barrier_snapshot import Barrier, BarrierSnapshot, now_ms
+from flowpoint.tasks.channel_state import data_items, read_channel_state
 from flowpoint.tasks.input_gate import CONTROL, InputGate
 from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.plan import StagePlan
@@ -55,7 +57,10 @@ class SubtaskFailed(FlowpointError):
 
 
 class Subtask(SourceReading, BarrierSnapshot):
-    def __init__(self, plan: StagePlan, s: TaskSlice, spec: ContinuousSpec, send: Send, report: Callable[[tuple], None], gate: InputGate | None) -> None:
+    def __init__(
+        self, plan: StagePlan, s: TaskSlice, spec: ContinuousSpec, send: Send, report: Callable[[tuple], None], gate: InputGate | None,
+        output: Callable[[int, int], Any] | None = None,
+    ) -> None:
         self.plan = plan
         self.partition = s.partition
         self.slice = s
@@ -84,6 +89,16 @@ class Subtask(SourceReading, BarrierSnapshot):
         # not aligned (AT_LEAST_ONCE): barrier n -> (the barrier, the channels it arrived on)
         self.unaligned: dict[int, tuple[Barrier, set]] = {}
         self.ended: set = set()
+        # unaligned checkpoints: each (edge, destination)'s frames not sent yet (the sender
+        # holds a credit per frame its receiver can queue), the output (tasks/credits.py) of
+        # each, the receiving stage of each edge, and the checkpoint being recorded
+        self.outq: dict[tuple[int, int], deque] = {}
+        self.output = output
+        self.receivers = {e.edge_id: (e.target_uid, e.parallelism) for op in plan.ops.values() for e in op.out_edges}
+        self.pending_uc: Any = None
+        self.live: set = set()
+        self._in_barrier = False
+        self._feeding: list | None = None  # [channel, items, items done] of the frame being fed
         self.inputs = None
         self.live_sinks = {nid for nid, op in plan.ops.items() if op.kind == "sink" and getattr(op.sink, "continuous_live", False)}
         self.done = False
@@ -135,6 +150,14 @@ class Subtask(SourceReading, BarrierSnapshot):
         splits = [i for i in range(spec.splits.get(self.plan.head_uid, 0)) if i % self.plan.parallelism == s.partition]
         self.inputs = self.rt.begin_epoch(epoch_spec, splits)
         self.split_seq = dict.fromkeys(splits, 0)
+        if s.channel_state:  # an unaligned checkpoint's in-flight records come first
+            recovered = read_channel_state(self.plan, s.partition, s.channel_state, spec.location.options)
+            if recovered:
+                head = self.rt.ops[self.plan.head]
+                feed(self.plan, head, recovered, self.inputs, ordered=False)
+                self.records_in += head.records_in
+                head.records_in = 0
+                self._after_input()
 
     # -- the loops -----------------------------------------------------------------------------
 
@@ -150,7 +173,7 @@ class Subtask(SourceReading, BarrierSnapshot):
     def _input_loop(self) -> None:
         gate = self.gate
         head = self.rt.ops[self.plan.head]
-        live = set(gate.order)
+        live = self.live = set(gate.order)
         while True:
             t0 = time.perf_counter_ns()
             item = gate.get(self._wait())
@@ -164,16 +187,22 @@ class Subtask(SourceReading, BarrierSnapshot):
                     return
                 continue
             kind = frame[0]
-            if kind == "data":
+            if kind == "data" and self.output is not None:
+                self._feed_items(channel, frame[1], head)
+            elif kind == "data":
                 feed(self.plan, head, frame[1], self.inputs, ordered=False)
                 self.records_in += head.records_in
                 head.records_in = 0
                 self._after_input()
+            elif kind == "priority":
+                self._priority(channel, frame[1], frame[2], live)
             elif kind == "barrier":
                 self._arrive(channel, frame[1], live)
             elif kind == "end":
                 self.ended.add(channel)
                 live.discard(channel)
+                if self.pending_uc is not None and channel not in self.pending_uc.inputs:
+                    self._unaligned_input(channel, data_items(gate.stop_recording(channel)), live)
                 if self.aligning is not None and self.arrived >= live:
                     self._aligned()
                 self._complete_unaligned(live)
@@ -198,6 +227,52 @@ class Subtask(SourceReading, BarrierSnapshot):
         self.gate.block(channel)
         if self.arrived >= live:
             self._aligned()
+
+    def _feed_items(self, channel: Any, items: list, head: Any) -> None:
+        """Unaligned checkpoints: a frame's items one at a time, so that a barrier that arrives
+        meanwhile is taken after the item being processed, not after the whole frame (the
+        items left are in flight at the cut: :meth:`_priority`)."""
+        self._feeding = feeding = [channel, items, 0]
+        try:
+            for i in range(len(items)):
+                if i and self.pending_uc is None and self.gate.has_priority():
+                    taken = self.gate.take_priority()
+                    if taken is not None:
+                        self._priority(taken[0], taken[1], taken[2], self.live)
+                feed(self.plan, head, items[i : i + 1], self.inputs, ordered=False)
+                feeding[2] = i + 1
+                self.records_in += head.records_in
+                head.records_in = 0
+                self._after_input()
+        finally:
+            self._feeding = None
+
+    def _priority(self, channel: Any, barrier: Barrier, overtaken: list, live: set) -> None:
+        """An unaligned barrier overtook ``overtaken`` on ``channel``: the first of checkpoint
+        ``n`` snapshots at once; each records its channel's in-flight items. The items of the
+        frame being processed that come after the cut are in flight on their channel too."""
+        if self.pending_uc is None:
+            self._unaligned_snapshot(barrier)
+            if self._feeding is not None:
+                c, items, done = self._feeding
+                rest = items[done:]
+                if rest:
+                    if c == channel:
+                        overtaken = [("data", rest), *overtaken]
+                    else:
+                        self.gate.prepend_recorded(c, ("data", rest))
+        elif self.pending_uc.barrier.n != barrier.n:
+            msg = f"unaligned barrier {barrier.n} arrived while checkpoint {self.pending_uc.barrier.n} records its channel state"
+            raise SubtaskFailed(msg)
+        self._unaligned_input(channel, data_items(overtaken), live)
+
+    def _on_barrier(self, barrier: Barrier) -> None:
+        """A source subtask's barrier from the driver (between its reads)."""
+        if barrier.unaligned:
+            self._unaligned_snapshot(barrier)
+            self._unaligned_done()
+        else:
+            self._barrier(barrier)
 
     def _complete_unaligned(self, live: set) -> None:
         """Snapshot at every unaligned barrier that has arrived on every live input, in order
@@ -300,13 +375,56 @@ class Subtask(SourceReading, BarrierSnapshot):
                 by_dest.setdefault(dest, []).append(item)
             w.out = []
             for dest, items in by_dest.items():
-                self.blocked_ns += self.send(edge_id, dest, ("data", items))
+                if self.output is not None:
+                    self.outq.setdefault((edge_id, dest), deque()).append(("data", items))
+                else:
+                    self.blocked_ns += self.send(edge_id, dest, ("data", items))
         self.unsent_since = None
+        if self.output is not None:
+            self._drain()
 
     def _broadcast(self, frame: tuple) -> None:
         for edge_id, w in self.rt.writers:
             for dest in range(w.edge.parallelism):
-                self.send(edge_id, dest, frame)
+                if self.output is not None:
+                    self.outq.setdefault((edge_id, dest), deque()).append(frame)
+                else:
+                    self.send(edge_id, dest, frame)
+        if self.output is not None:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Send the queued frames as the receivers grant credits. While a receiver has no room,
+        an unaligned barrier that reached this subtask is taken at once (it overtakes the
+        queued frames); a source with a barrier among its commands stops waiting, so that it
+        reaches the barrier (its reads before the barrier are bounded)."""
+        while True:
+            waiting = None
+            for key, q in self.outq.items():
+                if not q:
+                    continue
+                out = self.output(*key)
+                while q and out.try_send(q[0]):
+                    q.popleft()
+                if q and waiting is None:
+                    waiting = out
+            if waiting is None:
+                return
+            if not self._in_barrier:
+                if self.gate is not None and self.gate.has_priority():
+                    taken = self.gate.take_priority()
+                    if taken is not None:
+                        self._priority(taken[0], taken[1], taken[2], self.live)
+                        continue
+                elif self.gate is None and self._barrier_queued():
+                    return
+            t0 = time.perf_counter_ns()
+            waiting.wait(0.005)
+            self.blocked_ns += time.perf_counter_ns() - t0
+
+    def _barrier_queued(self) -> bool:
+        with self.commands.mutex:
+            return any(c[0] == "barrier" and c[1].unaligned for c in self.commands.queue)
 
     # -- barriers ------------------------------------------------------------------------------
 

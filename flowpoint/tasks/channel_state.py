@@ -1,0 +1,151 @@
+"""Channel state of unaligned checkpoints (docs/architecture.md, section 4b; docs/checkpoints.md,
+"Unaligned checkpoints").
+
+At an unaligned barrier a subtask snapshots at once; the records still in flight at that cut
+are part of the checkpoint, as in Flink: the frames its barrier overtook in the receiver's
+queues and those that reached a channel before that channel's barrier (*input* channel state),
+and the frames the sender had not sent yet (*output* channel state). A subtask writes all of it
+into one file of the checkpoint, ``chk-<n>/channel-<stage>-<partition>.pkl``: a pickled list of
+``(receiving stage's head uid, that stage's parallelism, receiving partition, items)``, where
+``items`` are exchange items exactly as a receiver gets them (``(edge index, origin, blob)``).
+Its size and SHA-256 are in ``_metadata`` like every state file, so a restore checks them before
+it unpickles anything (checkpoint/integrity.py).
+
+On restore, each subtask first feeds the channel state meant for it, then reads its channels:
+at the same parallelism, the items its own partition was to receive; at another, each record
+goes where the edge sends it now (a keyed edge: the owner of its key group; a broadcast edge: a
+copy of one old receiver's; other edges: old partition ``i`` to new ``i mod parallelism``).
+Watermark items are dropped: the restored watermarks are the checkpoint's, and an old
+upstream partition's channel would hold a receiver's watermark back for ever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from flowpoint.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
+from flowpoint.tasks.batches import KeyedBatch, decode, encode
+from flowpoint.tasks.protocol import CheckpointTarget, PartHandle
+
+
+@dataclass(frozen=True)
+class ChannelStatePart:
+    """One subtask's channel state file of one checkpoint, and which stages' inputs it holds."""
+
+    handle: PartHandle
+    stages: tuple[str, ...]  # receiving stages' head uids
+    writer: str  # "<stage head uid>:<partition>" of the subtask that wrote it
+    items: int = 0
+    ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class RestoredChannelFile:
+    """A channel state file a restored subtask reads (size and SHA-256 checked first)."""
+
+    uri: str
+    size: int
+    sha256: str
+    data: bytes | None = None  # driver-memory storage: the bytes themselves
+
+
+Entry = tuple[str, int, int, list]  # (receiving stage head uid, its parallelism, receiving partition, items)
+
+
+def data_items(frames: Any) -> list:
+    """The exchange items of a channel's frames (``("data", items)``; barriers and ends carry none)."""
+    out: list = []
+    for frame in frames:
+        if frame and frame[0] == "data":
+            out.extend(frame[1])
+    return out
+
+
+def write_channel_state(entries: list[Entry], target: CheckpointTarget, options: Any, writer: str, partition_name: str) -> ChannelStatePart | None:
+    """Write one subtask's channel state into the checkpoint; None when nothing was in flight."""
+    entries = [e for e in entries if e[3]]
+    if not entries:
+        return None
+    t0 = time.perf_counter()
+    data = pickle.dumps(entries, protocol=5)
+    rel = f"chk-{target.checkpoint_id}/channel-{partition_name}.pkl"
+    if not target.inline:
+        from flowpoint.checkpoint.storage import CheckpointStorageAccess
+
+        CheckpointStorageAccess(target.job_dir_uri, dict(options)).write_bytes(rel, data)
+    handle = PartHandle(rel, len(data), "channel", hashlib.sha256(data).hexdigest(), data=data if target.inline else None)
+    stages = tuple(sorted({e[0] for e in entries}))
+    return ChannelStatePart(handle, stages, writer, sum(len(e[3]) for e in entries), (time.perf_counter() - t0) * 1000)
+
+
+def read_channel_state(plan: Any, partition: int, files: tuple[RestoredChannelFile, ...], options: Any) -> list:
+    """The recorded in-flight items this subtask receives, routed for its parallelism."""
+    from flowpoint.checkpoint.integrity import check_bytes
+    from flowpoint.checkpoint.integrity import decode as decode_file
+    from flowpoint.checkpoint.storage import read_uri_bytes
+
+    out: list = []
+    uid = plan.head_uid
+    for f in files:
+        data = f.data if f.data is not None else read_uri_bytes(f.uri, dict(options or {}))
+        check_bytes(data, f.size, f.sha256, f.uri, uid, "channel state file")
+        entries = decode_file(pickle.loads, data, f.uri, uid, "channel state file")
+        for stage_uid, old_parallelism, old_partition, items in entries:
+            if stage_uid != uid:
+                continue
+            out.extend(_routed(plan, partition, int(old_parallelism), int(old_partition), items))
+    return out
+
+
+def _routed(plan: Any, partition: int, old_p: int, old_partition: int, items: list) -> list:
+    new_p = plan.parallelism
+    out = []
+    for item in items:
+        edge_index, _origin, blob = item
+        if blob[0] == "wm":
+            continue
+        if old_p == new_p:
+            if old_partition == partition:
+                out.append(item)
+            continue
+        edge = plan.input_edges[edge_index] if edge_index < len(plan.input_edges) else None
+        kind = getattr(edge, "partitioning", "forward")
+        if kind == "keyed":
+            mine = _keyed_share(item, edge, partition, new_p)
+            if mine is not None:
+                out.append(mine)
+        elif kind == "broadcast":
+            if old_partition == partition % old_p:
+                out.append(item)
+        elif old_partition % new_p == partition:
+            out.append(item)
+    return out
+
+
+def _keyed_share(item: tuple, edge: Any, partition: int, new_p: int) -> tuple | None:
+    """The records of a keyed item whose key group this partition owns now."""
+    edge_index, origin, blob = item
+    data, ts = decode(blob)
+    maxp = edge.max_parallelism
+
+    def mine(key: Any) -> bool:
+        return compute_operator_index_for_key_group(maxp, new_p, assign_to_key_group(key, maxp)) == partition
+
+    if isinstance(data, KeyedBatch):
+        rows = data.batch.to_pylist()
+        fields = data.fields
+        keep = [i for i, r in enumerate(rows) if mine(r[fields[0]] if len(fields) == 1 else tuple(r[f] for f in fields))]
+        if not keep:
+            return None
+        import pyarrow as pa
+
+        piece = KeyedBatch(data.batch.take(pa.array(keep)), fields)
+        return (edge_index, origin, encode(piece, None if ts is None else [ts[i] for i in keep]))
+    keep = [i for i, (k, _v) in enumerate(data) if mine(k)]
+    if not keep:
+        return None
+    return (edge_index, origin, encode([data[i] for i in keep], None if ts is None else [ts[i] for i in keep]))
