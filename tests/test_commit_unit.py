@@ -50,3 +50,12 @@ def test_a_checkpoint_records_its_runtime_and_the_restart_line_names_its_unit(ma
     d = describe(str(latest))
     assert d["runtime"] == runtime
     assert re.search(rf"^\s+checkpoint id\s+{d['checkpoint_id']} \({unit} {d['epoch']}\), ", format_description(d), re.M)
+
+
+def test_a_continuous_savepoint_records_its_runtime(make_env, tmp_path):
+    from test_continuous import _savepoint_mid_run
+
+    path, _ = _savepoint_mid_run(make_env, tmp_path, "continuous", 2)
+    d = describe(str(path))
+    assert d["runtime"] == "continuous"
+    assert f"(segment {d['epoch']}), completed" in format_description(d)
