@@ -426,3 +426,92 @@ def test_four_subtasks_per_slot_equal_a_plain_python_reference(make_env, tmp_pat
             threads.setdefault(pid, {}).setdefault(name, set()).add(tid)
     full = [p for p, names in threads.items() if set(names) == {"A", "B", "C", "D"} and len(set().union(*names.values())) >= 4]
     assert full, f"no Python worker ran the four stages' subtasks as four threads: {threads}"
+
+
+
+def _open_files_under(path) -> int:
+    """How many of this process's file descriptors are open on files below ``path``."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(path)):
+                n += 1
+        except OSError:
+            continue
+    return n
+
+
+def _rocksdb_partition(tmp_path, cache: TaskStateCache, job: str):
+    from flowpoint.state.backend import RocksDBPartitionBackend
+    from flowpoint.tasks.protocol import StateLocation
+
+    location = StateLocation(f"{job}/run-0", str(tmp_path / "local"), str(tmp_path / "durable"), "rocksdb")
+    return RocksDBPartitionBackend(location, 128, cache)
+
+
+def _reopens(b) -> bool:
+    """Whether another backend opens ``b``'s DB directory at once (its LOCK is free)."""
+    from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
+
+    other = RocksDBKeyedStateBackend("op", b.db_path, 128, uid="op")
+    try:
+        other.open(timeout=0)
+    except Exception:  # noqa: BLE001 - still locked by a DB left open
+        return False
+    other.close()
+    return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files in /proc/self/fd")
+def test_an_evicted_or_dropped_rocksdb_task_state_closes_its_db_unless_a_task_holds_it(tmp_path):
+    """A worker's cache that evicts (or drops) a RocksDB partition's TaskState closes its DB:
+    its files and LOCK are released, so the directory opens again at once. One that a task
+    holds stays open until that task releases it."""
+    pytest.importorskip("rocksdict")
+    from flowpoint.state.working import CommittedChain
+
+    cache = TaskStateCache()
+    idle_backend = _rocksdb_partition(tmp_path, cache, "idle-job")
+    idle, _ = idle_backend.acquire(0, 0, CommittedChain(), ["op"])
+    idle_backend.release(idle)
+    idle_db = idle.backends["op"]
+    idle_db.open()  # open with no task holding it (as an acquire that raised used to leave it)
+    held_backend = _rocksdb_partition(tmp_path, cache, "held-job")
+    held, _ = held_backend.acquire(0, 0, CommittedChain(), ["op"])
+    held_db = held.backends["op"]
+    assert idle_db.is_open and held_db.is_open and not _reopens(idle_db)
+    assert _open_files_under(tmp_path / "local" / "idle-job") > 0
+
+    for j in range(TaskStateCache.MAX_JOBS):  # four other jobs evict both
+        cache.put(f"job-{j}", 1, 0, j)
+    assert not {"idle-job/run-0", "held-job/run-0"} & set(cache.jobs())
+    assert not idle_db.is_open, "the evicted TaskState's DB is still open"
+    assert _open_files_under(tmp_path / "local" / "idle-job") == 0
+    assert _reopens(idle_db)
+    assert held_db.is_open, "the DB of a TaskState a task holds was closed under it"
+    held_backend.release(held)
+    assert not held_db.is_open and _reopens(held_db)
+
+    dropped_backend = _rocksdb_partition(tmp_path, cache, "dropped-job")
+    dropped, _ = dropped_backend.acquire(0, 0, CommittedChain(), ["op"])
+    dropped_backend.release(dropped)
+    dropped.backends["op"].open()
+    cache.drop("dropped-job")
+    assert not dropped.backends["op"].is_open and _reopens(dropped.backends["op"])
+
+
+def test_an_acquire_that_fails_closes_the_dbs_it_opened(tmp_path):
+    """The caller of an acquire that raised has no state to release: acquire closes what it
+    opened, so the next attempt (in any process) finds the DB's LOCK free."""
+    pytest.importorskip("rocksdict")
+    from flowpoint.errors import FlowpointError
+    from flowpoint.state.working import CommittedChain, CommittedFile
+
+    cache = TaskStateCache()
+    backend = _rocksdb_partition(tmp_path, cache, "job")
+    missing = CommittedFile(1, "t", str(tmp_path / "durable" / "missing-delta.pkl"), 10, "0" * 64)
+    with pytest.raises(FlowpointError):
+        backend.acquire(0, 0, CommittedChain(deltas=(missing,), last_epoch=1, last_token="t"), ["op"])
+    ts = cache.get("job/run-0", 0, 0)
+    assert not ts.backends["op"].is_open and _reopens(ts.backends["op"])
+    assert not ts.in_use

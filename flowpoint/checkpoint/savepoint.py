@@ -602,6 +602,7 @@ def describe(path: str, options: Mapping[str, Any] | None = None) -> dict[str, A
         "job_id": meta.job_id,
         "job_name": meta.job_name,
         "epoch": meta.epoch,
+        "runtime": meta.stats.get("runtime"),  # the runtime that wrote it (None: not recorded)
         "completed_time_ms": meta.completed_time_ms,
         "max_parallelism": meta.max_parallelism,
         "backend": meta.backend,

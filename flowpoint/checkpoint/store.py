@@ -48,6 +48,13 @@ TASKOWNED_DIR = "taskowned"
 CHK_PATTERN = re.compile(r"^chk-(\d+)$")
 
 
+def commit_unit(runtime: str | None) -> str:
+    """What a checkpoint's ``epoch`` counts, as users read it: a segment (up to a barrier) on the
+    continuous runtime, else an epoch. ``runtime``: the ``"runtime"`` a checkpoint's or
+    savepoint's ``_metadata`` stats record (absent before they recorded it: an epoch)."""
+    return "segment" if runtime == "continuous" else "epoch"
+
+
 @dataclass(frozen=True)
 class CheckpointInfo:
     """One ``chk-<n>`` directory as ``flowpoint checkpoints`` lists it."""

@@ -197,11 +197,13 @@ def cancel_command(job_id: str, registry: JobRegistry | None = None) -> int:
 
 def format_description(d: dict[str, Any]) -> str:
     """The summary ``flowpoint inspect`` prints for ``describe(path)``."""
+    from flowpoint.checkpoint.store import commit_unit
+
     kind = str(d.get("kind") or "snapshot")
     lines = [f"{kind.capitalize()} {d.get('path')}"]
     job = f"{d.get('job_id')} ({d.get('job_name')!r})" if d.get("job_name") else str(d.get("job_id"))
     lines.append(f"  job              {job}")
-    lines.append(f"  checkpoint id    {d.get('checkpoint_id')} (epoch {d.get('epoch')}), completed {local_time(d.get('completed_time_ms'))}")
+    lines.append(f"  checkpoint id    {d.get('checkpoint_id')} ({commit_unit(d.get('runtime'))} {d.get('epoch')}), completed {local_time(d.get('completed_time_ms'))}")
     lines.append(f"  backend          {d.get('backend')}, max parallelism {d.get('max_parallelism')}")
     lines.append(f"  size             {human_size(d.get('bytes'))}")
     operators = d.get("operators") or []

@@ -29,7 +29,7 @@ from flowpoint.checkpoint.metadata import (
     SubtaskState,
 )
 from flowpoint.checkpoint.storage import CheckpointStorageAccess
-from flowpoint.checkpoint.store import CheckpointStore
+from flowpoint.checkpoint.store import CheckpointStore, commit_unit
 from flowpoint.errors import CheckpointError
 from flowpoint.state.backend import chain_entry, is_chain, shared_key, writes_native_files
 from flowpoint.state.keygroups import key_group_range_for_operator
@@ -159,6 +159,7 @@ class CheckpointCoordinator:
         self.job_id = job_id
         self.job_name = job_name
         self.declared: dict[str, dict[str, dict]] = {}  # the coordinator's declared_states (shared)
+        self.runtime = "epoch"  # the runtime the job runs on ("continuous": its cuts end segments), in each _metadata's stats
         if writes_native_files(settings.backend) and settings.storage != "filesystem":
             msg = (
                 "EmbeddedRocksDBStateBackend checkpoints are files: they need filesystem checkpoint storage "
@@ -363,6 +364,7 @@ class CheckpointCoordinator:
                 "incremental_size": cut.stats.incremental_size,
                 "tasks_acknowledged": cut.stats.tasks_acknowledged,
                 "records_read": cut.records_read,
+                "runtime": self.runtime,
                 **({"channel_state_size": sum(f.size for f in channel_files), "channel_state_items": in_flight} if channel_files else {}),
             },
             channel_state=channel_files,
@@ -415,7 +417,7 @@ class CheckpointCoordinator:
         self._last_end = time.monotonic()
         self._consecutive_failures = 0
         self.completed.append(cut.checkpoint_id)
-        log.info("completed checkpoint %d (epoch %d, %d bytes, %.0f ms)", cut.checkpoint_id, cut.epoch, cut.stats.state_size, cut.stats.duration_ms)
+        log.info("completed checkpoint %d (%s %d, %d bytes, %.0f ms)", cut.checkpoint_id, commit_unit(self.runtime), cut.epoch, cut.stats.state_size, cut.stats.duration_ms)
         if self.on_completed is not None:
             self.on_completed(cut.stats)
         return meta

@@ -290,7 +290,9 @@ class Coordinator:
                 )
                 self.checkpoints.declared = self._state.declared_states
                 self.checkpoints.on_completed = self._progress.checkpoint_completed
-            self._savepoints.start(self.settings.backend, self.checkpoints, first)
+            if self.checkpoints is not None:
+                self.checkpoints.runtime = self.runtime
+            self._savepoints.start(self.settings.backend, self.checkpoints, first, self.runtime)
             self._restarts.checkpoints = self.checkpoints
             self._loop = self._loop_for(restore, plans)
             self.status = JobStatus.RUNNING

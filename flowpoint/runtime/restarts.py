@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from flowpoint.checkpoint.signing import Keyring
+from flowpoint.checkpoint.store import commit_unit
 from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.history import JobHistory
 from flowpoint.runtime.restore import RestoredJob, plan_restore
@@ -173,7 +174,7 @@ class RestartManager:
         self.resumed_from = (meta.job_id, meta.checkpoint_id)  # recorded in the job registry
         self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
         self.predecessor = meta.job_id if meta.job_id != self.job_id else None
-        self.progress.say(f"restoring {meta.kind} {meta.checkpoint_id} (epoch {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
+        self.progress.say(f"restoring {meta.kind} {meta.checkpoint_id} ({commit_unit(meta.stats.get('runtime'))} {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
         self.history.restored(meta.checkpoint_id, meta.kind == "savepoint", job_dir_uri)
         for uid in restore.dropped_uids:
             log.warning("dropping state of uid %r: the job has no such stateful operator (--allow-non-restored-state)", uid)
@@ -223,7 +224,7 @@ class RestartManager:
             self.checkpoints.abort_pending("job failover")
             latest = self.checkpoints.latest()
         if latest is not None:
-            origin = f"checkpoint {latest.checkpoint_id} (epoch {latest.epoch})"
+            origin = f"checkpoint {latest.checkpoint_id} ({self.progress.unit} {latest.epoch})"
         elif self._restore_point is not None:
             origin = f"the {self._restore_point[0].kind} the job was started from ({self._restore_point[1]})"
         else:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.signing import Keyring
+from flowpoint.checkpoint.store import commit_unit
 from flowpoint.errors import CheckpointError
 from flowpoint.runtime.checkpointing import CheckpointStats, apply_declared, now_ms
 from flowpoint.state.keygroups import key_group_range_for_operator
@@ -58,15 +59,17 @@ class SavepointService:
         self.progress = progress
         self.keyring = Keyring.from_config(config)  # signs each savepoint's _metadata (checkpoint/signing.py)
         self.backend = ""
+        self.runtime = "epoch"  # the runtime the job runs on, recorded in each savepoint's stats
         self.checkpoints: CheckpointCoordinator | None = None
         self._requests: list[SavepointRequest] = []
         self._lock = threading.Lock()
         self._next_id = 1
         self.history: list[CheckpointStats] = []  # the savepoints taken (and failed), as checkpoints' stats
 
-    def start(self, backend: str, checkpoints: CheckpointCoordinator | None, first_id: int) -> None:
-        """The job runs: ids continue after ``first_id - 1`` (or the checkpoint coordinator's)."""
+    def start(self, backend: str, checkpoints: CheckpointCoordinator | None, first_id: int, runtime: str = "epoch") -> None:
+        """The job runs (on ``runtime``): ids continue after ``first_id - 1`` (or the checkpoint coordinator's)."""
         self.backend = backend
+        self.runtime = runtime
         self.checkpoints = checkpoints
         self._next_id = first_id
 
@@ -191,7 +194,7 @@ class SavepointService:
                 backend=self.backend, operators=operators,
                 max_parallelism=max((s.max_parallelism for s in self.graph.stages), default=128), trigger_time_ms=trigger_ms,
                 sources=sources, sinks=self.state.sink_states(), watermarks=self.state.event_time(),
-                stats={"records_read": self.state.records_read, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)},
+                stats={"records_read": self.state.records_read, "duration_ms": round((time.perf_counter() - t0) * 1000, 3), "runtime": self.runtime},
                 keyring=self.keyring,
             )
         except BaseException as e:
@@ -199,7 +202,7 @@ class SavepointService:
             discard_incomplete(access)
             raise
         _completed(stats, operators, path, t0)
-        self.progress.say(f"savepoint {cid} (epoch {epoch}) of job {self.job_id} written to {path}")
+        self.progress.say(f"savepoint {cid} ({commit_unit(self.runtime)} {epoch}) of job {self.job_id} written to {path}")
         return path
 
 

@@ -155,7 +155,8 @@ class PartitionBackend:
         raise NotImplementedError
 
     def release(self, ts: TaskState) -> None:
-        pass
+        """The task that acquired ``ts`` ended (whatever way)."""
+        ts.leave()
 
     def commit_in_place(self, ts: TaskState, version: int) -> None:
         """The continuous runtime's barrier: the changes since the last barrier become the
@@ -282,6 +283,7 @@ class HashMapPartitionBackend(PartitionBackend):
                 ts.version = f.epoch
         ts.version = chain.version  # epochs without deltas changed no state here
         ts.chain = chain
+        ts.enter()
         return ts, fresh
 
     def end_epoch(self, ts: TaskState, s: TaskSlice, epoch: int, token: str) -> TaskStateAck:
@@ -491,7 +493,15 @@ class RocksDBPartitionBackend(PartitionBackend):
         if ts is None:
             ts = TaskState(self, directory, self.max_parallelism)
             self.cache.put(run, stage_id, partition, ts)
-        elif ts.pending is not None and not chain.is_committed(*ts.pending):
+        ts.enter()  # held from here: the cache does not close it under this task
+        try:
+            return self._acquire(ts, fresh, directory, stage_id, partition, chain, uids)
+        except BaseException:
+            self.release(ts)  # the DBs it opened close (their locks too): the caller gets no state to release
+            raise
+
+    def _acquire(self, ts: TaskState, fresh: bool, directory: str, stage_id: int, partition: int, chain: CommittedChain, uids: list[str]) -> tuple[TaskState, bool]:
+        if ts.pending is not None and not chain.is_committed(*ts.pending):
             ts.operators = None  # the functions may hold the failed attempt's fields
         elif ts.pending is not None:
             ts.version = ts.pending[0]
@@ -636,8 +646,11 @@ class RocksDBPartitionBackend(PartitionBackend):
         ts.version = version
 
     def release(self, ts: TaskState) -> None:
-        for b in ts.backends.values():
-            b.close()  # releases the DBs' locks for the partition's next task, in any process
+        try:
+            for b in ts.backends.values():
+                b.close()  # releases the DBs' locks for the partition's next task, in any process
+        finally:
+            ts.leave()
 
     def snapshot(self, ts: TaskState, uids: list[str], partition: int, target: CheckpointTarget, shared: dict[str, str]) -> Callable[[], list[OperatorPart]]:
         frozen = []

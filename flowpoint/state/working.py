@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -38,6 +39,8 @@ from flowpoint.worker_resources import worker
 
 if TYPE_CHECKING:
     from flowpoint.tasks.protocol import TaskStateAck
+
+log = logging.getLogger("flowpoint")
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,43 @@ class TaskState:
         # HashMap incremental checkpoints: the keys changed since this copy was loaded (None:
         # checkpoints are full snapshots, nothing is tracked)
         self.changes: ChangeTracker | None = None
+        self._users = 0  # tasks that acquired it and have not released it yet
+        self._use_lock = threading.Lock()
+
+    # -- who holds it: the worker's cache closes it when it drops it, unless a task holds it -----
+
+    def enter(self) -> None:
+        """A task acquired it (PartitionBackend.acquire): it is not closed under that task."""
+        with self._use_lock:
+            self._users += 1
+
+    def leave(self) -> None:
+        """The task released it (PartitionBackend.release)."""
+        with self._use_lock:
+            self._users = max(0, self._users - 1)
+
+    @property
+    def in_use(self) -> bool:
+        with self._use_lock:
+            return self._users > 0
+
+    def close_if_unused(self) -> bool:
+        """Dropped from the worker's :class:`TaskStateCache` (evicted, or its job's entries
+        dropped): close what its backends hold open (a RocksDB backend: its DB, with the file
+        handles, memtables and LOCK it holds), unless a task holds it, whose release closes them
+        (RocksDBPartitionBackend.release). A task that acquires it meanwhile waits for the close
+        and opens the DBs again. True when it was closed."""
+        with self._use_lock:
+            if self._users:
+                return False
+            for b in list(self.backends.values()):
+                close = getattr(b, "close", None)
+                if close is not None:
+                    try:
+                        close()
+                    except Exception:  # noqa: BLE001 - the state is no longer used here: best effort
+                        log.warning("could not close the state of operator %r in %s", getattr(b, "uid", None), self.directory, exc_info=True)
+            return True
 
     def backend(self, uid: str, name: str) -> Any:
         b = self.backends.get(uid)
@@ -218,6 +258,8 @@ class ChangeTracker:
 
 class TaskStateCache:
     """(job id, stage id, partition) -> :class:`TaskState`, LRU over at most ``MAX_JOBS`` jobs.
+    What it drops (a job evicted, entries dropped or replaced) is closed unless a task holds it
+    (:meth:`TaskState.close_if_unused`): RocksDB DBs do not stay open in a worker that forgot them.
 
     One per Python worker (:func:`task_states`), shared by the subtasks a continuous slot runs as
     threads: every method holds the lock, so two subtasks acquiring their partitions of a new job
@@ -231,20 +273,31 @@ class TaskStateCache:
         self._by_job: OrderedDict[str, dict[tuple[int, int], TaskState]] = OrderedDict()
 
     def get(self, job_id: str, stage_id: int, partition: int) -> TaskState | None:
+        dropped: list = []
         with self._lock:
-            return self._entries(job_id).get((stage_id, partition))
+            ts = self._entries(job_id, dropped).get((stage_id, partition))
+        _close_dropped(dropped)
+        return ts
 
     def put(self, job_id: str, stage_id: int, partition: int, ts: TaskState) -> None:
+        dropped: list = []
         with self._lock:
-            self._entries(job_id)[(stage_id, partition)] = ts
+            entries = self._entries(job_id, dropped)
+            old = entries.get((stage_id, partition))
+            if old is not None and old is not ts:
+                dropped.append(old)
+            entries[(stage_id, partition)] = ts
+        _close_dropped(dropped)
 
-    def _entries(self, job_id: str) -> dict[tuple[int, int], TaskState]:
+    def _entries(self, job_id: str, dropped: list) -> dict[tuple[int, int], TaskState]:
+        """Under the lock: the job's entries (a new job's evict the least recently used job's,
+        which go to ``dropped``, to be closed outside the lock)."""
         jobs = self._by_job
         entries = jobs.get(job_id)
         if entries is None:
             entries = jobs[job_id] = {}
             while len(jobs) > self.MAX_JOBS:
-                jobs.popitem(last=False)
+                dropped.extend(jobs.popitem(last=False)[1].values())
         else:
             jobs.move_to_end(job_id)
         return entries
@@ -254,18 +307,33 @@ class TaskStateCache:
             return list(self._by_job)
 
     def drop(self, job_id: str, stage_id: int | None = None, partition: int | None = None) -> None:
+        """Forget a job's entries (or one partition's) and close them (:meth:`TaskState.close_if_unused`)."""
+        dropped: list = []
         with self._lock:
             if stage_id is None:
                 for key in [k for k in self._by_job if k == job_id or k.startswith(job_id + "/")]:
-                    self._by_job.pop(key, None)
-                return
-            entries = self._by_job.get(job_id)
-            if entries:
-                entries.pop((stage_id, partition), None)  # type: ignore[arg-type]
+                    dropped.extend(self._by_job.pop(key, {}).values())
+            else:
+                entries = self._by_job.get(job_id)
+                if entries:
+                    ts = entries.pop((stage_id, partition), None)  # type: ignore[arg-type]
+                    if ts is not None:
+                        dropped.append(ts)
+        _close_dropped(dropped)
 
     def clear(self) -> None:
         with self._lock:
+            dropped = [ts for entries in self._by_job.values() for ts in entries.values()]
             self._by_job.clear()
+        _close_dropped(dropped)
+
+
+def _close_dropped(dropped: list) -> None:
+    """Close the task states a :class:`TaskStateCache` dropped (outside its lock)."""
+    for ts in dropped:
+        close = getattr(ts, "close_if_unused", None)
+        if close is not None:
+            close()
 
 
 def task_states() -> TaskStateCache:
