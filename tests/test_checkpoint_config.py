@@ -157,21 +157,29 @@ def test_max_concurrent_checkpoints_is_refused_outside_its_range_with_the_reason
         new_env({"execution.checkpointing.max-concurrent-checkpoints": 0})
 
 
-def test_unaligned_checkpoints_are_accepted_with_one_warning(caplog):
+def test_unaligned_checkpoints_and_the_alignment_timeout_reach_the_settings():
+    from flowpoint import Duration
+
     env = new_env()
     env.enable_checkpointing(1000)
-    with caplog.at_level(logging.WARNING, logger="flowpoint"):
-        env.get_checkpoint_config().enable_unaligned_checkpoints()
-        resolve_checkpoint_settings(env)
-    warnings = [r for r in caplog.records if "unaligned" in r.getMessage()]
-    assert len(warnings) == 1 and "do not apply" in warnings[0].getMessage()
-    assert env.get_checkpoint_config().is_unaligned_checkpoints_enabled()
-    env.get_checkpoint_config().disable_unaligned_checkpoints()
-    assert not env.get_checkpoint_config().is_unaligned_checkpoints_enabled()
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="flowpoint"):
-        resolve_checkpoint_settings(new_env({"execution.checkpointing.interval": 1000, "execution.checkpointing.unaligned.enabled": "true"}))
-    assert any("do not apply" in r.getMessage() for r in caplog.records)
+    config = env.get_checkpoint_config()
+    assert not resolve_checkpoint_settings(env).unaligned
+    config.enable_unaligned_checkpoints()
+    config.set_alignment_timeout(Duration.of_seconds(2))
+    settings = resolve_checkpoint_settings(env)
+    assert settings.unaligned and settings.aligned_timeout_ms == 2000
+    assert config.is_unaligned_checkpoints_enabled() and config.get_alignment_timeout().milliseconds == 2000
+    config.disable_unaligned_checkpoints()
+    assert not config.is_unaligned_checkpoints_enabled() and not resolve_checkpoint_settings(env).unaligned
+    # Flink's key names, from a config dict as from flowpoint.yaml or -D
+    env = new_env({
+        "execution.checkpointing.interval": 1000, "execution.checkpointing.unaligned.enabled": "true",
+        "execution.checkpointing.aligned-checkpoint-timeout": "30 s",
+    })
+    settings = resolve_checkpoint_settings(env)
+    assert settings.unaligned and settings.aligned_timeout_ms == 30_000
+    with pytest.raises(ConfigurationError, match="aligned-checkpoint-timeout"):
+        config.set_alignment_timeout(-1)
 
 
 def test_bad_setter_values_name_the_setter_key_and_allowed_values():

@@ -19,6 +19,7 @@ import pytest
 
 from flowpoint import (
     DataGeneratorSource,
+    Duration,
     ExternalizedCheckpointCleanup,
     KeyedProcessFunction,
     RestartStrategies,
@@ -68,7 +69,7 @@ class Count(KeyedProcessFunction):
         yield value[0], value[1], n
 
 
-def job(make_env, tmp_path, *, unaligned: bool, count: int, rate: int, slow_ms: float, parallelism: int = 2, **slow):
+def job(make_env, tmp_path, *, unaligned: bool, count: int, rate: int, slow_ms: float, parallelism: int = 2, timeout_ms: int = 0, **slow):
     env = make_env(
         parallelism, execution_runtime="continuous", execution_progress_interval=0, state_checkpoints_dir=f"file://{tmp_path}/ck",
     )
@@ -80,6 +81,7 @@ def job(make_env, tmp_path, *, unaligned: bool, count: int, rate: int, slow_ms: 
     config.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
     if unaligned:
         config.enable_unaligned_checkpoints()
+        config.set_alignment_timeout(Duration.of_millis(timeout_ms))
     sink = CollectSink()
     (
         env.from_source(DataGeneratorSource(record, count=count, rate_limit_per_second=rate), source_name="gen").uid("gen")
@@ -123,6 +125,24 @@ def test_unaligned_checkpoints_complete_under_backpressure_where_aligned_ones_wa
     # and more); unaligned ones complete in a fraction of that
     assert u_ms * 3 < a_ms, (u_ms, a_ms, len(unaligned), len(aligned))
     assert u_ms < 1_000, u_ms
+
+
+def test_an_alignment_timeout_turns_checkpoints_unaligned_only_once_their_barriers_wait_that_long(make_env, tmp_path):
+    # 150 ms: every checkpoint under this backpressure times out, goes unaligned and completes
+    env, sink = job(make_env, tmp_path / "short", unaligned=True, count=3_000, rate=2_000, slow_ms=4, timeout_ms=150)
+    result = env.execute("alignment timeout 150 ms")
+    assert Counter(v[1] for v in sink.results) == Counter(range(3_000))
+    assert dict(result.get_keyed_state("count", "count")) == dict(Counter(f"k{i % KEYS}" for i in range(3_000)))
+    short = during_input(result.get_checkpoint_stats())
+    assert short and any(s.channel_state_size > 0 for s in short)
+    # the timeout, then the item being processed when the barrier came ahead (a batch of
+    # records at 4 ms each), then the upload
+    assert statistics.median(s.end_to_end_ms for s in short) < 2_000, [s.end_to_end_ms for s in short]
+    # 60 s: no checkpoint waits that long; they stay aligned and store nothing in flight
+    env, sink = job(make_env, tmp_path / "long", unaligned=True, count=3_000, rate=2_000, slow_ms=4, timeout_ms=60_000)
+    result = env.execute("alignment timeout 60 s")
+    assert Counter(v[1] for v in sink.results) == Counter(range(3_000))
+    assert all(s.channel_state_size == 0 for s in completed(result.get_checkpoint_stats()))
 
 
 def test_a_failure_restores_the_in_flight_records_and_the_output_is_exact(make_env, tmp_path):
@@ -202,3 +222,15 @@ def test_unaligned_with_concurrent_checkpoints_is_refused_naming_both_settings(m
     env.from_collection([1, 2, 3]).sink_to(CollectSink())
     with pytest.raises(FlowpointError, match="max-concurrent-checkpoints"):
         env.execute("refused")
+
+
+def test_an_epoch_job_says_unaligned_checkpoints_do_not_apply_to_it(make_env, caplog):
+    env = make_env(2, execution_runtime="epoch")
+    env.enable_checkpointing(300)
+    env.get_checkpoint_config().enable_unaligned_checkpoints()
+    sink = CollectSink()
+    env.from_collection(list(range(10))).map(lambda x: x + 1).sink_to(sink)
+    with caplog.at_level("WARNING", logger="flowpoint"):
+        env.execute("epochs")
+    assert sorted(sink.results) == list(range(1, 11))
+    assert any("do not apply to the epoch runtime" in r.getMessage() for r in caplog.records)

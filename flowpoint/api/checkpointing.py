@@ -178,6 +178,21 @@ class CheckpointConfig:
         self._set("enable_unaligned_checkpoints", "execution.checkpointing.unaligned", enabled)
         return self
 
+    def set_alignment_timeout(self, alignment_timeout: Any) -> CheckpointConfig:
+        """Unaligned checkpoints start aligned, and switch to unaligned once their barrier is
+        older than this (a ``Duration`` or ms; 0, the default: always unaligned)."""
+        ms = getattr(alignment_timeout, "milliseconds", alignment_timeout)
+        return self._set("set_alignment_timeout", "execution.checkpointing.aligned-checkpoint-timeout", ms)
+
+    set_aligned_checkpoint_timeout = set_alignment_timeout
+
+    def get_alignment_timeout(self) -> Any:
+        from flowpoint.api.time import Duration
+
+        return Duration.of_millis(self._config.get("execution.checkpointing.aligned-checkpoint-timeout"))
+
+    get_aligned_checkpoint_timeout = get_alignment_timeout
+
     def disable_unaligned_checkpoints(self) -> CheckpointConfig:
         return self.enable_unaligned_checkpoints(False)
 
@@ -227,6 +242,7 @@ class CheckpointSettings:
     changelog_max_parts: int = 20  # hashmap: state.backend.hashmap.changelog.max-parts
     max_concurrent: int = 1  # continuous runtime: checkpoints in flight at once
     unaligned: bool = False  # execution.checkpointing.unaligned (the continuous runtime, EXACTLY_ONCE)
+    aligned_timeout_ms: int = 0  # execution.checkpointing.aligned-checkpoint-timeout: 0 starts unaligned
 
 
 def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSettings:
@@ -256,6 +272,7 @@ def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSe
         changelog_max_ratio=config.get("state.backend.hashmap.changelog.max-ratio"),
         changelog_max_parts=config.get("state.backend.hashmap.changelog.max-parts"),
         unaligned=bool(checkpoint_config.is_unaligned_checkpoints_enabled()),
+        aligned_timeout_ms=config.get("execution.checkpointing.aligned-checkpoint-timeout"),
     )
     if settings.enabled and settings.unaligned and settings.mode == "EXACTLY_ONCE" and settings.max_concurrent > 1:
         msg = (

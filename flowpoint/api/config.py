@@ -319,6 +319,7 @@ OPTIONS = {
         Option("execution.checkpointing.interval", None, int, "checkpoint every this often, at the first epoch boundary after it (so 1 ms: every epoch); unset: checkpointing off", _duration(1)),
         Option("execution.checkpointing.mode", "EXACTLY_ONCE", str, "EXACTLY_ONCE | AT_LEAST_ONCE; on epochs both give exactly-once state (every checkpoint is a cut at an epoch boundary); on the continuous runtime AT_LEAST_ONCE does not align barriers: no input waits for another, and records that passed a barrier early count again after a restore", _choice(_names("EXACTLY_ONCE", "AT_LEAST_ONCE"))),
         Option("execution.checkpointing.timeout", 600_000, int, "a checkpoint not complete after this long is declined", _duration(10)),
+        Option("execution.checkpointing.aligned-checkpoint-timeout", 0, int, "unaligned checkpoints: 0 starts every checkpoint unaligned; longer starts it aligned and switches it to unaligned once its barrier is older than this", _duration(0)),
         Option("execution.checkpointing.min-pause", 0, int, "least time between the end of one checkpoint and the start of the next", _duration(0)),
         Option("execution.checkpointing.max-concurrent-checkpoints", 1, int, "checkpoints in progress at once on the continuous runtime (their barriers flow one after another); the epoch runtime takes them one at a time, at epoch boundaries", _int(1, 64)),
         Option("execution.checkpointing.tolerable-failed-checkpoints", 0, int, "consecutive failed checkpoints tolerated before the job fails over", _int(0)),

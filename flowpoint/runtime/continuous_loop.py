@@ -262,7 +262,11 @@ class ContinuousLoop(CommittedLoop):
                                 shared[(node.uid, p)] = files
         # unaligned: a checkpoint's barrier overtakes in-flight frames; the final one is aligned
         # (everything drains before a bounded job ends anyway)
-        barrier = Barrier(self.segment, target, shared, final, unaligned=self.unaligned and target is not None and not final)
+        overtakes = self.unaligned and target is not None and not final
+        timeout = int(self.settings.aligned_timeout_ms) if overtakes else 0
+        # aligned-checkpoint-timeout > 0: the barrier starts aligned and turns unaligned wherever
+        # it is still queued or aligning that long after its trigger
+        barrier = Barrier(self.segment, target, shared, final, unaligned=overtakes and not timeout, timeout_at=now_ms() + timeout if timeout else 0)
         self.inflight[self.segment] = _InFlight(barrier, self.sources.planned(), trigger_ms=now_ms())
         self.control.broadcast(("barrier", barrier))
         if final:

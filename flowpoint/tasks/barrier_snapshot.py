@@ -24,18 +24,26 @@ class Barrier:
     ends a segment (sinks commit; no state is written); ``final`` is the last one; a barrier
     with a ``savepoint`` directory (its URI) has every keyed subtask write its canonical part there."""
 
-    __slots__ = ("final", "n", "savepoint", "shared", "target", "unaligned")
+    __slots__ = ("final", "n", "savepoint", "shared", "target", "timeout_at", "unaligned")
 
-    def __init__(self, n: int, target: Any, shared: dict, final: bool, savepoint: str | None = None, unaligned: bool = False) -> None:
+    def __init__(
+        self, n: int, target: Any, shared: dict, final: bool, savepoint: str | None = None, unaligned: bool = False, timeout_at: int = 0,
+    ) -> None:
         self.n = n
         self.target = target
         self.shared = shared  # (uid, partition) -> the shared files of the last completed checkpoint
         self.final = final
         self.savepoint = savepoint
         self.unaligned = unaligned  # overtakes in-flight frames; they become channel state
+        # aligned-checkpoint-timeout: from this wall-clock time (epoch ms) on, an aligned barrier
+        # still queued or aligning turns unaligned (0: never)
+        self.timeout_at = timeout_at
+
+    def as_unaligned(self) -> Barrier:
+        return Barrier(self.n, self.target, self.shared, self.final, self.savepoint, True, self.timeout_at)
 
     def __reduce__(self) -> Any:
-        return Barrier, (self.n, self.target, self.shared, self.final, self.savepoint, self.unaligned)
+        return Barrier, (self.n, self.target, self.shared, self.final, self.savepoint, self.unaligned, self.timeout_at)
 
 
 @dataclass
@@ -62,13 +70,22 @@ class BarrierSnapshot:
             self._broadcast(("barrier", barrier))
         finally:
             self._in_barrier = False
-        if write is None:
+        # aligned-checkpoint-timeout: the frames the barrier overtook once it timed out in this
+        # subtask's queues are the checkpoint's channel state
+        promoted, self.promoted = self.promoted, []
+        if write is None and not promoted:
             self.report(("ack", ack))
             return
+        writer = f"{self.plan.head_uid}:{self.partition}"
+        name = f"{self.plan.stage_id}-{self.partition}"
+        options = self.spec.location.options
 
         def upload() -> None:
             try:
-                ack.snapshot = write()
+                if write is not None:
+                    ack.snapshot = write()
+                if promoted:
+                    ack.channel_state = write_channel_state(promoted, barrier.target, options, writer, name)
             except Exception as e:  # noqa: BLE001 - the subtask declines the checkpoint; the job goes on
                 ack.snapshot_error = f"{type(e).__name__}: {e}"
             self.report(("ack", ack))
@@ -133,12 +150,44 @@ class BarrierSnapshot:
         for (edge_id, dest), items in outputs.items():
             stage_uid, parallelism = self.receivers[edge_id]
             entries.append((stage_uid, parallelism, dest, items))
+        ahead = barrier.as_unaligned()
         for edge_id, w in self.rt.writers:
             for dest in range(w.edge.parallelism):
-                self.output(edge_id, dest).send_priority(("barrier", barrier))
+                self.output(edge_id, dest).send_priority(("barrier", ahead))
         self.pending_uc = _Unaligned(barrier, ack, write, entries, {})
         if self.gate is not None:
             self.gate.record()
+
+    def _switch_to_unaligned(self, live: set) -> None:
+        """aligned-checkpoint-timeout: the barrier being aligned is older than the timeout (or
+        an upstream subtask sent it ahead): snapshot now. The channels that delivered it had
+        nothing in flight before it; the others record until theirs arrives."""
+        barrier, arrived = self.aligning, set(self.arrived)
+        self.aligning, self.arrived = None, set()
+        self.gate.arrived_already(arrived)
+        self.gate.unblock_all()
+        self._unaligned_snapshot(barrier)
+        for c in arrived:
+            self._unaligned_input(c, [], live)
+
+    def _promote_overdue(self) -> bool:
+        """aligned-checkpoint-timeout: an aligned barrier that waited in this subtask's queues
+        past its time is sent ahead of the frames in front of it, which become the checkpoint's
+        channel state (:meth:`_barrier` writes them); True when one was."""
+        now = now_ms()
+        promoted = False
+        for key, q in self.outq.items():
+            for i, frame in enumerate(q):
+                if frame[0] == "barrier" and not frame[1].unaligned and frame[1].timeout_at and now >= frame[1].timeout_at:
+                    barrier = frame[1]
+                    ahead = [q[j] for j in range(i)]
+                    del q[i]
+                    stage_uid, parallelism = self.receivers[key[0]]
+                    self.promoted.append((stage_uid, parallelism, key[1], data_items(ahead)))
+                    self.output(*key).send_priority(("barrier", barrier.as_unaligned()))
+                    promoted = True
+                    break
+        return promoted
 
     def _unaligned_input(self, channel: Any, items: list, live: set) -> None:
         """Channel ``channel`` delivered barrier ``n`` (or ended): its in-flight items are known."""

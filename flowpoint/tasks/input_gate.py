@@ -47,6 +47,7 @@ class InputGate:
         self.priority_barriers: deque = deque()
         self.recording: dict[Any, list] = {}
         self.barrier_arrived: set = set()  # channels whose barrier of the current checkpoint arrived
+        self.recorded_done: dict[Any, list] = {}  # channels whose aligned barrier ended their recording
         self.on_taken: Any = None  # (channel) -> None: a frame left the channel's queue (a credit back)
 
     def put(self, channel: Any, frame: Any) -> int:
@@ -75,9 +76,7 @@ class InputGate:
             if len(q) >= self.capacity:
                 return False
             q.append(frame)
-            rec = self.recording.get(channel)
-            if rec is not None:
-                rec.append(frame)
+            self._recorded(channel, frame)
             self.cond.notify_all()
         return True
 
@@ -87,10 +86,19 @@ class InputGate:
             if self.closed:
                 raise GateClosed
             self.queues[channel].append(frame)
-            rec = self.recording.get(channel)
-            if rec is not None:
-                rec.append(frame)
+            self._recorded(channel, frame)
             self.cond.notify_all()
+
+    def _recorded(self, channel: Any, frame: Any) -> None:
+        """A recording channel records ``frame``; its aligned barrier (after a switch to
+        unaligned) ends what it records."""
+        rec = self.recording.get(channel)
+        if rec is None:
+            return
+        if frame[0] == "barrier":
+            self.recorded_done[channel] = self.recording.pop(channel)
+        else:
+            rec.append(frame)
 
     def priority(self, channel: Any, barrier: Any) -> None:
         """An unaligned barrier: it overtakes the frames queued on ``channel``. Those frames (or,
@@ -111,7 +119,12 @@ class InputGate:
         with self.cond:
             for c, q in self.queues.items():
                 if c not in self.barrier_arrived:
-                    self.recording[c] = list(q)
+                    frames = list(q)
+                    cut = next((i for i, f in enumerate(frames) if f[0] == "barrier"), None)
+                    if cut is None:
+                        self.recording[c] = frames
+                    else:  # its aligned barrier is queued already: what is before it was in flight
+                        self.recorded_done[c] = frames[:cut]
 
     def prepend_recorded(self, channel: Any, frame: Any) -> None:
         """The rest of a frame taken off ``channel`` before the snapshot but processed after it:
@@ -126,6 +139,17 @@ class InputGate:
                     overtaken.insert(0, frame)
                     return
 
+    def arrived_already(self, channels: set) -> None:
+        """Channels that delivered the barrier in line (before a switch to unaligned)."""
+        with self.cond:
+            self.barrier_arrived |= channels
+
+    def take_recorded(self, channel: Any) -> list:
+        """What ``channel`` recorded up to its aligned barrier."""
+        with self.cond:
+            done = self.recorded_done.pop(channel, None)
+            return done if done is not None else self.recording.pop(channel, [])
+
     def stop_recording(self, channel: Any) -> list:
         """A channel ended without its barrier: what it recorded."""
         with self.cond:
@@ -135,6 +159,7 @@ class InputGate:
         with self.cond:
             self.barrier_arrived.clear()
             self.recording.clear()
+            self.recorded_done.clear()
 
     def has_priority(self) -> bool:
         return bool(self.priority_barriers)

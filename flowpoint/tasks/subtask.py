@@ -99,6 +99,7 @@ class Subtask(SourceReading, BarrierSnapshot):
         self.live: set = set()
         self._in_barrier = False
         self._feeding: list | None = None  # [channel, items, items done] of the frame being fed
+        self.promoted: list = []  # channel state entries of barriers sent ahead after their timeout
         self.inputs = None
         self.live_sinks = {nid for nid, op in plan.ops.items() if op.kind == "sink" and getattr(op.sink, "continuous_live", False)}
         self.done = False
@@ -179,6 +180,8 @@ class Subtask(SourceReading, BarrierSnapshot):
             item = gate.get(self._wait())
             self.idle_ns += time.perf_counter_ns() - t0
             self._tick()
+            if self.aligning is not None and self.aligning.timeout_at and now_ms() >= self.aligning.timeout_at:
+                self._switch_to_unaligned(live)
             if item is None:
                 continue
             channel, frame = item
@@ -217,6 +220,11 @@ class Subtask(SourceReading, BarrierSnapshot):
             self.unaligned.setdefault(barrier.n, (barrier, set()))[1].add(channel)
             self._complete_unaligned(live)
             return
+        if self.pending_uc is not None and self.pending_uc.barrier.n == barrier.n:
+            # the checkpoint went unaligned here (aligned-checkpoint-timeout): this channel
+            # recorded its in-flight frames up to this barrier
+            self._unaligned_input(channel, data_items(self.gate.take_recorded(channel)), live)
+            return
         if self.aligning is None:
             self.aligning = barrier
             self.arrived = set()
@@ -251,6 +259,8 @@ class Subtask(SourceReading, BarrierSnapshot):
         """An unaligned barrier overtook ``overtaken`` on ``channel``: the first of checkpoint
         ``n`` snapshots at once; each records its channel's in-flight items. The items of the
         frame being processed that come after the cut are in flight on their channel too."""
+        if self.pending_uc is None and self.aligning is not None and self.aligning.n == barrier.n:
+            self._switch_to_unaligned(live)  # an upstream subtask's barrier timed out: it came ahead
         if self.pending_uc is None:
             self._unaligned_snapshot(barrier)
             if self._feeding is not None:
@@ -418,6 +428,8 @@ class Subtask(SourceReading, BarrierSnapshot):
                         continue
                 elif self.gate is None and self._barrier_queued():
                     return
+            if self._promote_overdue():
+                continue
             t0 = time.perf_counter_ns()
             waiting.wait(0.005)
             self.blocked_ns += time.perf_counter_ns() - t0

@@ -137,8 +137,8 @@ def checkpoint_config(client: Any) -> dict | None:
             "delete_on_cancellation": s.retention == "DELETE_ON_CANCELLATION",
         },
         "state_backend": BACKENDS.get(s.backend, s.backend), "checkpoint_storage": STORAGES.get(s.storage, s.storage),
-        "unaligned_checkpoints": False, "tolerable_failed_checkpoints": s.tolerable_failures,
-        "aligned_checkpoint_timeout": 0, "checkpoints_after_tasks_finish": True, "state_changelog_enabled": False,
+        "unaligned_checkpoints": bool(getattr(s, "unaligned", False)), "tolerable_failed_checkpoints": s.tolerable_failures,
+        "aligned_checkpoint_timeout": int(getattr(s, "aligned_timeout_ms", 0)), "checkpoints_after_tasks_finish": True, "state_changelog_enabled": False,
         "changelog_periodic_materialization_interval": 0, "changelog_storage": "",
         "flowpoint": {
             "enabled": s.enabled, "runtime": client.get_runtime(), "checkpoints-dir": s.checkpoints_dir,
