@@ -1,0 +1,152 @@
+"""Channel state of unaligned checkpoints, without Spark: what a restored subtask replays
+(tasks/channel_state.py), the gate's recording, and a damaged file refused by name."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from collections import Counter
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from flowpoint.errors import CorruptStateError
+from flowpoint.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
+from flowpoint.tasks.batches import KeyedBatch, decode, encode
+from flowpoint.tasks.channel_state import (
+    RestoredChannelFile,
+    read_channel_state,
+    write_channel_state,
+)
+from flowpoint.tasks.input_gate import InputGate
+from flowpoint.tasks.protocol import CheckpointTarget
+
+MAXP = 128
+
+
+def plan(parallelism: int, partitioning: str = "keyed", uid: str = "count"):
+    edge = SimpleNamespace(partitioning=partitioning, max_parallelism=MAXP)
+    return SimpleNamespace(head_uid=uid, parallelism=parallelism, input_edges=[edge])
+
+
+def owner(key, parallelism):
+    return compute_operator_index_for_key_group(MAXP, parallelism, assign_to_key_group(key, MAXP))
+
+
+def write(tmp_path, entries, cid=3):
+    target = CheckpointTarget(cid, f"file://{tmp_path}")
+    part = write_channel_state(entries, target, {}, "gen:0", "0-0")
+    h = part.handle
+    return RestoredChannelFile(f"file://{tmp_path}/{h.path}", h.size, h.sha256), part
+
+
+def records(items):
+    out = []
+    for _, _, blob in items:
+        data, _ = decode(blob)
+        if isinstance(data, KeyedBatch):
+            out.extend(r["k"] for r in data.batch.to_pylist())
+        else:
+            out.extend(k for k, _ in data)
+    return out
+
+
+KEYS = ["a", "b", 1, 1.0, True, ("x", 2), "ü", float("nan")]
+
+
+def keyed_items(old_p: int):
+    """What each of ``old_p`` receivers had in flight: pairs for every key it owned, plus a
+    columnar batch, plus a watermark (never replayed)."""
+    entries = []
+    for dest in range(old_p):
+        mine = [k for k in KEYS if owner(k, old_p) == dest]
+        pairs = [(k, i) for i, k in enumerate(mine)]
+        batch = pa.RecordBatch.from_pylist([{"k": s, "v": 1} for s in ["p", "q", "r", "s", "t"] if owner(s, old_p) == dest])
+        items = [(0, ("gen", 0, 1, dest), encode(pairs, [5] * len(pairs))), (0, ("gen", 0, 2, dest), ("wm", ("t:gen:0", 99, False)))]
+        if batch.num_rows:
+            items.append((0, ("gen", 0, 3, dest), encode(KeyedBatch(batch, ("k",)))))
+        entries.append(("count", old_p, dest, items))
+    return entries
+
+
+@pytest.mark.parametrize(("old_p", "new_p"), [(2, 2), (2, 3), (3, 1), (1, 4)])
+def test_a_keyed_edge_replays_each_record_once_at_its_new_owner(tmp_path, old_p, new_p):
+    f, part = write(tmp_path, keyed_items(old_p))
+    assert part.stages == ("count",) and part.items > 0
+    seen: Counter = Counter()
+    for p in range(new_p):
+        got = read_channel_state(plan(new_p), p, (f,), {})
+        assert all(blob[0] != "wm" for _, _, blob in got)  # watermarks are not replayed
+        for k in records(got):
+            assert owner(k, new_p) == p, (k, p)
+            seen[repr(k)] += 1
+    expected = Counter(repr(k) for k in KEYS) + Counter(repr(s) for s in ["p", "q", "r", "s", "t"])
+    assert seen == expected  # every record once, NaN and 1 / 1.0 / True included
+
+
+@pytest.mark.parametrize("partitioning", ["rebalance", "forward"])
+def test_other_edges_move_old_partition_i_to_i_mod_the_new_parallelism(tmp_path, partitioning):
+    entries = [("count", 3, d, [(0, ("gen", d), encode([d * 10 + j for j in range(3)]))]) for d in range(3)]
+    f, _ = write(tmp_path, entries)
+    got = {p: [v for _, _, blob in read_channel_state(plan(2, partitioning), p, (f,), {}) for v in decode(blob)[0]] for p in range(2)}
+    assert sorted(got[0]) == [0, 1, 2, 20, 21, 22] and sorted(got[1]) == [10, 11, 12]
+
+
+def test_a_broadcast_edge_gives_every_new_receiver_one_copy(tmp_path):
+    entries = [("count", 2, d, [(0, ("gen", 0), encode(["x", "y"]))]) for d in range(2)]
+    f, _ = write(tmp_path, entries)
+    for p in range(3):
+        got = read_channel_state(plan(3, "broadcast"), p, (f,), {})
+        assert [decode(blob)[0] for _, _, blob in got] == [["x", "y"]]
+
+
+def test_entries_for_other_stages_are_left_to_them(tmp_path):
+    f, _ = write(tmp_path, [("other", 2, 0, [(0, ("g",), encode([("a", 1)]))])])
+    assert read_channel_state(plan(2), 0, (f,), {}) == []
+
+
+def test_nothing_in_flight_writes_no_file(tmp_path):
+    assert write_channel_state([("count", 2, 0, [])], CheckpointTarget(1, f"file://{tmp_path}"), {}, "gen:0", "0-0") is None
+    assert not list(tmp_path.rglob("*.pkl"))
+
+
+def test_a_damaged_or_replaced_file_is_refused_by_name_before_it_is_unpickled(tmp_path):
+    f, _ = write(tmp_path, keyed_items(2))
+    path = tmp_path / "chk-3" / "channel-0-0.pkl"
+    data = path.read_bytes()
+    for i in (0, len(data) // 2, len(data) - 1):
+        bad = bytearray(data)
+        bad[i] ^= 0xFF
+        path.write_bytes(bytes(bad))
+        with pytest.raises(CorruptStateError, match="channel-0-0.pkl"):
+            read_channel_state(plan(2), 0, (f,), {})
+    # a pickle that would run code, with the right size: its SHA-256 is not the recorded one
+    evil = pickle.dumps(SimpleNamespace)[: len(data)].ljust(len(data), b"\0")
+    path.write_bytes(evil)
+    with pytest.raises(CorruptStateError, match="channel-0-0.pkl"):
+        read_channel_state(plan(2), 0, (f,), {})
+    path.write_bytes(data)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == f.sha256
+    assert read_channel_state(plan(2), 0, (f,), {})
+
+
+def test_the_gate_records_what_reaches_a_channel_before_its_barrier():
+    gate = InputGate([("e", 0), ("e", 1)], capacity=4)
+    a, b = ("e", 0), ("e", 1)
+    assert gate.put_nowait(a, ("data", ["a1"])) and gate.put_nowait(b, ("data", ["b1"]))
+    gate.priority(a, "barrier 1")  # overtakes a1
+    channel, frame = gate.get(0.1)
+    assert channel == a and frame == ("priority", "barrier 1", [("data", ["a1"])])
+    gate.record()  # the subtask snapshotted: b records from here on
+    assert gate.put_nowait(b, ("data", ["b2"]))
+    gate.prepend_recorded(b, ("data", ["b0"]))  # the rest of a frame taken before the snapshot
+    gate.priority(b, "barrier 1")
+    assert gate.get(0.1) == (b, ("priority", "barrier 1", [("data", ["b0"]), ("data", ["b1"]), ("data", ["b2"])]))
+    gate.checkpoint_done()
+    # the frames stay queued and are processed after the snapshot
+    assert [gate.get(0.1)[1] for _ in range(3)] == [("data", ["a1"]), ("data", ["b1"]), ("data", ["b2"])]
+    # credits: no frame beyond the capacity
+    for i in range(4):
+        assert gate.put_nowait(a, ("data", [i]))
+    assert not gate.put_nowait(a, ("data", ["over"]))
