@@ -4,8 +4,8 @@ One continuous job per mode, in this process (``local[2]``, parallelism 2, check
 ``--interval`` ms to a local ``file://`` directory): a rate-limited source of ``--rate``
 records/s, a keyed count, and a sink that takes ``--sink-ms`` ms per record, a tenth of the
 source's rate by default, so every channel in front of it is full (backpressure) for the whole
-run. The job runs about ``--seconds`` s (the source offers what the sink takes in that time, at
-its own rate: backpressure holds it back); the table shows the checkpoints completed while it ran
+run. The source is held back by backpressure for about ``--seconds`` s, then the queues drain;
+the table shows the checkpoints completed while it ran
 (the final checkpoint of a bounded job waits for the queues to drain in both modes, as Flink's
 does, and is left out): how many, their end-to-end duration (trigger to completion: p50 and
 max) and the records in flight each stored (unaligned only).
@@ -75,7 +75,10 @@ def run(spark, mode: str, args, root: str) -> dict:
         config.enable_unaligned_checkpoints()
     if mode == "timeout":
         config.set_alignment_timeout(Duration.of_millis(args.interval // 2))
-    count = int(2 * 1000 / args.sink_ms * args.seconds)  # what the sink takes in that time: the source is held back to it
+    # what the sink takes in that time, plus about what the channels hold in flight (up to
+    # buffers-per-channel frames of buffer-max-batches batches each): the source is held back
+    # by backpressure for about --seconds before its last records are queued
+    count = int(2 * 1000 / args.sink_ms * args.seconds) + args.in_flight
     (
         env.from_source(DataGeneratorSource(record, count=count, rate_limit_per_second=args.rate), source_name="gen").uid("gen")
         .key_by(lambda v: v[0]).process(Count()).uid("count")
@@ -100,6 +103,7 @@ def main() -> None:
     p.add_argument("--seconds", type=int, default=20)
     p.add_argument("--interval", type=int, default=1000)
     p.add_argument("--modes", default="aligned,unaligned,timeout")
+    p.add_argument("--in-flight", type=int, default=5000, help="records added for what the queues hold once the source has read everything")
     args = p.parse_args()
     from pyspark.sql import SparkSession
 

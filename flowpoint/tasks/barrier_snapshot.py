@@ -66,7 +66,8 @@ class BarrierSnapshot:
         ack, write = self._snapshot(barrier)
         self._in_barrier = True  # an aligned barrier (a savepoint, the final one) is not overtaken
         try:
-            self._flush()
+            # a barrier that may go ahead after its timeout is queued behind the frames at once
+            self._flush(drain=not barrier.timeout_at)
             self._broadcast(("barrier", barrier))
         finally:
             self._in_barrier = False

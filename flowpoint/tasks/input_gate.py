@@ -48,6 +48,7 @@ class InputGate:
         self.recording: dict[Any, list] = {}
         self.barrier_arrived: set = set()  # channels whose barrier of the current checkpoint arrived
         self.recorded_done: dict[Any, list] = {}  # channels whose aligned barrier ended their recording
+        self.queued_barriers: dict[Any, Any] = {}  # aligned barriers with a timeout, queued (not yet taken)
         self.on_taken: Any = None  # (channel) -> None: a frame left the channel's queue (a credit back)
 
     def put(self, channel: Any, frame: Any) -> int:
@@ -91,7 +92,9 @@ class InputGate:
 
     def _recorded(self, channel: Any, frame: Any) -> None:
         """A recording channel records ``frame``; its aligned barrier (after a switch to
-        unaligned) ends what it records."""
+        unaligned) ends what it records. A barrier that may time out is announced."""
+        if frame[0] == "barrier" and getattr(frame[1], "timeout_at", 0) and not frame[1].unaligned:
+            self.queued_barriers[channel] = frame[1]
         rec = self.recording.get(channel)
         if rec is None:
             return
@@ -160,9 +163,37 @@ class InputGate:
             self.barrier_arrived.clear()
             self.recording.clear()
             self.recorded_done.clear()
+            self.queued_barriers.clear()
 
     def has_priority(self) -> bool:
         return bool(self.priority_barriers)
+
+    def promote_overdue(self, now_ms: int) -> bool:
+        """aligned-checkpoint-timeout: an aligned barrier queued here past its time overtakes
+        the frames in front of it (they become its channel's in-flight data), as if its sender
+        had sent it ahead; True when one did."""
+        promoted = False
+        with self.cond:
+            if not self.queued_barriers:
+                return False
+            for channel, barrier in list(self.queued_barriers.items()):
+                if now_ms < barrier.timeout_at:
+                    continue
+                del self.queued_barriers[channel]
+                q = self.queues[channel]
+                frames = list(q)
+                at = next((i for i, f in enumerate(frames) if f[0] == "barrier" and f[1] is barrier), None)
+                if at is None:
+                    continue
+                del q[at]
+                rec = self.recording.pop(channel, None)
+                overtaken = rec if rec is not None else frames[:at]
+                self.barrier_arrived.add(channel)
+                self.priority_barriers.append((channel, barrier.as_unaligned(), overtaken))
+                promoted = True
+            if promoted:
+                self.cond.notify_all()
+        return promoted
 
     def take_priority(self) -> tuple | None:
         """The next unaligned barrier ``(channel, barrier, overtaken frames)``, if one arrived."""
@@ -192,6 +223,8 @@ class InputGate:
                     if q and c not in self.blocked:
                         self._next = (self._next + i + 1) % n
                         frame = q.popleft()
+                        if frame[0] == "barrier" and self.queued_barriers.get(c) is frame[1]:
+                            del self.queued_barriers[c]
                         if len(q) == self.capacity - 1:
                             self.cond.notify_all()  # a receiver may wait for this room
                         if self.on_taken is not None:

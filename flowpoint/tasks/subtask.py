@@ -100,6 +100,7 @@ class Subtask(SourceReading, BarrierSnapshot):
         self._in_barrier = False
         self._feeding: list | None = None  # [channel, items, items done] of the frame being fed
         self.promoted: list = []  # channel state entries of barriers sent ahead after their timeout
+        self.deferred_done: list = []  # a source's read-done reports held until the read's output is sent
         self.inputs = None
         self.live_sinks = {nid for nid, op in plan.ops.items() if op.kind == "sink" and getattr(op.sink, "continuous_live", False)}
         self.done = False
@@ -182,6 +183,10 @@ class Subtask(SourceReading, BarrierSnapshot):
             self._tick()
             if self.aligning is not None and self.aligning.timeout_at and now_ms() >= self.aligning.timeout_at:
                 self._switch_to_unaligned(live)
+            if gate.queued_barriers:
+                gate.promote_overdue(now_ms())
+            if self.output is not None and self._unsent():
+                self._drain()  # frames an aligned barrier overtook after its timeout
             if item is None:
                 continue
             channel, frame = item
@@ -243,7 +248,9 @@ class Subtask(SourceReading, BarrierSnapshot):
         self._feeding = feeding = [channel, items, 0]
         try:
             for i in range(len(items)):
-                if i and self.pending_uc is None and self.gate.has_priority():
+                if i and self.gate.queued_barriers:
+                    self.gate.promote_overdue(now_ms())
+                if i and self.gate.has_priority():
                     taken = self.gate.take_priority()
                     if taken is not None:
                         self._priority(taken[0], taken[1], taken[2], self.live)
@@ -374,7 +381,7 @@ class Subtask(SourceReading, BarrierSnapshot):
                         raise
                     raise bad from e
 
-    def _flush(self) -> None:
+    def _flush(self, drain: bool = True) -> None:
         for _, w in self.rt.writers:
             w.flush()  # every channel's current watermark to receivers that have not seen it
         for edge_id, w in self.rt.writers:
@@ -390,7 +397,7 @@ class Subtask(SourceReading, BarrierSnapshot):
                 else:
                     self.blocked_ns += self.send(edge_id, dest, ("data", items))
         self.unsent_since = None
-        if self.output is not None:
+        if self.output is not None and drain:
             self._drain()
 
     def _broadcast(self, frame: tuple) -> None:
@@ -401,9 +408,11 @@ class Subtask(SourceReading, BarrierSnapshot):
                 else:
                     self.send(edge_id, dest, frame)
         if self.output is not None:
-            self._drain()
+            # a barrier that may go ahead after its timeout: the subtask goes on once it is out
+            # (sent, or sent ahead); the frames it overtook follow as credits come
+            self._drain(until_barrier_out=frame[0] == "barrier" and bool(frame[1].timeout_at))
 
-    def _drain(self) -> None:
+    def _drain(self, until_barrier_out: bool = False) -> None:
         """Send the queued frames as the receivers grant credits. While a receiver has no room,
         an unaligned barrier that reached this subtask is taken at once (it overtakes the
         queued frames); a source with a barrier among its commands stops waiting, so that it
@@ -419,8 +428,15 @@ class Subtask(SourceReading, BarrierSnapshot):
                 if q and waiting is None:
                     waiting = out
             if waiting is None:
+                done, self.deferred_done = self.deferred_done, []
+                for msg in done:
+                    self.report(msg)
+                return
+            if until_barrier_out and not any(f[0] == "barrier" for q in self.outq.values() for f in q):
                 return
             if not self._in_barrier:
+                if self.gate is not None and self.gate.queued_barriers:
+                    self.gate.promote_overdue(now_ms())
                 if self.gate is not None and self.gate.has_priority():
                     taken = self.gate.take_priority()
                     if taken is not None:
@@ -434,9 +450,14 @@ class Subtask(SourceReading, BarrierSnapshot):
             waiting.wait(0.005)
             self.blocked_ns += time.perf_counter_ns() - t0
 
+    def _unsent(self) -> bool:
+        return any(self.outq.values())
+
     def _barrier_queued(self) -> bool:
         with self.commands.mutex:
-            return any(c[0] == "barrier" and c[1].unaligned for c in self.commands.queue)
+            # an unaligned barrier, or one that turns unaligned after its timeout: the source
+            # must reach it while its earlier output waits
+            return any(c[0] == "barrier" and (c[1].unaligned or c[1].timeout_at) for c in self.commands.queue)
 
     # -- barriers ------------------------------------------------------------------------------
 
