@@ -150,3 +150,23 @@ def test_the_gate_records_what_reaches_a_channel_before_its_barrier():
     for i in range(4):
         assert gate.put_nowait(a, ("data", [i]))
     assert not gate.put_nowait(a, ("data", ["over"]))
+
+
+def test_a_barrier_promoted_in_the_gate_after_its_timeout_hands_its_credit_back():
+    from flowpoint.tasks.barrier_snapshot import Barrier
+
+    gate = InputGate([("e", 0)], capacity=3)
+    credits: list = []
+    gate.on_taken = credits.append
+    c = ("e", 0)
+    barrier = Barrier(4, None, {}, False, timeout_at=1_000)
+    for frame in (("data", ["x"]), ("barrier", barrier), ("data", ["y"])):
+        gate.put_credited(c, frame)
+    assert not gate.promote_overdue(999)  # not yet
+    assert gate.promote_overdue(1_000)
+    channel, frame = gate.get(0.1)
+    assert channel == c and frame[0] == "priority" and frame[1].unaligned and frame[1].n == 4
+    assert frame[2] == [("data", ["x"])]  # what the barrier overtook
+    assert credits == [c]  # the sender paid a credit for the barrier's frame: without it back, it stalls
+    assert [gate.get(0.1)[1] for _ in range(2)] == [("data", ["x"]), ("data", ["y"])]
+    assert credits == [c, c, c]

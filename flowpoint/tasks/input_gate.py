@@ -186,6 +186,8 @@ class InputGate:
                 if at is None:
                     continue
                 del q[at]
+                if self.on_taken is not None:
+                    self.on_taken(channel)  # the barrier's frame held a credit of its sender
                 rec = self.recording.pop(channel, None)
                 overtaken = rec if rec is not None else frames[:at]
                 self.barrier_arrived.add(channel)
