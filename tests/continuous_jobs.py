@@ -24,6 +24,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -111,8 +112,19 @@ def build_windows(env: StreamExecutionEnvironment, events: int, rate: float | No
     late.sink_to(FileSink.for_row_format(os.path.join(out, "late"), Encoder.simple_string_encoder()).build()).uid("late-sink-id")
 
 
-def build_count(env: StreamExecutionEnvironment, events: int, rate: float | None, function: Counting, out: str) -> CollectSink:
-    """checkpoint_jobs.build's job, its outputs also as ``key<TAB>count`` lines to a file sink."""
+class SlowFormat:
+    def __init__(self, ms: float):
+        self.ms = ms
+
+    def __call__(self, kv):
+        time.sleep(self.ms / 1000)
+        return f"{kv[0]}\t{kv[1]}"
+
+
+def build_count(env: StreamExecutionEnvironment, events: int, rate: float | None, function: Counting, out: str, slow_ms: float = 0.0) -> CollectSink:
+    """checkpoint_jobs.build's job, its outputs also as ``key<TAB>count`` lines to a file sink
+    (``slow_ms``: each line takes that long to format, so the counting stage backpressures its
+    input)."""
     sink = CollectSink()
     counts = (
         env.from_source(DataGeneratorSource(record, count=events, rate_limit_per_second=rate), source_name="numbers").uid("numbers")
@@ -120,7 +132,7 @@ def build_count(env: StreamExecutionEnvironment, events: int, rate: float | None
         .process(function).uid("counting")
     )
     counts.sink_to(sink).uid("collect")
-    lines = counts.map(lambda kv: f"{kv[0]}\t{kv[1]}", Types.STRING()).uid("format")
+    lines = counts.map(SlowFormat(slow_ms) if slow_ms else (lambda kv: f"{kv[0]}\t{kv[1]}"), Types.STRING()).uid("format")
     lines.sink_to(FileSink.for_row_format(out, Encoder.simple_string_encoder()).build()).uid("files")
     return sink
 
@@ -135,6 +147,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=3_000)
     ap.add_argument("--rate", type=float, default=0.0)
     ap.add_argument("--kill-executor-at", type=int, default=-1)
+    ap.add_argument("--slow-ms", type=float, default=0.0, help="count: each output takes this long to format (backpressure)")
     ap.add_argument("--conf", action="append", default=[], help="key=value settings")
     args = ap.parse_args()
     conf = {
@@ -157,7 +170,7 @@ def main() -> None:
     sink = None
     if args.job == "count":
         function = KillsItsExecutor(os.path.join(args.root, "killed"), args.kill_executor_at) if args.kill_executor_at >= 0 else Counting()
-        sink = build_count(env, args.events, rate, function, out_dir)
+        sink = build_count(env, args.events, rate, function, out_dir, args.slow_ms)
     else:
         build_windows(env, args.events, rate, out_dir)
     result = env.execute(JOB_NAME)

@@ -446,9 +446,19 @@ class Subtask(SourceReading, BarrierSnapshot):
                     return
             if self._promote_overdue():
                 continue
+            if self._cancelled():
+                return  # the run ends: the loop sees the cancel next
             t0 = time.perf_counter_ns()
             waiting.wait(0.005)
             self.blocked_ns += time.perf_counter_ns() - t0
+
+    def _cancelled(self) -> bool:
+        """The driver cancelled the run (or the slot closed) while this subtask waits to send."""
+        if self.gate is not None:
+            with self.gate.cond:
+                return self.gate.closed or any(c[0] == "cancel" for c in self.gate.control)
+        with self.commands.mutex:
+            return any(c[0] == "cancel" for c in self.commands.queue)
 
     def _unsent(self) -> bool:
         return any(self.outq.values())
