@@ -105,19 +105,19 @@ def during_input(stats):
 
 def test_unaligned_checkpoints_complete_under_backpressure_where_aligned_ones_wait(make_env, tmp_path, capfd):
     # the slow map takes 4 ms a record (500/s over 2 subtasks); the source offers 2,000/s
-    env, sink = job(make_env, tmp_path / "u", unaligned=True, count=3_000, rate=2_000, slow_ms=4)
+    env, sink = job(make_env, tmp_path / "u", unaligned=True, count=2_400, rate=2_000, slow_ms=4)
     result = env.execute("unaligned")
-    assert Counter(v[1] for v in sink.results) == Counter(range(3_000))
-    assert dict(result.get_keyed_state("count", "count")) == dict(Counter(f"k{i % KEYS}" for i in range(3_000)))
+    assert Counter(v[1] for v in sink.results) == Counter(range(2_400))
+    assert dict(result.get_keyed_state("count", "count")) == dict(Counter(f"k{i % KEYS}" for i in range(2_400)))
     unaligned = during_input(result.get_checkpoint_stats())
     assert len(unaligned) >= 3, [(s.status, s.failure_reason) for s in result.get_checkpoint_stats()]
     # records were in flight and stored: the barriers overtook them
     assert any(s.channel_state_size > 0 for s in unaligned)
     assert "unaligned checkpoints: barriers overtake the records in flight" in capfd.readouterr().err
 
-    env, sink = job(make_env, tmp_path / "a", unaligned=False, count=3_000, rate=2_000, slow_ms=4)
+    env, sink = job(make_env, tmp_path / "a", unaligned=False, count=2_400, rate=2_000, slow_ms=4)
     result = env.execute("aligned")
-    assert Counter(v[1] for v in sink.results) == Counter(range(3_000))
+    assert Counter(v[1] for v in sink.results) == Counter(range(2_400))
     aligned = during_input(result.get_checkpoint_stats())
     u_ms = statistics.median(s.end_to_end_ms for s in unaligned)
     a_ms = statistics.median(s.end_to_end_ms for s in aligned) if aligned else float("inf")
@@ -129,19 +129,19 @@ def test_unaligned_checkpoints_complete_under_backpressure_where_aligned_ones_wa
 
 def test_an_alignment_timeout_turns_checkpoints_unaligned_only_once_their_barriers_wait_that_long(make_env, tmp_path):
     # 150 ms: every checkpoint under this backpressure times out, goes unaligned and completes
-    env, sink = job(make_env, tmp_path / "short", unaligned=True, count=3_000, rate=2_000, slow_ms=4, timeout_ms=150)
+    env, sink = job(make_env, tmp_path / "short", unaligned=True, count=2_400, rate=2_000, slow_ms=4, timeout_ms=150)
     result = env.execute("alignment timeout 150 ms")
-    assert Counter(v[1] for v in sink.results) == Counter(range(3_000))
-    assert dict(result.get_keyed_state("count", "count")) == dict(Counter(f"k{i % KEYS}" for i in range(3_000)))
+    assert Counter(v[1] for v in sink.results) == Counter(range(2_400))
+    assert dict(result.get_keyed_state("count", "count")) == dict(Counter(f"k{i % KEYS}" for i in range(2_400)))
     short = during_input(result.get_checkpoint_stats())
     assert short and any(s.channel_state_size > 0 for s in short)
     # the timeout, then the item being processed when the barrier came ahead (a batch of
     # records at 4 ms each), then the upload
     assert statistics.median(s.end_to_end_ms for s in short) < 2_000, [s.end_to_end_ms for s in short]
     # 60 s: no checkpoint waits that long; they stay aligned and store nothing in flight
-    env, sink = job(make_env, tmp_path / "long", unaligned=True, count=3_000, rate=2_000, slow_ms=4, timeout_ms=60_000)
+    env, sink = job(make_env, tmp_path / "long", unaligned=True, count=2_400, rate=2_000, slow_ms=4, timeout_ms=60_000)
     result = env.execute("alignment timeout 60 s")
-    assert Counter(v[1] for v in sink.results) == Counter(range(3_000))
+    assert Counter(v[1] for v in sink.results) == Counter(range(2_400))
     assert all(s.channel_state_size == 0 for s in completed(result.get_checkpoint_stats()))
 
 
@@ -272,7 +272,7 @@ def test_event_time_windows_restored_from_unaligned_checkpoints_lose_no_record_t
         def extract_timestamp(self, value, record_timestamp):
             return value[1] * 10
 
-    count = 3_000
+    count = 2_400
     env = make_env(2, execution_runtime="continuous", state_checkpoints_dir=f"file://{tmp_path}/ck2")
     env.enable_checkpointing(300)
     env.get_configuration().set("taskmanager.network.memory.buffers-per-channel", 2)
@@ -283,7 +283,7 @@ def test_event_time_windows_restored_from_unaligned_checkpoints_lose_no_record_t
     windows = (
         env.from_source(DataGeneratorSource(Stamped(), count=count, rate_limit_per_second=2_000), source_name="gen").uid("gen")
         .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Ts())).uid("ts")
-        .key_by(lambda v: v[0]).process(SlowPass(3, str(tmp_path / "failed"), 2_200)).uid("slow")
+        .key_by(lambda v: v[0]).process(SlowPass(3, str(tmp_path / "failed"), 1_900)).uid("slow")
         .key_by(lambda v: v[0]).window(TumblingEventTimeWindows.of(Duration.of_millis(1_000)))
         .side_output_late_data(late)
         .reduce(lambda a, b: (a[0], a[1] + b[1])).uid("windows")
