@@ -77,6 +77,11 @@ class BarrierSnapshot:
         if write is None and not promoted:
             self.report(("ack", ack))
             return
+        self._upload(barrier, ack, write, promoted)
+
+    def _upload(self, barrier: Barrier, ack: TaskAck, write: Any, entries: list) -> None:
+        """The asynchronous part, in a thread: the state's files, then the channel state
+        ``entries`` (none: no file); then the acknowledgement."""
         writer = f"{self.plan.head_uid}:{self.partition}"
         name = f"{self.plan.stage_id}-{self.partition}"
         options = self.spec.location.options
@@ -85,8 +90,7 @@ class BarrierSnapshot:
             try:
                 if write is not None:
                     ack.snapshot = write()
-                if promoted:
-                    ack.channel_state = write_channel_state(promoted, barrier.target, options, writer, name)
+                ack.channel_state = write_channel_state(entries, barrier.target, options, writer, name)
             except Exception as e:  # noqa: BLE001 - the subtask declines the checkpoint; the job goes on
                 ack.snapshot_error = f"{type(e).__name__}: {e}"
             self.report(("ack", ack))
@@ -206,21 +210,7 @@ class BarrierSnapshot:
         mine = [item for items in uc.inputs.values() for item in items]
         if mine:
             entries.append((self.plan.head_uid, self.plan.parallelism, self.partition, mine))
-        ack, write, barrier = uc.ack, uc.write, uc.barrier
-        writer = f"{self.plan.head_uid}:{self.partition}"
-        name = f"{self.plan.stage_id}-{self.partition}"
-        options = self.spec.location.options
-
-        def upload() -> None:
-            try:
-                if write is not None:
-                    ack.snapshot = write()
-                ack.channel_state = write_channel_state(entries, barrier.target, options, writer, name)
-            except Exception as e:  # noqa: BLE001 - the subtask declines the checkpoint; the job goes on
-                ack.snapshot_error = f"{type(e).__name__}: {e}"
-            self.report(("ack", ack))
-
-        threading.Thread(target=upload, name=f"flowpoint-checkpoint-{barrier.n}", daemon=True).start()
+        self._upload(uc.barrier, uc.ack, uc.write, entries)
 
     def _savepoint_parts(self, uri: str) -> list:
         """This partition's canonical savepoint parts of its committed state (the parts a Spark
