@@ -170,3 +170,38 @@ def test_a_barrier_promoted_in_the_gate_after_its_timeout_hands_its_credit_back(
     assert credits == [c]  # the sender paid a credit for the barrier's frame: without it back, it stalls
     assert [gate.get(0.1)[1] for _ in range(2)] == [("data", ["x"]), ("data", ["y"])]
     assert credits == [c, c, c]
+
+
+def test_a_channel_replays_the_receivers_recorded_frames_before_the_senders_unsent_ones(tmp_path):
+    """Per channel, what reached the receiver was sent before what the sender still held: the
+    receiver's file comes first whatever order the checkpoint lists the files in; watermark items
+    stay in place while the channels are the ones of the cut."""
+    recorded = [(0, ("gen", 0, 1, 0), encode([("a", 1)], [10])), (0, ("gen", 0, 2, 0), ("wm", ("t:gen:0", 10, False)))]
+    unsent = [(0, ("gen", 0, 3, 0), encode([("a", 2)], [20]))]
+    files = []
+    for writer, items, where in (("gen:0", unsent, "s"), ("count:0", recorded, "r")):
+        target = CheckpointTarget(3, f"file://{tmp_path}/{where}")
+        h = write_channel_state([("count", 1, 0, items)], target, {}, writer, "x").handle
+        files.append(RestoredChannelFile(f"file://{tmp_path}/{where}/{h.path}", h.size, h.sha256, writer=writer))
+    got = read_channel_state(plan(1), 0, tuple(files), {}, keep_marks=True)
+    assert [blob[0] == "wm" or decode(blob)[0][0][1] for _, _, blob in got] == [1, True, 2]
+    got = read_channel_state(plan(1), 0, tuple(files), {})
+    assert [decode(blob)[0][0][1] for _, _, blob in got] == [1, 2]
+
+
+def test_the_marks_a_subtask_had_seen_restore_as_saved_or_as_the_stages_floor_after_a_rescale():
+    from flowpoint.runtime.committed import restored_input_marks
+
+    def graph(p_up: int, p_down: int):
+        nodes = {0: SimpleNamespace(uid="up", stage_id=0), 1: SimpleNamespace(uid="down", stage_id=1)}
+        up = SimpleNamespace(id=0, head=0, parallelism=p_up, inputs=[], is_source=False)
+        down = SimpleNamespace(id=1, head=1, parallelism=p_down, inputs=[SimpleNamespace(upstream=0)], is_source=False)
+        return SimpleNamespace(nodes=nodes, stages=[up, down])
+
+    saved = {"down": [2, {"0": {"t:up:0": [5, False], "t:up:1": [7, False]}, "1": {"t:up:0": [3, False], "t:up:1": [9, True]}}]}
+    same = restored_input_marks(saved, graph(2, 2))
+    assert same == {"down:0": {"t:up:0": (5, False), "t:up:1": (7, False)}, "down:1": {"t:up:0": (3, False), "t:up:1": (9, True)}}
+    # the stage rescaled, or its input did: every subtask starts from the lowest mark seen
+    for g in (graph(2, 3), graph(1, 2)):
+        out = restored_input_marks(saved, g)
+        assert out == {f"down:{p}": {"*": (3, False)} for p in range(g.stages[1].parallelism)}

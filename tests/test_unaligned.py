@@ -302,3 +302,66 @@ def test_event_time_windows_restored_from_unaligned_checkpoints_lose_no_record_t
         got[key] += total
     assert sum(got.values()) == sum(expected.values())
     assert sorted(v for _, v in sink.results) == sorted(expected.values())
+
+
+class Checked(KeyedProcessFunction):
+    """A slow event-time consumer (its input queues hold the in-flight records at every
+    barrier) that reports, per record, whether it came at or behind the current watermark
+    (late) and whether it came before an earlier record of the same key from the same source
+    split (a channel's order broken)."""
+
+    def __init__(self, ms: float, flag: str, fail_at: int, half: int):
+        self.ms, self.flag, self.fail_at, self.half = ms, flag, fail_at, half
+
+    def open(self, ctx):
+        from flowpoint import MapStateDescriptor
+
+        self.last = ctx.get_map_state(MapStateDescriptor("last"))
+
+    def process_element(self, value, ctx):
+        time.sleep(self.ms / 1000)
+        if value[1] == self.fail_at and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            msg = f"injected failure at record {value[1]}"
+            raise RuntimeError(msg)
+        wm = ctx.timer_service().current_watermark()
+        if ctx.timestamp() <= wm:
+            yield ("late", value[1], wm)
+        split = int(value[1] >= self.half)
+        prev = self.last.get(split)
+        if prev is not None and value[1] <= prev:
+            yield ("order", value[1], prev)
+        self.last.put(split, value[1])
+        yield ("ok", value[1], 0)
+
+
+def test_a_restored_subtask_replays_in_flight_records_in_channel_order_before_its_watermark_moves(make_env, tmp_path):
+    """The restored watermark of a subtask is what it had seen at its cut, not what its senders
+    had sent (those marks ran ahead of the records in flight): no replayed record is behind the
+    watermark, and each channel's records come in the order they were sent (the receiver's
+    recorded frames before the sender's unsent ones)."""
+    from flowpoint import WatermarkStrategy
+    from flowpoint.api.watermarks import TimestampAssigner
+
+    class Ts(TimestampAssigner):
+        def extract_timestamp(self, value, record_timestamp):
+            return value[1] * 10
+
+    count = 2_400
+    env = make_env(2, execution_runtime="continuous", state_checkpoints_dir=f"file://{tmp_path}/ck")
+    env.enable_checkpointing(300)
+    env.get_configuration().set("taskmanager.network.memory.buffers-per-channel", 2)
+    env.get_checkpoint_config().enable_unaligned_checkpoints()
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    sink = CollectSink()
+    (
+        env.from_source(DataGeneratorSource(Stamped(), count=count, rate_limit_per_second=2_000), source_name="gen").uid("gen")
+        .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Ts())).uid("ts")
+        .key_by(lambda v: v[0]).process(Checked(3, str(tmp_path / "failed"), 1_900, count // 2)).uid("checked")
+        .sink_to(sink).uid("sink")
+    )
+    result = env.execute("event time, unaligned, one failure, checked")
+    assert (tmp_path / "failed").exists()
+    assert any(s.channel_state_size > 0 for s in completed(result.get_checkpoint_stats()))
+    assert [r for r in sink.results if r[0] != "ok"] == []
+    assert Counter(r[1] for r in sink.results) == Counter(range(count))

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import CheckpointError, JobExecutionError
+from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.metrics.store import MetricStore, OperatorInfo
 from flowpoint.state.working import CommittedChain
 
@@ -43,6 +44,9 @@ class CommittedState:
         self.live = MetricStore(operator_infos(graph))  # the tasks' metric reports, as they arrive
         self.records_read = 0
         self.channel_state: dict[str, tuple] = {}  # restored in-flight records: stage head uid -> files
+        # unaligned checkpoints: "<stage head uid>:<partition>" -> the marks that subtask had seen
+        # on each input channel at the cut (the records in flight came after them)
+        self.input_marks: dict[str, dict[str, tuple[int, bool]]] = {}
 
     def reset(self) -> None:
         """A restart: the failed run's state is gone (metrics and declared states stay)."""
@@ -50,7 +54,7 @@ class CommittedState:
         self.records_read = 0
         self.watermarks, self.generators = {}, {}
         self.operator_state, self.restored_uids = {}, frozenset()
-        self.channel_state = {}
+        self.channel_state, self.input_marks = {}, {}
 
     def apply_restore(self, restore: RestoredJob, allow_non_restored: bool) -> None:
         """State from a checkpoint or savepoint (sinks separately: :meth:`restore_sinks`)."""
@@ -60,6 +64,7 @@ class CommittedState:
         self.chains = dict(restore.chains)
         self.records_read = restore.records_read
         self.channel_state = dict(restore.channel_state)
+        self.input_marks = restored_input_marks(restore.watermarks.get("input_marks") or {}, self.graph)
 
     def restore_sinks(self, sinks: dict[str, Any] | None) -> None:
         """The sinks' driver state from a checkpoint or savepoint; None: from the beginning."""
@@ -104,6 +109,11 @@ class CommittedState:
         ordered = sorted(accepted.values(), key=lambda a: (a.stage_id, a.partition))
         for ack in ordered:
             self.watermarks.update(ack.watermarks)
+            seen = f"{self.graph.nodes[self.graph.stages[ack.stage_id].head].uid}:{ack.partition}"
+            if ack.input_marks:
+                self.input_marks[seen] = dict(ack.input_marks)
+            else:  # aligned at this cut: nothing in flight to it
+                self.input_marks.pop(seen, None)
             self.generators.update(ack.generators)
             self.operator_state.update(ack.operator_state)
             for uid, states in ack.declared.items():
@@ -141,7 +151,17 @@ class CommittedState:
             "channels": {c: [wm, idle] for c, (wm, idle) in self.watermarks.items()},
             "generators": dict(self.generators),
             "operator_state": dict(self.operator_state),
+            **({"input_marks": self._saved_input_marks()} if self.input_marks else {}),
         }
+
+    def _saved_input_marks(self) -> dict[str, Any]:
+        """``{stage head uid: [parallelism, {partition: {channel: [wm, idle]}}]}``"""
+        parallelism = {self.graph.nodes[s.head].uid: s.parallelism for s in self.graph.stages}
+        out: dict[str, Any] = {}
+        for task, marks in self.input_marks.items():
+            uid, _, p = task.rpartition(":")
+            out.setdefault(uid, [parallelism[uid], {}])[1][p] = {c: [wm, idle] for c, (wm, idle) in marks.items()}
+        return out
 
     def sink_states(self) -> dict[str, Any]:
         return {n.uid: n.t.sink.snapshot_driver_state() for n in self.graph.sinks()}
@@ -178,6 +198,29 @@ def restored_watermarks(saved: dict[str, Any], graph: JobGraph) -> tuple[dict[st
             for p in range(stage.parallelism):
                 out[f"t:{uid}:{p}"] = (lowest[uid], False)
     return out, dict(saved.get("generators") or {})
+
+
+def restored_input_marks(saved: dict[str, Any], graph: JobGraph) -> dict[str, dict[str, tuple[int, bool]]]:
+    """The marks each subtask had seen at an unaligned checkpoint's cut (``{stage head uid:
+    [parallelism, {partition: {channel: [wm, idle]}}]}``), mapped onto ``graph``: as saved when
+    the stage and its task inputs kept their parallelism; otherwise one floor per stage (the
+    lowest saved mark: every record in flight to any old subtask came after it)."""
+    out: dict[str, dict[str, tuple[int, bool]]] = {}
+    for stage in graph.stages:
+        uid = graph.nodes[stage.head].uid
+        if uid not in saved:
+            continue
+        parallelism, parts = saved[uid]
+        marks = {int(p): {c: (int(wm), bool(idle)) for c, (wm, idle) in m.items()} for p, m in parts.items()}
+        ups = [graph.stages[graph.nodes[e.upstream].stage_id] for e in stage.inputs]
+        now = {f"t:{graph.nodes[u.head].uid}:{i}" for u in ups if not u.is_source for i in range(u.parallelism)}
+        then = {c for m in marks.values() for c in m if c.startswith("t:")}
+        if int(parallelism) == stage.parallelism and then <= now:
+            out.update({f"{uid}:{p}": m for p, m in marks.items()})
+            continue
+        floor = min((wm for m in marks.values() for wm, _ in m.values()), default=MIN_WATERMARK)
+        out.update({f"{uid}:{p}": {"*": (floor, False)} for p in range(stage.parallelism)})
+    return out
 
 
 def restored_operator_state(saved: dict[str, dict], graph: JobGraph, allow_non_restored: bool = False) -> dict[str, dict]:

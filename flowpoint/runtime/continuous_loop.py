@@ -420,8 +420,10 @@ def task_slices(graph: JobGraph, state: CommittedState) -> dict[tuple[int, int],
         uids = [graph.nodes[n].uid for n in stage.nodes]
         for p in range(stage.parallelism):
             ops = {f"{u}:{p}": operator_state[f"{u}:{p}"] for u in uids if f"{u}:{p}" in operator_state}
-            channel_state = state.channel_state.get(graph.nodes[stage.head].uid, ())
-            out[(stage.id, p)] = TaskSlice(stage.id, p, state.chain((stage.id, p)), False, ops, channel_state=channel_state)
+            uid = graph.nodes[stage.head].uid
+            channel_state = state.channel_state.get(uid, ())
+            seen = state.input_marks.get(f"{uid}:{p}", {}) if channel_state else {}
+            out[(stage.id, p)] = TaskSlice(stage.id, p, state.chain((stage.id, p)), False, ops, channel_state=channel_state, input_marks=seen)
     return out
 
 

@@ -201,7 +201,7 @@ def _channel_state(meta: CheckpointMetadata, base: str, graph: JobGraph, where: 
                     f"records (--allow-non-restored-state)"
                 )
                 raise CheckpointError(msg)
-            out.setdefault(uid, []).append(RestoredChannelFile(uri, f.size, f.sha256 or "", data))
+            out.setdefault(uid, []).append(RestoredChannelFile(uri, f.size, f.sha256 or "", data, f.writer or ""))
     return {uid: tuple(files) for uid, files in out.items()}
 
 

@@ -144,6 +144,8 @@ class BarrierSnapshot:
         """The first unaligned barrier ``n`` reached this subtask: snapshot now, record the frames
         not sent yet as output channel state, and send the barrier ahead of them."""
         ack, write = self._snapshot(barrier)
+        if self.inputs is not None:  # what it had seen: the in-flight records came after these marks
+            ack.input_marks = dict(self.inputs.channels)
         outputs: dict[tuple[int, int], list] = {}
         for key, q in self.outq.items():
             if q:

@@ -15,8 +15,12 @@ On restore, each subtask first feeds the channel state meant for it, then reads 
 at the same parallelism, the items its own partition was to receive; at another, each record
 goes where the edge sends it now (a keyed edge: the owner of its key group; a broadcast edge: a
 copy of one old receiver's; other edges: old partition ``i`` to new ``i mod parallelism``).
-Watermark items are dropped: the restored watermarks are the checkpoint's, and an old
-upstream partition's channel would hold a receiver's watermark back for ever.
+A restored subtask starts from the watermarks it had seen at the cut (``TaskAck.input_marks``,
+kept in ``_metadata``'s event time), which the in-flight records came after; the watermark items
+among them are replayed in place while the channels are the same as at the cut (dropped after
+a rescale, where an old upstream partition's channel would hold a receiver's watermark back
+for ever, and the start is the stage's lowest seen mark); then it moves on to the marks its
+senders had sent, the checkpoint's.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class RestoredChannelFile:
     size: int
     sha256: str
     data: bytes | None = None  # driver-memory storage: the bytes themselves
+    writer: str = ""  # "<stage head uid>:<partition>" of the subtask that wrote it
 
 
 Entry = tuple[str, int, int, list]  # (receiving stage head uid, its parallelism, receiving partition, items)
@@ -82,31 +87,36 @@ def write_channel_state(entries: list[Entry], target: CheckpointTarget, options:
     return ChannelStatePart(handle, stages, writer, sum(len(e[3]) for e in entries), (time.perf_counter() - t0) * 1000)
 
 
-def read_channel_state(plan: Any, partition: int, files: tuple[RestoredChannelFile, ...], options: Any) -> list:
-    """The recorded in-flight items this subtask receives, routed for its parallelism."""
+def read_channel_state(plan: Any, partition: int, files: tuple[RestoredChannelFile, ...], options: Any, keep_marks: bool = False) -> list:
+    """The recorded in-flight items this subtask receives, routed for its parallelism, each
+    channel's in the order they were sent: the receivers' recorded frames (sent first), then the
+    senders' unsent ones. Watermark items stay in place when ``keep_marks`` (the channels are the
+    same as at the cut)."""
     from flowpoint.checkpoint.integrity import check_bytes
     from flowpoint.checkpoint.integrity import decode as decode_file
     from flowpoint.checkpoint.storage import read_uri_bytes
 
     out: list = []
     uid = plan.head_uid
-    for f in files:
+    for f in sorted(files, key=lambda f: not f.writer.startswith(f"{uid}:")):
         data = f.data if f.data is not None else read_uri_bytes(f.uri, dict(options or {}))
         check_bytes(data, f.size, f.sha256, f.uri, uid, "channel state file")
         entries = decode_file(pickle.loads, data, f.uri, uid, "channel state file")
         for stage_uid, old_parallelism, old_partition, items in entries:
             if stage_uid != uid:
                 continue
-            out.extend(_routed(plan, partition, int(old_parallelism), int(old_partition), items))
+            out.extend(_routed(plan, partition, int(old_parallelism), int(old_partition), items, keep_marks))
     return out
 
 
-def _routed(plan: Any, partition: int, old_p: int, old_partition: int, items: list) -> list:
+def _routed(plan: Any, partition: int, old_p: int, old_partition: int, items: list, keep_marks: bool) -> list:
     new_p = plan.parallelism
     out = []
     for item in items:
         edge_index, _origin, blob = item
         if blob[0] == "wm":
+            if keep_marks and old_p == new_p and old_partition == partition:
+                out.append(item)
             continue
         if old_p == new_p:
             if old_partition == partition:

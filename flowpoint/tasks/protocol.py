@@ -118,6 +118,9 @@ class TaskSlice:
     # unaligned checkpoints: the restored checkpoint's channel state files holding input of
     # this stage (tasks/channel_state.py RestoredChannelFile), fed before any new input
     channel_state: tuple = ()
+    # and the watermarks this subtask had seen on each input channel at that checkpoint's cut
+    # (channel -> (watermark, idle); "*": one floor for every channel after a rescale)
+    input_marks: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -186,3 +189,6 @@ class TaskAck:
     positions: dict[int, tuple[Any, bool]] = field(default_factory=dict)  # continuous runtime: open splits' (position, finished) at the barrier
     savepoint_parts: list = field(default_factory=list)  # continuous runtime: [(uid, SubtaskState, state counts)] written at a savepoint barrier
     channel_state: Any = None  # unaligned checkpoint: the in-flight frames' file (tasks/channel_state.py ChannelStatePart)
+    # unaligned checkpoint: the marks this subtask had seen on each input channel at its cut
+    # (behind the senders' marks by the watermarks still in flight)
+    input_marks: dict[str, tuple[int, bool]] = field(default_factory=dict)

@@ -37,6 +37,7 @@ from typing import Any
 
 import cloudpickle
 
+from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.errors import FlowpointError
 from flowpoint.metrics.system import add_process_figures
 from flowpoint.state.backend import partition_backend
@@ -47,7 +48,7 @@ from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import ContinuousSpec, EpochSpec, TaskSlice
 from flowpoint.tasks.source_reading import SourceReading
-from flowpoint.tasks.stage_task import ChainRuntime, feed, keyed_uids
+from flowpoint.tasks.stage_task import ChainRuntime, feed, input_channels, keyed_uids
 
 Send = Callable[[int, int, list], None]  # (edge id, destination partition, items)
 
@@ -141,8 +142,18 @@ class Subtask(SourceReading, BarrierSnapshot):
         s, spec = self.slice, self.spec
         self.ts, _ = self.backend.acquire(self.plan.stage_id, s.partition, s.chain, self.uids)
         plan = cloudpickle.loads(cloudpickle.dumps(self.plan))  # functions private to this subtask
+        recovered = read_channel_state(self.plan, s.partition, s.channel_state, spec.location.options, keep_marks="*" not in s.input_marks) if s.channel_state else []
+        watermarks = dict(spec.watermarks)
+        if recovered:
+            # the records in flight came after the marks this subtask had seen at the cut, which
+            # are behind the marks its senders had sent (those are the checkpoint's): start
+            # from the former, replay, then move on to the latter
+            catch_up = input_channels(self.plan, spec)
+            floor = s.input_marks.get("*", (MIN_WATERMARK, False))
+            for c, mark in catch_up.items():
+                watermarks[c] = min(mark, s.input_marks.get(c, floor))
         epoch_spec = EpochSpec(
-            spec.run_key, self.segment, spec.location, processing_time=now_ms(), watermarks=dict(spec.watermarks),
+            spec.run_key, self.segment, spec.location, processing_time=now_ms(), watermarks=watermarks,
             splits=dict(spec.splits), generators=dict(spec.generators), restored=spec.restored,
         )
         self.rt = ChainRuntime(plan, s.partition, self.ts, epoch_spec, s.operator_state)
@@ -152,14 +163,13 @@ class Subtask(SourceReading, BarrierSnapshot):
         splits = [i for i in range(spec.splits.get(self.plan.head_uid, 0)) if i % self.plan.parallelism == s.partition]
         self.inputs = self.rt.begin_epoch(epoch_spec, splits)
         self.split_seq = dict.fromkeys(splits, 0)
-        if s.channel_state:  # an unaligned checkpoint's in-flight records come first
-            recovered = read_channel_state(self.plan, s.partition, s.channel_state, spec.location.options)
-            if recovered:
-                head = self.rt.ops[self.plan.head]
-                feed(self.plan, head, recovered, self.inputs, ordered=False)
-                self.records_in += head.records_in
-                head.records_in = 0
-                self._after_input()
+        if recovered:  # an unaligned checkpoint's in-flight records come first, in channel order
+            marks = [(0, (), ("wm", (c, wm, idle))) for c, (wm, idle) in catch_up.items()]
+            head = self.rt.ops[self.plan.head]
+            feed(self.plan, head, recovered + marks, self.inputs, ordered=False)
+            self.records_in += head.records_in
+            head.records_in = 0
+            self._after_input()
 
     # -- the loops -----------------------------------------------------------------------------
 
