@@ -104,6 +104,9 @@ def _peer(address: Any) -> str:
 class RestServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    # the kernel queues this many connections while a busy job's GIL delays the accept loop
+    # (socketserver's 5 made a browser's or a scraper's burst wait for SYN retransmits, seconds)
+    request_queue_size = 128
 
     def __init__(self, host: str, port: int, token: str, web_dir: str | PathLike = static_files.WEB_DIR, allow_remote: bool = False):
         super().__init__((host, port), RestHandler)

@@ -52,6 +52,7 @@ class _Quiet(WSGIRequestHandler):
 class _Threading(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # as the REST server's: a scrape burst queues, not SYN retransmits
 
 
 def is_loopback(host: str) -> bool:
