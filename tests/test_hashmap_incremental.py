@@ -206,22 +206,22 @@ def test_every_retained_checkpoint_is_exact_and_retention_keeps_only_referenced_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which,parallelism,backend", [("latest", 2, "hashmap"), ("oldest", 2, "hashmap"), ("latest", 3, "hashmap"), ("oldest", 1, "hashmap"), ("latest", 2, "rocksdb")])
-def test_restore_from_a_retained_checkpoint_at_any_parallelism(make_env, tmp_path, which, parallelism, backend):
+def test_restore_from_a_retained_checkpoint_at_any_parallelism(make_env, tmp_path):
     events = 6_000
     client = run_and_cancel(incremental_env(make_env, tmp_path, retained=5, parts=6), events, 7)
     job_dir = tmp_path / "ck" / client.get_job_id()
     metas = checkpoints_of(job_dir)
-    cid = max(metas) if which == "latest" else min(metas)
-    chains = kinds(metas[cid])
-    assert any("changelog" in k for k in chains) or which == "oldest", chains
-
-    env = incremental_env(make_env, tmp_path, parallelism, ck="ck2")
-    env.get_configuration().set("state.backend.type", backend)  # a HashMap checkpoint restores into RocksDB too
-    env.get_configuration().set("execution.savepoint.path", str(job_dir / f"chk-{cid}"))
-    build(env, events)
-    result = env.execute("restored")
-    assert final_state(result) == expected(events)
+    # the latest and the oldest retained checkpoint, at parallelism 1, 2 and 3, into HashMap and RocksDB
+    for i, (which, parallelism, backend) in enumerate([("latest", 2, "hashmap"), ("oldest", 2, "hashmap"), ("latest", 3, "hashmap"), ("oldest", 1, "hashmap"), ("latest", 2, "rocksdb")]):
+        cid = max(metas) if which == "latest" else min(metas)
+        chains = kinds(metas[cid])
+        assert any("changelog" in k for k in chains) or which == "oldest", chains
+        env = incremental_env(make_env, tmp_path, parallelism, ck=f"ck{i + 2}")
+        env.get_configuration().set("state.backend.type", backend)  # a HashMap checkpoint restores into RocksDB too
+        env.get_configuration().set("execution.savepoint.path", str(job_dir / f"chk-{cid}"))
+        build(env, events)
+        result = env.execute("restored")
+        assert final_state(result) == expected(events), (which, parallelism, backend)
 
 
 def test_a_declined_checkpoint_loses_no_change(make_env, tmp_path, monkeypatch):

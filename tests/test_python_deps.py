@@ -89,18 +89,6 @@ def module(directory, name: str, value) -> None:
 
 
 @pytest.mark.slow
-def test_pyfs_ships_a_file_and_a_directory(tmp_path):
-    module(tmp_path / "deps", "shippedfile", 11)
-    module(tmp_path / "lib" / "shippedpkg", "__init__", 12)
-    script = job_script(tmp_path)
-    files = [str(tmp_path / "deps" / "shippedfile.py"), str(tmp_path / "lib")]
-    proc = run(tmp_path, "-pyfs", ",".join(files), script, "shippedfile", "shippedpkg")  # both in one job
-    assert_from_executors(result(proc, "shippedfile"), 11, str(tmp_path))
-    found = assert_from_executors(result(proc, "shippedpkg"), 12, str(tmp_path))
-    assert all(".zip" in f for f in found), found  # the directory travels zipped
-
-
-@pytest.mark.slow
 def test_without_pyfs_the_module_is_not_found(tmp_path):
     module(tmp_path / "deps", "shippedfile", 11)
     proc = run(tmp_path, job_script(tmp_path), "shippedfile")
@@ -127,14 +115,22 @@ def wheel(directory, name: str, value) -> str:
 
 
 @pytest.mark.slow
-def test_pyreq_installs_the_requirements_for_the_executors(tmp_path):
+def test_pyfs_and_pyreq_ship_a_file_a_directory_and_requirements_to_the_executors(tmp_path):
+    module(tmp_path / "deps", "shippedfile", 11)
+    module(tmp_path / "lib" / "shippedpkg", "__init__", 12)
     reqs = tmp_path / "reqs"
     name = wheel(reqs / "wheels", "reqmod", 21)
     (reqs / "requirements.txt").write_text(f"./wheels/{name}\n")  # relative to the file's folder
-    out = result(run(tmp_path, "-pyreq", str(reqs / "requirements.txt"), job_script(tmp_path), "reqmod"), "reqmod")
-    files = assert_from_executors(out, 21, str(tmp_path))
-    assert all(".zip" in f for f in files), files
-    assert not any(f.startswith(str(tmp_path / "home")) for f in files)  # not the driver's install
+    files = [str(tmp_path / "deps" / "shippedfile.py"), str(tmp_path / "lib")]
+    # all three in one job (one Spark start)
+    proc = run(tmp_path, "-pyfs", ",".join(files), "-pyreq", str(reqs / "requirements.txt"), job_script(tmp_path),
+               "shippedfile", "shippedpkg", "reqmod")
+    assert_from_executors(result(proc, "shippedfile"), 11, str(tmp_path))
+    found = assert_from_executors(result(proc, "shippedpkg"), 12, str(tmp_path))
+    assert all(".zip" in f for f in found), found  # the directory travels zipped
+    installed = assert_from_executors(result(proc, "reqmod"), 21, str(tmp_path))
+    assert all(".zip" in f for f in installed), installed
+    assert not any(f.startswith(str(tmp_path / "home")) for f in installed)  # not the driver's install
 
 
 ARCHIVE_JOB = textwrap.dedent(
