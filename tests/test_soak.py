@@ -25,7 +25,7 @@ def soak(backend: str, keys_mode: str, tmp_path) -> list[dict]:
     pytest.importorskip("psutil")
     from soak import run_case
 
-    args = argparse.Namespace(minutes=1.25, rate=RATE, keys=20_000, interval=1.0, sample=10.0)
+    args = argparse.Namespace(minutes=1.25, rate=RATE, keys=20_000, interval=1.0, sample=10.0, source="datagen")
     return run_case(backend, keys_mode, args, str(tmp_path))
 
 
