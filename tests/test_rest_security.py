@@ -15,9 +15,10 @@ import threading
 import pytest
 
 from flowpoint.cli import main as cli_main
+from flowpoint.clock import now_ms
 from flowpoint.control import auth, ui
 from flowpoint.control.endpoint import ControlServer
-from flowpoint.control.registry import JobEntry, JobRegistry, now_ms
+from flowpoint.control.registry import JobEntry, JobRegistry
 from flowpoint.errors import ConfigurationError
 
 ENDED = "e" * 32

@@ -63,6 +63,7 @@ from flowpoint.checkpoint.metadata import (
     write_metadata,
 )
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
+from flowpoint.clock import now_ms
 from flowpoint.errors import (
     CheckpointError,
     ConfigurationError,
@@ -444,12 +445,6 @@ def write_savepoint(
     except BaseException:
         discard_incomplete(access)
         raise
-
-
-def now_ms() -> int:
-    import time
-
-    return int(time.time() * 1000)
 
 
 # -- reading, checking, disposing --------------------------------------------------------------

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowpoint import private_files
-from flowpoint.control.registry import ARCHIVE_DIR, JobRegistry, now_ms
+from flowpoint.clock import now_ms
+from flowpoint.control.registry import ARCHIVE_DIR, JobRegistry
 from flowpoint.control.rest import checkpoints, exceptions, jobs, timeline, vertices
 from flowpoint.errors import InsecurePathError
 

@@ -34,10 +34,11 @@ import time
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.clock import now_ms
 from flowpoint.control import auth
 from flowpoint.control.job_control import JobControl
 from flowpoint.control.live_api import LiveApi
-from flowpoint.control.registry import LOST, JobRegistry, now_ms, registry_dir
+from flowpoint.control.registry import LOST, JobRegistry, registry_dir
 from flowpoint.control.rest_server import ApiError, Request, RestServer
 from flowpoint.errors import ConfigurationError, InsecurePathError
 

@@ -15,7 +15,8 @@ import socket
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.control.registry import JobEntry, JobRegistry, now_ms
+from flowpoint.clock import now_ms
+from flowpoint.control.registry import JobEntry, JobRegistry
 from flowpoint.control.rest.operations import Operations
 from flowpoint.control.rest.snapshot import JobSnapshot
 from flowpoint.control.rest_server import ApiError

@@ -30,12 +30,12 @@ import json
 import os
 import socket
 import tempfile
-import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from flowpoint import private_files
+from flowpoint.clock import now_ms
 from flowpoint.errors import FlowpointError
 
 HOME_VARIABLE = "FLOWPOINT_HOME"
@@ -60,10 +60,6 @@ def registry_dir(config: Any = None) -> Path:
     home = os.environ.get(HOME_VARIABLE)
     base = Path(os.path.expanduser(home)) if home else Path.home() / ".flowpoint"
     return (base / "jobs").absolute()
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def pid_alive(pid: int) -> bool:

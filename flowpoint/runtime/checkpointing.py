@@ -30,6 +30,7 @@ from flowpoint.checkpoint.metadata import (
 )
 from flowpoint.checkpoint.storage import CheckpointStorageAccess
 from flowpoint.checkpoint.store import CheckpointStore, commit_unit
+from flowpoint.clock import now_ms
 from flowpoint.errors import CheckpointError
 from flowpoint.state.backend import chain_entry, is_chain, shared_key, writes_native_files
 from flowpoint.state.keygroups import key_group_range_for_operator
@@ -42,10 +43,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("flowpoint")
 
 MEMORY_ROOT = "memory://flowpoint-checkpoints"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass
@@ -552,4 +549,3 @@ def assemble_operators(graph: JobGraph, cut: CutState, backend: str, declared: d
             cut.stats.operator_sizes[part.uid] = cut.stats.operator_sizes.get(part.uid, 0) + size
             task_async = max(task_async, part.async_ms)
     return operators, task_async
-

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.errors import CheckpointError, JobExecutionError
 from flowpoint.api.time import MIN_WATERMARK
+from flowpoint.errors import CheckpointError, JobExecutionError
 from flowpoint.metrics.store import MetricStore, OperatorInfo
 from flowpoint.state.working import CommittedChain
 

@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.clock import now_ms
 from flowpoint.errors import JobExecutionError
-from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.epoch_loop import notify_checkpoint_complete
 from flowpoint.runtime.restarts import CommittedLoop
 from flowpoint.runtime.slot_control import SlotControl, check_slots, control_host, slot_error

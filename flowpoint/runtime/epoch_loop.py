@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.clock import now_ms
 from flowpoint.errors import CheckpointError
-from flowpoint.runtime.checkpointing import now_ms
 from flowpoint.runtime.restarts import CommittedLoop
 from flowpoint.tasks.protocol import EpochSpec, TaskSlice
 

@@ -12,7 +12,7 @@ import threading
 import traceback
 from dataclasses import dataclass
 
-from flowpoint.runtime.checkpointing import now_ms
+from flowpoint.clock import now_ms
 
 KEEP = 16  # Flink's web.exception-history-size default
 _AT = re.compile(r" at (?P<where>.+:\d+)$")

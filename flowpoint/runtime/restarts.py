@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flowpoint.checkpoint.signing import Keyring
 from flowpoint.checkpoint.store import commit_unit
-from flowpoint.runtime.checkpointing import now_ms
+from flowpoint.clock import now_ms
 from flowpoint.runtime.history import JobHistory
 from flowpoint.runtime.restore import RestoredJob, plan_restore
 from flowpoint.runtime.resume import restore_point

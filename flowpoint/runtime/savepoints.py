@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.signing import Keyring
 from flowpoint.checkpoint.store import commit_unit
+from flowpoint.clock import now_ms
 from flowpoint.errors import CheckpointError
-from flowpoint.runtime.checkpointing import CheckpointStats, apply_declared, now_ms
+from flowpoint.runtime.checkpointing import CheckpointStats, apply_declared
 from flowpoint.state.keygroups import key_group_range_for_operator
 
 if TYPE_CHECKING:

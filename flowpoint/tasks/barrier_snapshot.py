@@ -8,10 +8,10 @@ and acknowledge once the asynchronous part (the files) is written. A mixin of
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from flowpoint.clock import now_ms
 from flowpoint.state.compatibility import declared_states
 from flowpoint.tasks.channel_state import data_items, write_channel_state
 from flowpoint.tasks.pickling import unpicklable_sink_payload
@@ -235,8 +235,3 @@ class BarrierSnapshot:
             )
             out.append((uid, sub, states))
         return out
-
-
-def now_ms() -> int:
-    """The wall clock in epoch milliseconds: a continuous subtask's processing time."""
-    return time.time_ns() // 1_000_000

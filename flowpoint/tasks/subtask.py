@@ -38,10 +38,11 @@ from typing import Any
 import cloudpickle
 
 from flowpoint.api.time import MIN_WATERMARK
+from flowpoint.clock import now_ms
 from flowpoint.errors import FlowpointError
 from flowpoint.metrics.system import add_process_figures
 from flowpoint.state.backend import partition_backend
-from flowpoint.tasks.barrier_snapshot import Barrier, BarrierSnapshot, now_ms
+from flowpoint.tasks.barrier_snapshot import Barrier, BarrierSnapshot
 from flowpoint.tasks.channel_state import data_items, read_channel_state
 from flowpoint.tasks.input_gate import CONTROL, InputGate
 from flowpoint.tasks.pickling import unpicklable_sink_payload

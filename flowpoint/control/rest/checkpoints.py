@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowpoint.control.rest.snapshot import now_ms
+from flowpoint.clock import now_ms
 from flowpoint.control.rest.stats import summary
 
 HISTORY_SIZE = 10  # Flink's web.checkpoints.history

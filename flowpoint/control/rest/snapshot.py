@@ -5,15 +5,12 @@ accessors) and what the control endpoint keeps about it (its registry entry, sta
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowpoint.clock import now_ms
+
 TERMINAL = ("FINISHED", "FAILED", "CANCELED")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass
