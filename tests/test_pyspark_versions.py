@@ -1,4 +1,4 @@
-"""PySpark 3.5 to 4.3 (DESIGN 10b; the README's "Supported PySpark versions"): the suite runs on
+"""PySpark 3.5 to 4.3 (DESIGN 10b; docs/deployment.md, "Supported PySpark versions"): the suite runs on
 4.3; here every other minor (its latest patch) runs the compatibility subset, the tests marked
 ``compat`` in COMPAT_FILES, in a virtualenv of its own that this module builds (and reuses:
 tests/pyspark_venvs.py): ``<venv>/bin/python -m pytest -m compat ...``. A version passes when

@@ -1,4 +1,4 @@
-"""Take the README's dashboard screenshots: overview.png, job.png, checkpoints.png and
+"""Take the dashboard screenshots (docs/rest.md, README): overview.png, job.png, checkpoints.png and
 exceptions.png in this directory, 1280 pixels wide (800 high; the checkpoints page 1100, to show
 its history).
 

@@ -1,7 +1,7 @@
 """Which Spark versions flowpoint runs on, checked before a job starts.
 
 flowpoint declares ``pyspark>=3.5,<4.4`` (pyproject.toml) and its tests prove every minor of
-that range (tests/test_pyspark_versions.py; the README's table says what ran on each). A
+that range (tests/test_pyspark_versions.py; docs/deployment.md's table says what ran on each). A
 session outside the range, or a PySpark package that drives a Spark of another minor (a
 ``pip install`` that replaced the PySpark a cluster's ``spark-submit`` matches), is refused
 before any job runs, naming both versions and what to install instead.
