@@ -17,9 +17,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from flowpoint.api.broadcast_state import BroadcastState, ReadOnlyBroadcastState
 from flowpoint.api.functions import Function, RuntimeContextAware
 from flowpoint.api.state import MapStateDescriptor
-from flowpoint.errors import JobGraphError, StateAccessError
+from flowpoint.errors import JobGraphError
 
 if TYPE_CHECKING:
     from flowpoint.api.datastream import DataStream
@@ -31,57 +32,6 @@ IN2 = TypeVar("IN2")
 OUT = TypeVar("OUT")
 K = TypeVar("K")
 V = TypeVar("V")
-
-
-class ReadOnlyBroadcastState(Generic[K, V]):
-    """A broadcast map as ``process_element`` sees it."""
-
-    def __init__(self, name: str, data: dict):
-        self.name = name
-        self._data = data
-
-    def get(self, key: Any) -> Any:
-        return self._data.get(key)
-
-    def contains(self, key: Any) -> bool:
-        return key in self._data
-
-    def items(self) -> list:
-        return list(self._data.items())
-
-    def keys(self) -> list:
-        return list(self._data.keys())
-
-    def values(self) -> list:
-        return list(self._data.values())
-
-    def is_empty(self) -> bool:
-        return not self._data
-
-    def _read_only(self, *_args: Any) -> None:
-        msg = (
-            f"broadcast state {self.name!r} is read-only in process_element: change it in "
-            f"process_broadcast_element, which every parallel instance runs with the same records"
-        )
-        raise StateAccessError(msg)
-
-    put = put_all = remove = clear = _read_only
-
-
-class BroadcastState(ReadOnlyBroadcastState):
-    """A broadcast map as ``process_broadcast_element`` sees it (read-write)."""
-
-    def put(self, key: Any, value: Any) -> None:  # type: ignore[override]
-        self._data[key] = value
-
-    def put_all(self, values: dict) -> None:  # type: ignore[override]
-        self._data.update(values)
-
-    def remove(self, key: Any) -> None:  # type: ignore[override]
-        self._data.pop(key, None)
-
-    def clear(self) -> None:  # type: ignore[override]
-        self._data.clear()
 
 
 class BaseBroadcastProcessFunction(Function, RuntimeContextAware):

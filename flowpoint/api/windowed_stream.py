@@ -13,10 +13,10 @@ one, else the reduce/aggregate function); its ``options`` hold everything the wi
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.api.aggregates import Aggregates, BuiltinAggregate
+from flowpoint.api.collecting import call_collecting, takes_collector
 from flowpoint.api.functions import (
     AggregateFunction,
     AllWindowFunction,
@@ -48,41 +48,6 @@ if TYPE_CHECKING:
 
 
 # -- window functions in their call forms ----------------------------------------------------------
-
-
-class ListCollector:
-    """Flink's ``Collector`` for the 4-argument ``apply(key, window, inputs, out)`` form."""
-
-    __slots__ = ("values",)
-
-    def __init__(self) -> None:
-        self.values: list = []
-
-    def collect(self, value: Any) -> None:
-        self.values.append(value)
-
-
-def takes_collector(method: Any, arity: int) -> bool:
-    """True if a bound method takes one positional argument more than ``arity`` (a collector)."""
-    try:
-        params = inspect.signature(method).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return False
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) > arity
-
-
-def call_collecting(method: Any, args: tuple, collector: bool) -> list:
-    """Call a window function; its results are what it yields/returns plus what it collects."""
-    if not collector:
-        r = method(*args)
-        return [] if r is None else list(r)
-    out = ListCollector()
-    r = method(*args, out)
-    if r is not None:
-        out.values.extend(r)
-    return out.values
 
 
 class _Adapter:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowpoint.api.broadcast import BroadcastState, ReadOnlyBroadcastState
+from flowpoint.api.broadcast_state import BroadcastState, ReadOnlyBroadcastState
 from flowpoint.api.operator_state import BROADCAST, OperatorStateStore
 from flowpoint.errors import StateAccessError
 from flowpoint.tasks.batches import as_rows

@@ -20,10 +20,9 @@ import os
 import traceback
 from typing import Any
 
-import flowpoint
 from flowpoint.errors import UserFunctionError
 
-_FLOWPOINT_DIR = os.path.dirname(os.path.abspath(flowpoint.__file__)) + os.sep
+_FLOWPOINT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the package's
 _DYNAMIC = "<dynamic-code>"
 RECORD_CHARS = 200  # of a record's repr in the error
 # Python's data errors: what a record's content causes (restart-strategy.repeated-failure.fail-fast)

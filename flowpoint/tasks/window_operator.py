@@ -25,6 +25,7 @@ import inspect
 from functools import reduce as fold
 from typing import Any
 
+from flowpoint.api.collecting import call_collecting, takes_collector
 from flowpoint.api.functions import ProcessWindowFunction, unwrap
 from flowpoint.api.state import (
     AggregatingStateDescriptor,
@@ -33,7 +34,6 @@ from flowpoint.api.state import (
     ValueStateDescriptor,
 )
 from flowpoint.api.time import MAX_WATERMARK
-from flowpoint.api.windowed_stream import call_collecting, takes_collector
 from flowpoint.api.windows import TimestampedValue, Trigger, TriggerResult, WindowAssigner
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
