@@ -163,8 +163,7 @@ from flowpoint.connectors.sinks import CollectSink, PrintSink, Sink
 from flowpoint.errors import ConfigurationError, FlowpointError
 from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus
 from flowpoint.state_io import StateReader, StateWriter, state_reader, state_writer
-
-__version__ = "0.1.0"
+from flowpoint.version import __version__ as __version__
 
 __all__ = [
     "CheckpointConfig", "CheckpointListener", "CheckpointStorage", "CheckpointingMode", "ConfigurationError",

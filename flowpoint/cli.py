@@ -23,8 +23,8 @@ import runpy
 import sys
 from typing import Any
 
-from flowpoint import __version__
 from flowpoint.errors import ConfigurationError, FlowpointError, JobScriptSyntaxError
+from flowpoint.version import __version__
 
 MAIN_EXAMPLES = """examples:
   flowpoint run job.py --input in.txt          # run a job script (its own arguments follow it)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-import flowpoint.runtime.job as job_module
+import flowpoint.launcher as job_module
 from flowpoint import (
     CollectSink,
     KeyedProcessFunction,
@@ -47,8 +47,8 @@ def offline_env(monkeypatch):
     """An environment whose jobs must be rejected before anything is submitted to Spark."""
     submitted = []
 
-    def no_submit(graph, env):
-        submitted.append(graph)
+    def no_submit(description, spark_session=None):
+        submitted.append(description.graph)
         raise AssertionError("the job was submitted; it should have been rejected while building it")
 
     monkeypatch.setattr(job_module, "submit", no_submit)

@@ -462,9 +462,9 @@ class StreamExecutionEnvironment:
     def get_stream_graph(self, job_name: str | None = None, clear_transformations: bool = False):
         """The job graph of what was defined since the last ``execute()``; with
         ``clear_transformations`` the next job starts from nothing (as ``execute()`` does)."""
-        from flowpoint.graph.jobgraph import JobGraph
+        from flowpoint.graph.jobgraph import GraphOptions, JobGraph
 
-        graph = JobGraph.build(self._pipeline(), self, job_name or self._default_job_name())
+        graph = JobGraph.build(self._pipeline(), GraphOptions.of(self), job_name or self._default_job_name())
         if clear_transformations:
             self._transformations = []
         return graph
@@ -481,9 +481,26 @@ class StreamExecutionEnvironment:
         if _PRINT_PLAN[0]:
             print(graph.execution_plan(), flush=True)
             raise PlanPrinted
-        from flowpoint.runtime.job import submit
+        from flowpoint.launcher import (
+            submit,  # the launcher sits above the API (it starts the control plane)
+        )
 
-        return submit(graph, self)
+        return submit(self._description(graph), self._spark)
+
+    def _description(self, graph: Any) -> Any:
+        """The job as the driver runs it: the graph and this environment's settings, resolved."""
+        from flowpoint.api.checkpointing import resolve_checkpoint_settings
+        from flowpoint.api.restart import resolve_repeated_failure, resolve_restart_backoff
+        from flowpoint.runtime.description import JobDescription
+
+        description = JobDescription(graph, self.get_configuration(), None, None, None, self.get_config().get_global_job_parameters())
+        try:
+            description.checkpoints = resolve_checkpoint_settings(self)
+            description.restart_backoff = resolve_restart_backoff(self, description.checkpoints.enabled)
+            description.repeated_failure = resolve_repeated_failure(self)
+        except Exception as e:  # noqa: BLE001 - the job fails with it when it runs, as before
+            description.settings_error = e
+        return description
 
     def execute(self, job_name: str | None = None):
         """Run the job until its sources are exhausted (or it is cancelled); returns its result."""

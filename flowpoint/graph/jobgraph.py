@@ -12,17 +12,38 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flowpoint.errors import JobGraphError
 from flowpoint.graph.transformation import KEYED_KINDS, Transformation
 from flowpoint.graph.validation import check_keyed_state_use, check_serializable
 from flowpoint.state.keygroups import check_parallelism, compute_default_max_parallelism
 
-if TYPE_CHECKING:
-    from flowpoint.api.environment import StreamExecutionEnvironment
-
 log = logging.getLogger("flowpoint")
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    """What the job graph is built from besides the transformations: the environment's defaults
+    and the settings that shape the graph (the API resolves them; the graph never sees the
+    environment)."""
+
+    parallelism: int
+    max_parallelism: int
+    periodic_watermarks: bool = True  # pipeline.auto-watermark-interval > 0
+    runtime_mode: str = "STREAMING"  # execution.runtime-mode
+    auto_generate_uids: bool = True  # pipeline.auto-generate-uids
+    chaining: bool = True  # pipeline.operator-chaining.enabled
+
+    @classmethod
+    def of(cls, env: Any) -> GraphOptions:
+        """From a StreamExecutionEnvironment (or anything with its getters)."""
+        config = env.get_configuration()
+        return cls(
+            env.get_parallelism(), env.get_max_parallelism(),
+            int(config.get("pipeline.auto-watermark-interval")) > 0, str(config.get("execution.runtime-mode")).upper(),
+            bool(config.get("pipeline.auto-generate-uids")), bool(config.get("pipeline.operator-chaining.enabled")),
+        )
 
 
 @dataclass
@@ -125,8 +146,11 @@ class JobGraph:
         return [e for e in self.edges if self.nodes[e.upstream].stage_id == stage.id]
 
     @staticmethod
-    def build(transformations: list[Transformation], env: StreamExecutionEnvironment, job_name: str) -> JobGraph:
-        return _Builder(transformations, env, job_name).build()
+    def build(transformations: list[Transformation], options: GraphOptions | Any, job_name: str) -> JobGraph:
+        """``options``: :class:`GraphOptions` (an environment is read into them)."""
+        if not isinstance(options, GraphOptions):
+            options = GraphOptions.of(options)
+        return _Builder(transformations, options, job_name).build()
 
 
 def _resolve_inputs(t: Transformation) -> list[tuple[Transformation, str, Any]]:
@@ -173,9 +197,9 @@ def _input_sides(t: Transformation) -> list[int]:
 
 
 class _Builder:
-    def __init__(self, transformations: list[Transformation], env: StreamExecutionEnvironment, job_name: str):
+    def __init__(self, transformations: list[Transformation], options: GraphOptions, job_name: str):
         self.transformations = transformations
-        self.env = env
+        self.options = options
         self.job_name = job_name
 
     def build(self) -> JobGraph:
@@ -183,8 +207,8 @@ class _Builder:
         if not physical:
             msg = "no operators defined in the streaming topology: add a source and a sink before execute()"
             raise JobGraphError(msg)
-        default_p = self.env.get_parallelism()
-        default_maxp = self.env.get_max_parallelism()
+        default_p = self.options.parallelism
+        default_maxp = self.options.max_parallelism
         inputs = {t.id: _resolve_inputs(t) for t in physical}
         nodes: dict[int, Node] = {}
         for t in _topological(physical, inputs):
@@ -201,7 +225,7 @@ class _Builder:
             check_parallelism(p, maxp, lambda t=t: f"operator {t.describe()}")
             nodes[t.id] = Node(t, "", p, maxp)
         self._assign_uids(nodes, inputs)
-        periodic = int(self.env.get_configuration().get("pipeline.auto-watermark-interval")) > 0
+        periodic = self.options.periodic_watermarks
         batch = self._batch(nodes)
         for n in nodes.values():
             if "watermark_strategy" in n.t.options:
@@ -224,7 +248,7 @@ class _Builder:
 
     def _batch(self, nodes: dict[int, Node]) -> bool:
         """Whether the job runs with batch semantics (``execution.runtime-mode``)."""
-        mode = str(self.env.get_configuration().get("execution.runtime-mode")).upper()
+        mode = self.options.runtime_mode
         unbounded = [n for n in nodes.values() if n.kind == "source" and not n.t.source.is_bounded()]
         if mode == "BATCH" and unbounded:
             names = ", ".join(n.describe() for n in unbounded)
@@ -246,7 +270,7 @@ class _Builder:
                     raise JobGraphError(msg)
                 seen[n.t.uid] = n
                 n.uid = n.t.uid
-        if not self.env.get_configuration().get("pipeline.auto-generate-uids"):
+        if not self.options.auto_generate_uids:
             missing = [n.describe() for n in nodes.values() if not n.uid]
             if missing:
                 msg = (f"auto-generated uids are disabled (pipeline.auto-generate-uids: false) but these operators have "
@@ -280,7 +304,7 @@ class _Builder:
                     and up.parallelism == n.parallelism
                     and up.kind != "sink"
                     and n.t.options.get("chaining", True)
-                    and self.env.get_configuration().get("pipeline.operator-chaining.enabled")
+                    and self.options.chaining
                     and not n.t.options.get("new_chain")
                     and up.t.options.get("chaining", True)
                 ) or n.kind == "side_output":

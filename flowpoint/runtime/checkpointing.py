@@ -37,7 +37,7 @@ from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.tasks.protocol import CheckpointTarget, OperatorPart
 
 if TYPE_CHECKING:
-    from flowpoint.api.checkpointing import CheckpointSettings
+    from flowpoint.checkpoint.settings import CheckpointSettings
     from flowpoint.graph.jobgraph import JobGraph
 
 log = logging.getLogger("flowpoint")

@@ -40,8 +40,8 @@ from flowpoint.spark.adapter import adapter_for
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps
 
 if TYPE_CHECKING:
-    from flowpoint.api.environment import StreamExecutionEnvironment
     from flowpoint.graph.jobgraph import JobGraph
+    from flowpoint.runtime.description import JobDescription
     from flowpoint.runtime.restore import RestoredJob
 
 log = logging.getLogger("flowpoint")
@@ -50,12 +50,13 @@ AUTO_SLOTS_WAIT_S = 10.0  # on a cluster, how long execution.runtime: auto waits
 
 
 class Coordinator:
-    def __init__(self, graph: JobGraph, env: StreamExecutionEnvironment, spark: Any):
+    def __init__(self, description: JobDescription, spark: Any):
+        graph = description.graph
         self.graph = graph
         self.spark = spark
         self.adapter = adapter_for(spark)  # classic or Spark Connect (flowpoint/spark/adapter.py)
-        self.config = env.get_configuration()
-        self.env = env
+        self.config = description.config
+        self.description = description
         self.job_id = new_job_id()
         self.job_name = graph.job_name
         self.fingerprint = job_fingerprint(graph)  # with the name, its identity for --resume
@@ -258,17 +259,18 @@ class Coordinator:
         return loop
 
     def run(self) -> None:
-        from flowpoint.api.checkpointing import resolve_checkpoint_settings
-        from flowpoint.api.restart import resolve_repeated_failure, resolve_restart_backoff
         from flowpoint.api.storage_options import storage_options
         from flowpoint.tasks.plan import build_stage_plans
 
         self._started = time.monotonic()
         try:
-            params = self.env.get_config().get_global_job_parameters()
-            self.settings = resolve_checkpoint_settings(self.env)
-            backoff = resolve_restart_backoff(self.env, self.settings.enabled)
-            self._restarts.repeats = RepeatedFailures(*resolve_repeated_failure(self.env))
+            d = self.description
+            if d.settings_error is not None:
+                raise d.settings_error
+            params = d.parameters
+            self.settings = d.checkpoints
+            backoff = d.restart_backoff
+            self._restarts.repeats = RepeatedFailures(*d.repeated_failure)
             for node in self.graph.sinks():
                 node.t.sink.on_job_config(self.config)
                 node.t.sink.on_job_start(self.settings.interval_ms if self.settings.enabled else None)

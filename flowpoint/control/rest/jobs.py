@@ -14,9 +14,9 @@ import time
 from datetime import datetime
 from typing import Any
 
-from flowpoint import __version__
 from flowpoint.control.rest.snapshot import JobSnapshot
 from flowpoint.metrics.system import combine_rocksdb
+from flowpoint.version import __version__
 
 REFRESH_INTERVAL_MS = 3000
 JOB_STATES = ("INITIALIZING", "CREATED", "RUNNING", "FAILING", "FAILED", "CANCELLING", "CANCELED", "FINISHED", "RESTARTING", "SUSPENDED", "RECONCILING")
