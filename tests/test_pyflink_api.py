@@ -75,6 +75,16 @@ def test_keyed_stream_is_not_an_operator(env):
             call()
 
 
+@pytest.mark.parametrize("method", ["shuffle", "rescale", "rebalance", "forward", "broadcast", "partition_custom"])
+def test_a_keyed_stream_refuses_another_partitioning_as_pyflink_does(env, method):
+    keyed = env.from_collection([1]).key_by(lambda x: x)
+    args = (lambda key, n: 0, lambda x: x) if method == "partition_custom" else ()
+    with pytest.raises(JobGraphError, match=r"^Cannot override partitioning for KeyedStream\."):
+        getattr(keyed, method)(*args)
+    # the keyed operation's output partitions as any stream does
+    assert type(getattr(keyed.map(lambda x: x), method)(*args)).__name__ in ("DataStream", "BroadcastStream")
+
+
 def test_disabled_auto_generated_uids_name_every_operator_without_one(env):
     env.get_config().disable_auto_generated_uids()
     env.from_collection([1]).uid("src").map(lambda x: x).name("doubler").print().uid("out")
@@ -115,7 +125,7 @@ def test_a_union_feeding_one_side_keeps_its_side(env):
 
 
 def test_execute_runs_only_what_was_defined_since_the_last_one(env, monkeypatch):
-    from flowpoint.runtime import job as job_module
+    from flowpoint import launcher as job_module
 
     graphs = []
 
@@ -123,7 +133,7 @@ def test_execute_runs_only_what_was_defined_since_the_last_one(env, monkeypatch)
         def wait(self):
             return None
 
-    monkeypatch.setattr(job_module, "submit", lambda graph, e: graphs.append(graph) or Done())
+    monkeypatch.setattr(job_module, "submit", lambda description, spark=None: graphs.append(description.graph) or Done())
     env.from_collection([1]).map(lambda x: x).name("first").print()
     env.execute()
     env.from_collection([2]).map(lambda x: x).name("second").print()

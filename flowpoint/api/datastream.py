@@ -357,6 +357,15 @@ class KeyedStream(DataStream):
     def slot_sharing_group(self, slot_sharing_group: Any) -> DataStream:
         return self._unsupported("Setting slot sharing group")
 
+    # a keyed stream is partitioned by its key: another partitioning is refused, as in Flink and
+    # PyFlink (same message; a FlowpointError, which an ``except Exception`` catches too)
+    def _partitioned(self, *_args: Any) -> Any:
+        msg = ("Cannot override partitioning for KeyedStream. Apply the keyed operation first (process, reduce, "
+               "window, ...) and partition its output, or call it before key_by(...)")
+        raise JobGraphError(msg)
+
+    shuffle = rescale = rebalance = forward = broadcast = partition_custom = _partitioned  # type: ignore[assignment]
+
     def _keyed(self, kind: str, name: str, function: Any, output_type: TypeInformation | None, **options: Any) -> DataStream:
         t = self._add(kind, name, function, output_type)
         t.options.update(options)
