@@ -179,3 +179,62 @@ def test_broadcast_state_after_a_savepoint_and_rescale(make_env, tmp_path):
 def _frozen(report):
     index, rules = report
     return index, tuple(rules)
+
+
+class AlertAfterQuiet(KeyedBroadcastProcessFunction):
+    """PyFlink's form: each record registers an event-time timer 10 ms after its timestamp; the
+    timer reports its key, its timestamp, the domain, the broadcast rule (read-only) and the
+    clocks, and registers no more."""
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(RULES).put("label", value)
+
+    def process_element(self, value, ctx):
+        service = ctx.timer_service()
+        assert service.current_watermark() == ctx.current_watermark()
+        assert ctx.current_processing_time() > 0
+        service.register_event_time_timer(ctx.timestamp() + 10)
+        return []
+
+    def on_timer(self, timestamp, ctx):
+        from flowpoint import TimeDomain
+
+        assert ctx.time_domain() == TimeDomain.EVENT_TIME
+        assert ctx.timestamp() == timestamp and ctx.current_watermark() >= timestamp
+        yield ctx.get_current_key(), timestamp, ctx.get_broadcast_state(RULES).get("label")
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_keyed_broadcast_timers_fire_with_the_key_and_the_broadcast_state(make_env, backend):
+    from flowpoint import WatermarkStrategy
+    from flowpoint.api.watermarks import TimestampAssigner
+
+    class At(TimestampAssigner):
+        def extract_timestamp(self, value, record_timestamp):
+            return value[1]
+
+    env = make_env(parallelism=2)
+    env.get_configuration().set("state.backend.type", backend)
+    label = env.from_collection(["quiet"]).broadcast(RULES)
+    sink = CollectSink()
+    events = env.from_collection([("a", 100), ("b", 105), ("a", 103)]).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(At()))
+    events.key_by(lambda e: e[0]).connect(label).process(AlertAfterQuiet()).uid("alerts").sink_to(sink)
+    env.execute("keyed broadcast timers")
+    # one timer per (key, timestamp): registering again at the same time is one timer
+    assert sorted(sink.results) == [("a", 110, "quiet"), ("a", 113, "quiet"), ("b", 115, "quiet")]
+
+
+class TimerOnBroadcastSide(KeyedBroadcastProcessFunction):
+    def process_broadcast_element(self, value, ctx):
+        ctx.timer_service()
+
+    def process_element(self, value, ctx):
+        return []
+
+
+def test_the_broadcast_side_has_no_timer_service(make_env):
+    env = make_env(parallelism=1)
+    env.from_collection([1]).key_by(lambda x: x).connect(env.from_collection([0]).broadcast(RULES)).process(TimerOnBroadcastSide()).sink_to(CollectSink())
+    with pytest.raises((StateAccessError, UserFunctionError, JobExecutionError), match="process_broadcast_element"):
+        env.execute("timer on the broadcast side")

@@ -314,12 +314,19 @@ def test_count_windows_tumbling_and_sliding(harness):
     feed(h, *[(("a", i), None) for i in range(1, 8)], (("b", 100), None))
     assert h.get_output() == [Record(("a", 6), MAX_WATERMARK), Record(("a", 15), MAX_WATERMARK)]
 
+    # PyFlink's count sliding windows: the first once there are 3 elements, then every 2, each
+    # with the last 3 (no partial window first, as Java Flink's countWindow(3, 2) would fire)
     h = harness(lambda s: count_window(s.key_by(lambda x: x[0]), 3, 2).apply(lambda k, w, xs: [[x[1] for x in xs]]))
-    feed(h, *[(("a", i), i) for i in range(1, 8)])
-    assert h.extract_output_values() == [[1, 2], [2, 3, 4], [4, 5, 6]]
-    h.process_watermark(MAX_WATERMARK)  # a global window is never cleaned up
+    feed(h, *[(("a", i), i) for i in range(1, 9)])
+    assert h.extract_output_values() == [[1, 2, 3], [3, 4, 5], [5, 6, 7]]
+    h.process_watermark(MAX_WATERMARK)  # a global window is never cleaned up; 8 waits for 9
     # an evicting window keeps the elements with their timestamps; the evictor ran at the last firing
-    assert h.state_entries()[CONTENTS_STATE] == {"a": {(): [(("a", 4), 4), (("a", 5), 5), (("a", 6), 6), (("a", 7), 7)]}}
+    assert h.state_entries()[CONTENTS_STATE] == {"a": {(): [(("a", 5), 5), (("a", 6), 6), (("a", 7), 7), (("a", 8), 8)]}}
+
+    # a slide longer than the size skips the elements between windows, as PyFlink's does
+    h = harness(lambda s: count_window(s.key_by(lambda x: x[0]), 2, 3).apply(lambda k, w, xs: [[x[1] for x in xs]]))
+    feed(h, *[(("a", i), i) for i in range(1, 9)])
+    assert h.extract_output_values() == [[1, 2], [4, 5], [7, 8]]
 
 
 def test_global_windows_never_fire_without_a_trigger(harness):

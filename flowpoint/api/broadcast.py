@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from flowpoint.api.broadcast_state import BroadcastState, ReadOnlyBroadcastState
-from flowpoint.api.functions import Function, RuntimeContextAware
+from flowpoint.api.functions import Function, RuntimeContextAware, TimerService
 from flowpoint.api.state import MapStateDescriptor
 from flowpoint.errors import JobGraphError
 
@@ -82,7 +82,8 @@ class BroadcastProcessFunction(BaseBroadcastProcessFunction, Generic[IN1, IN2, O
 
 
 class KeyedBroadcastProcessFunction(BroadcastProcessFunction, Generic[KEY, IN1, IN2, OUT]):
-    """A keyed stream connected to a broadcast stream: keyed state in ``process_element``,
+    """A keyed stream connected to a broadcast stream: keyed state and timers
+    (``ctx.timer_service()``, :meth:`on_timer`) in ``process_element``,
     ``ctx.apply_to_keyed_state(descriptor, fn(key, state))`` in ``process_broadcast_element``."""
 
     class Context(BaseBroadcastProcessFunction.Context, ABC):
@@ -91,14 +92,23 @@ class KeyedBroadcastProcessFunction(BroadcastProcessFunction, Generic[KEY, IN1, 
 
     class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext, ABC):
         @abstractmethod
+        def timer_service(self) -> TimerService:
+            """The current key's timers and the clocks."""
+
+        @abstractmethod
         def get_current_key(self) -> Any: ...
 
     class OnTimerContext(ReadOnlyContext, ABC):
-        """PyFlink's ``on_timer`` context; flowpoint's keyed broadcast functions have no timers
-        (use a KeyedProcessFunction after the broadcast function for timers)."""
+        """``on_timer``'s context: the firing timer's key, timestamp and time domain, the broadcast
+        state read-only, the timer service."""
 
         @abstractmethod
         def time_domain(self) -> Any: ...
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:
+        """A timer registered with ``ctx.timer_service()`` fires (``ctx`` an
+        :class:`OnTimerContext`); outputs are emitted as ``process_element``'s are."""
+        return None
 
 
 class BroadcastStream:

@@ -29,6 +29,7 @@ from flowpoint.api.functions import (
     WindowFunction,
 )
 from flowpoint.api.time import Duration, to_millis
+from flowpoint.api.triggers import SlidingCountTrigger
 from flowpoint.api.types import Types
 from flowpoint.api.windows import (
     CountEvictor,
@@ -339,4 +340,5 @@ def _count(ws: WindowedStream, size: int, slide: int | None) -> WindowedStream:
             raise ConfigurationError(msg)
     if slide is None:
         return ws.trigger(PurgingTrigger.of(CountTrigger.of(size)))
-    return ws.evictor(CountEvictor.of(size)).trigger(CountTrigger.of(slide))
+    # PyFlink's CountSlidingWindowAssigner: the first window once there are ``size`` elements
+    return ws.evictor(CountEvictor.of(size)).trigger(SlidingCountTrigger(size, slide))

@@ -8,19 +8,26 @@ from typing import Any
 
 from flowpoint.api.broadcast_state import BroadcastState, ReadOnlyBroadcastState
 from flowpoint.api.operator_state import BROADCAST, OperatorStateStore
+from flowpoint.api.time import TimeDomain
 from flowpoint.errors import StateAccessError
 from flowpoint.tasks.batches import as_rows
-from flowpoint.tasks.operators import KeyedOp, Operator, run_per_record
+from flowpoint.tasks.keyed_process import KeyedTimerService, OutputBuffer, TimerOp, timer_error
+from flowpoint.tasks.operators import Operator, run_per_record
+from flowpoint.tasks.timers import InternalTimerService
 
 
 class _Context:
-    __slots__ = ("op", "writable", "current_timestamp", "origin")
+    """``process_broadcast_element``'s ``Context`` (``writable``), ``process_element``'s
+    ``ReadOnlyContext`` and, keyed, ``on_timer``'s ``OnTimerContext`` (``domain`` set)."""
+
+    __slots__ = ("op", "writable", "current_timestamp", "origin", "domain")
 
     def __init__(self, op: Any, writable: bool):
         self.op = op
         self.writable = writable
         self.current_timestamp: int | None = None
         self.origin: tuple = ()
+        self.domain: TimeDomain | None = None
 
     def get_broadcast_state(self, descriptor: Any) -> ReadOnlyBroadcastState:
         name = descriptor.name
@@ -49,6 +56,20 @@ class _Context:
     # keyed variant
     def get_current_key(self) -> Any:
         return self.op.backend.current_key
+
+    def timer_service(self) -> KeyedTimerService:
+        """The current key's timers and the clocks (``process_element`` and ``on_timer`` of a
+        KeyedBroadcastProcessFunction, as in PyFlink; the broadcast side has no current key)."""
+        service = getattr(self.op, "timer_service", None)
+        if service is None or self.writable:
+            where = "process_broadcast_element (no current key there)" if self.writable else "a non-keyed BroadcastProcessFunction"
+            msg = f"operator {self.op.spec.name!r}: timer_service() is not available in {where}; register timers in process_element or on_timer of a KeyedBroadcastProcessFunction"
+            raise StateAccessError(msg)
+        return service
+
+    def time_domain(self) -> TimeDomain | None:
+        """The firing timer's domain in ``on_timer`` (None elsewhere)."""
+        return self.domain
 
     def apply_to_keyed_state(self, descriptor: Any, function: Any) -> None:
         """Run ``function(key, state)`` for every key that has state ``descriptor`` (Flink's
@@ -111,11 +132,20 @@ class BroadcastProcessOp(_BroadcastMixin, Operator):
         self.emit_routed(origin, out, out_ts)
 
 
-class KeyedBroadcastProcessOp(_BroadcastMixin, KeyedOp):
+class KeyedBroadcastProcessOp(_BroadcastMixin, TimerOp):
+    """The keyed variant: keyed state and timers in ``process_element`` and ``on_timer`` (which
+    see the broadcast state read-only), ``apply_to_keyed_state`` on the broadcast side. Timers
+    fire as a KeyedProcessFunction's (tasks/keyed_process.py)."""
+
     def open(self, ctx: Any) -> None:
+        self.timers = InternalTimerService(self.backend, self, self._on_event_time, self._on_processing_time)
+        self.timers.open()
+        self.buffer = OutputBuffer()
+        self.timer_service = KeyedTimerService(self.timers)
         super().open(ctx)
         if not hasattr(self, "broadcast_states"):
             self._init_broadcast()
+        self.timer_ctx = _Context(self, False)
 
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         """Per record: the key, the record's timestamp in ``ctx.timestamp()``; each output keeps
@@ -124,3 +154,22 @@ class KeyedBroadcastProcessOp(_BroadcastMixin, KeyedOp):
         self.read_ctx.origin = origin
         out, out_ts = run_per_record(self.spec, self.spec.function.process_element, data, ts, self.read_ctx, self.backend)
         self.emit_routed(origin, out, out_ts)
+
+    def _on_event_time(self, key: Any, namespace: Any, timestamp: int) -> None:
+        self._fire(key, timestamp, TimeDomain.EVENT_TIME, timestamp)
+
+    def _on_processing_time(self, key: Any, namespace: Any, timestamp: int) -> None:
+        self._fire(key, timestamp, TimeDomain.PROCESSING_TIME, None)
+
+    def _fire(self, key: Any, timestamp: int, domain: TimeDomain, out_ts: int | None) -> None:
+        ctx = self.timer_ctx
+        ctx.domain = domain
+        ctx.current_timestamp = timestamp
+        try:
+            r = self.spec.function.on_timer(timestamp, ctx)
+            if r is not None:
+                for x in r:
+                    self.buffer.values.append(x)
+                    self.buffer.timestamps.append(out_ts)
+        except Exception as e:
+            raise timer_error(self.spec, e, timestamp, domain, key) from e
