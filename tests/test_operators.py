@@ -10,6 +10,7 @@ import time
 from collections import defaultdict
 
 import pytest
+from conftest import build_env
 
 from flowpoint import (
     ClickEventGenerator,
@@ -27,8 +28,7 @@ from flowpoint import (
     ValueStateDescriptor,
 )
 from flowpoint.api.types import arrow_to_rows
-from conftest import build_env
-from flowpoint.errors import JobCancelledError
+from flowpoint.errors import ConfigurationError, JobCancelledError
 
 TUPLES = [("a", 3, "x1"), ("b", 1, "y1"), ("a", 1, "x2"), ("a", 5, "x3"), ("b", 7, "y2"), ("b", 1, "y3"), ("a", 1, "x4")]
 FIELDS = ("name", "value", "tag")
@@ -312,6 +312,17 @@ def test_execute_and_collect_returns_all_records(module_env):
     with stream.execute_and_collect("collect") as it:
         got = list(it)
     assert sorted(got) == [x * 2 for x in range(1, 26)]
+
+
+def test_execute_and_collect_with_a_limit_returns_that_many_and_ends_the_job(module_env):
+    """As PyFlink: a list of the first ``limit`` records (here from batches of 10, so the limit
+    falls inside one), the endless job cancelled once they came."""
+    env = module_env(parallelism=1, max_records=10)
+    source = DataGeneratorSource(lambda i: i, count=None, rate_limit_per_second=200)
+    got = env.from_source(source, source_name="endless").map(lambda x: x * 2).execute_and_collect("limited", limit=3)
+    assert got == [0, 2, 4]
+    with pytest.raises(ConfigurationError, match="limit"):
+        env.from_collection([1]).execute_and_collect(limit=-1)
 
 
 def test_execute_async_status_and_cancel_of_unbounded_job(module_env):

@@ -288,13 +288,22 @@ class DataStream:
         return self.sink_to(FunctionSink(fn), name="Sink")
 
     def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None):
-        """Run the job and iterate over this stream's records (PyFlink's ``execute_and_collect``)."""
+        """Run the job and iterate over this stream's records (PyFlink's ``execute_and_collect``);
+        with ``limit``, as PyFlink: a list of the first ``limit`` records, the job cancelled once
+        they came (or all of them, if the job ends first)."""
         from flowpoint.connectors.sinks import CollectSink
 
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            msg = f"execute_and_collect(limit=...) needs a non-negative int; got {limit!r}"
+            raise ConfigurationError(msg)
         sink = CollectSink(streaming=True)
         self.sink_to(sink, name="Collect")
         client = self._env.execute_async(job_execution_name or self._env._default_job_name())
-        return sink.iterator(client, limit)
+        records = sink.iterator(client, limit)
+        if limit is None:
+            return records
+        with records:
+            return list(records)
 
 
 class DataStreamSink(DataStream):

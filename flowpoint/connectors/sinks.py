@@ -182,8 +182,11 @@ class CloseableIterator:
         return self
 
     def __next__(self) -> Any:
+        if self._limit is not None and self._taken >= self._limit:
+            self.close()
+            raise StopIteration
         while not self._buffer:
-            if self._done or (self._limit is not None and self._taken >= self._limit):
+            if self._done:
                 self.close()
                 raise StopIteration
             try:
