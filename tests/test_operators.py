@@ -325,6 +325,17 @@ def test_execute_and_collect_with_a_limit_returns_that_many_and_ends_the_job(mod
         env.from_collection([1]).execute_and_collect(limit=-1)
 
 
+def test_a_keyed_streams_execute_and_collect_gives_rows_of_key_and_value(module_env):
+    """As PyFlink's, whose keyed stream carries ``Row(key, value)``."""
+    from flowpoint import Row
+
+    env = module_env(parallelism=2)
+    with env.from_collection([("a", 1), ("b", 2), ("a", 3)]).key_by(lambda r: r[0]).execute_and_collect("keyed") as it:
+        got = list(it)
+    assert sorted(got) == [("a", ("a", 1)), ("a", ("a", 3)), ("b", ("b", 2))]
+    assert all(isinstance(r, Row) and r.f0 == r.f1[0] for r in got)
+
+
 def test_execute_async_status_and_cancel_of_unbounded_job(module_env):
     env = module_env(parallelism=2)
     env.get_configuration().set("execution.epoch.interval", 50)

@@ -327,6 +327,17 @@ class KeyedStream(DataStream):
         drops it; docs/pyflink.md)."""
         return super().print()
 
+    def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None):
+        """As PyFlink's on a keyed stream: each record as ``Row(f0=key, f1=value)`` (PyFlink's
+        keyed stream carries its records so)."""
+        from flowpoint.api.row import Row
+
+        class WithKey(KeyedProcessFunction):
+            def process_element(self, value: Any, ctx: Any) -> Any:
+                yield Row(f0=ctx.get_current_key(), f1=value)
+
+        return self.process(WithKey()).name("KeyedStream values").execute_and_collect(job_execution_name, limit)
+
     # key_by is not an operator: naming it, giving it a uid or a parallelism is an error, as in
     # PyFlink (set them on the operator that follows)
     def _unsupported(self, what: str) -> Any:
