@@ -31,7 +31,7 @@ from rocksdict import Checkpoint, Rdict, UniversalCompactOptions  # noqa: E402
 from flowpoint.state import rocksdb as R  # noqa: E402
 
 
-def universal(min_merge_width: int, trigger: int, amp: int, size_ratio: int = 1):
+def universal(min_merge_width: int, trigger: int, amp: int, size_ratio: int = 1, slowdown: int = 0, stop: int = 0):
     def tweak(o):
         u = UniversalCompactOptions()
         u.size_ratio = size_ratio
@@ -39,8 +39,8 @@ def universal(min_merge_width: int, trigger: int, amp: int, size_ratio: int = 1)
         u.max_size_amplification_percent = amp
         o.set_universal_compaction_options(u)
         o.set_level_zero_file_num_compaction_trigger(trigger)
-        o.set_level_zero_slowdown_writes_trigger(max(40, trigger + 16))
-        o.set_level_zero_stop_writes_trigger(max(60, trigger + 36))
+        o.set_level_zero_slowdown_writes_trigger(slowdown or max(40, trigger + 16))
+        o.set_level_zero_stop_writes_trigger(stop or max(60, trigger + 36))
     return tweak
 
 
@@ -50,6 +50,7 @@ CONFIGS = {
     "width4-runs24-amp1000": universal(4, 24, 1000),
     "width4-runs24-amp600": universal(4, 24, 600),
     "width4-runs12-amp200": universal(4, 12, 200),
+    "width4-runs24-stall64": universal(4, 24, 200, slowdown=64, stop=96),
     "width8-runs40-amp1000": universal(8, 40, 1000),
 }
 
@@ -67,15 +68,18 @@ def run(name: str, tweak, checkpoints: int, per: int, root: str, keys: int = 0) 
     w = R._write_options()
     prev: dict[str, int] = {}
     uploads = []
+    waits = []  # seconds of each checkpoint's writes, flush and checkpoint (a write stall shows here)
     started = time.perf_counter()
     k = 0
     for _ in range(checkpoints):
+        t0 = time.perf_counter()
         for _ in range(per):
             db.put(key(k if not keys else (k * 7919) % keys), k.to_bytes(8, "big"), w)
             k += 1
         db.flush(True)
         shutil.rmtree(ck, ignore_errors=True)
         Checkpoint(db).create_checkpoint(ck)
+        waits.append(time.perf_counter() - t0)
         files = {f: os.path.getsize(os.path.join(ck, f)) for f in os.listdir(ck) if f.endswith(".sst")}
         uploads.append(sum(size for f, size in files.items() if f not in prev))
         prev = files
@@ -94,6 +98,7 @@ def run(name: str, tweak, checkpoints: int, per: int, root: str, keys: int = 0) 
         "config": name, "seconds": took, "state_mb": state / 1e6, "files": len(prev), "new_mb": state / n / 1e6,
         "mean_mb": sum(uploads) / n / 1e6, "last_tenth_mb": sum(uploads[-n // 10:]) / (n // 10) / 1e6, "max_mb": max(uploads) / 1e6,
         "reads_hit": rates["hit"], "reads_miss": rates["miss"],
+        "step_p50_ms": sorted(waits)[n // 2] * 1000, "step_max_ms": max(waits) * 1000,
     }
 
 
@@ -108,11 +113,12 @@ def main() -> int:
     try:
         what = "new keys" if not args.keys else f"updates of {args.keys:,} keys"
         print(f"{args.checkpoints} checkpoints of {args.per:,} {what} each")
-        print(f"{'config':<24}{'state MB':>9}{'files':>6}{'new/ckpt':>10}{'upload mean':>12}{'last 10%':>9}{'max':>8}{'x new':>7}{'reads hit/s':>12}{'miss/s':>9}")
+        print(f"{'config':<24}{'state MB':>9}{'files':>6}{'new/ckpt':>10}{'upload mean':>12}{'last 10%':>9}{'max':>8}{'x new':>7}{'reads hit/s':>12}{'miss/s':>9}{'step p50/max ms':>17}")
         for name in args.configs.split(","):
             r = run(name, CONFIGS[name], args.checkpoints, args.per, root, args.keys)
             print(f"{name:<24}{r['state_mb']:>9.1f}{r['files']:>6}{r['new_mb']:>10.3f}{r['mean_mb']:>12.3f}{r['last_tenth_mb']:>9.3f}"
-                  f"{r['max_mb']:>8.1f}{r['mean_mb'] / r['new_mb']:>7.1f}{r['reads_hit']:>12,.0f}{r['reads_miss']:>9,.0f}", flush=True)
+                  f"{r['max_mb']:>8.1f}{r['mean_mb'] / r['new_mb']:>7.1f}{r['reads_hit']:>12,.0f}{r['reads_miss']:>9,.0f}"
+                  f"{r['step_p50_ms']:>9.1f}/{r['step_max_ms']:<7.0f}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
