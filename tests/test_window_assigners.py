@@ -341,7 +341,7 @@ def test_count_windows(keyed):
     o = count_window(keyed, 3)._build("aggregate", Aggregates.count(), None, None)._t.options
     assert isinstance(o["assigner"], GlobalWindows) and repr(o["trigger"]) == "PurgingTrigger(CountTrigger(3))" and o["evictor"] is None
     o = count_window(keyed, 3, 1).reduce(lambda a, b: a)._t.options
-    assert repr(o["trigger"]) == "CountTrigger(1)" and repr(o["evictor"]) == "CountEvictor(3)"
+    assert repr(o["trigger"]) == "SlidingCountTrigger(3, 1)" and repr(o["evictor"]) == "CountEvictor(3)"
     env = StreamExecutionEnvironment({"parallelism.default": 4})
     assert count_window_all(env.from_collection([1]), 2).sum()._t.parallelism == 1
     with pytest.raises(ConfigurationError, match="positive int size"):
