@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 ROUTES = (
     "GET /config, GET /overview, GET /jobs, GET /jobs/overview, GET|PATCH /jobs/:jid, GET /jobs/:jid/vertices/:vid, "
-    "GET /jobs/:jid/checkpoints, GET /jobs/:jid/checkpoints/config, GET /jobs/:jid/exceptions, GET /jobs/:jid/throughput, "
+    "GET /jobs/:jid/checkpoints, POST /jobs/:jid/checkpoints, GET /jobs/:jid/checkpoints/:triggerid, GET /jobs/:jid/checkpoints/config, "
+    "GET /jobs/:jid/exceptions, GET /jobs/:jid/throughput, "
     "GET /jobs/:jid/epochs, POST /jobs/:jid/savepoints, GET /jobs/:jid/savepoints/:triggerid, POST /jobs/:jid/stop, "
     "POST /jobs/:jid/cancel"
 )
