@@ -25,6 +25,7 @@ from flowpoint import (
     RestartStrategies,
     ValueStateDescriptor,
 )
+from flowpoint.api.watermarks import TimestampAssigner
 from flowpoint.connectors.sinks import CollectSink
 from flowpoint.errors import FlowpointError
 
@@ -244,6 +245,13 @@ class Stamped:
         return (f"k{i % KEYS}", i)
 
 
+class Tens(TimestampAssigner):
+    """Record ``i``'s event time: ``i * 10`` ms."""
+
+    def extract_timestamp(self, value, record_timestamp):
+        return value[1] * 10
+
+
 class SlowPass(KeyedProcessFunction):
     """Passes records on, ``ms`` each (the stage in front of the windows backpressures its
     input); fails once at record ``fail_at`` when ``flag`` is missing."""
@@ -266,11 +274,6 @@ def test_event_time_windows_restored_from_unaligned_checkpoints_lose_no_record_t
     ahead of those records): every record lands in its window as in an uninterrupted run, none
     turns late."""
     from flowpoint import OutputTag, TumblingEventTimeWindows, WatermarkStrategy
-    from flowpoint.api.watermarks import TimestampAssigner
-
-    class Ts(TimestampAssigner):
-        def extract_timestamp(self, value, record_timestamp):
-            return value[1] * 10
 
     count = 2_400
     env = make_env(2, execution_runtime="continuous", state_checkpoints_dir=f"file://{tmp_path}/ck2")
@@ -282,7 +285,7 @@ def test_event_time_windows_restored_from_unaligned_checkpoints_lose_no_record_t
     sink, late_sink = CollectSink(), CollectSink()
     windows = (
         env.from_source(DataGeneratorSource(Stamped(), count=count, rate_limit_per_second=2_000), source_name="gen").uid("gen")
-        .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Ts())).uid("ts")
+        .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Tens())).uid("ts")
         .key_by(lambda v: v[0]).process(SlowPass(3, str(tmp_path / "failed"), 1_900)).uid("slow")
         .key_by(lambda v: v[0]).window(TumblingEventTimeWindows.of(Duration.of_millis(1_000)))
         .side_output_late_data(late)
@@ -341,11 +344,6 @@ def test_a_restored_subtask_replays_in_flight_records_in_channel_order_before_it
     watermark, and each channel's records come in the order they were sent (the receiver's
     recorded frames before the sender's unsent ones)."""
     from flowpoint import WatermarkStrategy
-    from flowpoint.api.watermarks import TimestampAssigner
-
-    class Ts(TimestampAssigner):
-        def extract_timestamp(self, value, record_timestamp):
-            return value[1] * 10
 
     count = 2_400
     env = make_env(2, execution_runtime="continuous", state_checkpoints_dir=f"file://{tmp_path}/ck")
@@ -356,7 +354,7 @@ def test_a_restored_subtask_replays_in_flight_records_in_channel_order_before_it
     sink = CollectSink()
     (
         env.from_source(DataGeneratorSource(Stamped(), count=count, rate_limit_per_second=2_000), source_name="gen").uid("gen")
-        .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Ts())).uid("ts")
+        .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Tens())).uid("ts")
         .key_by(lambda v: v[0]).process(Checked(3, str(tmp_path / "failed"), 1_900, count // 2)).uid("checked")
         .sink_to(sink).uid("sink")
     )

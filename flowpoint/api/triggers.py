@@ -377,35 +377,26 @@ class ContinuousProcessingTimeTrigger(_ContinuousTrigger):
         ctx.delete_processing_time_timer(time)
 
 
-class SlidingCountTrigger(Trigger):
+class SlidingCountTrigger(CountTrigger):
     """PyFlink's count sliding windows (``count_window(size, slide)``,
     ``CountSlidingWindowAssigner``) on a global window with a ``CountEvictor(size)``: fires once
     the key has ``size`` elements, then every ``slide`` elements, so each firing sees exactly the
     last ``size`` elements and no partial window comes before the first ``size`` (Java Flink's
-    ``countWindow(size, slide)`` fires every ``slide`` elements from the start)."""
+    ``countWindow(size, slide)`` fires every ``slide`` elements from the start). A
+    :class:`CountTrigger` of ``size`` whose count restarts ``slide`` elements short of it."""
 
     def __init__(self, size: int, slide: int):
-        self.size, self.slide = size, slide
-        self.state_desc = ReducingStateDescriptor("count", _sum)
+        super().__init__(size)
+        self.slide = slide
 
     def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
         count = ctx.get_partitioned_state(self.state_desc)
         count.add(1)
-        if count.get() >= self.size:
+        if count.get() >= self.max_count:
             count.clear()
-            count.add(self.size - self.slide)  # the next firing comes ``slide`` elements later
+            count.add(self.max_count - self.slide)  # the next firing comes ``slide`` elements later
             return TriggerResult.FIRE
         return TriggerResult.CONTINUE
 
-    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
-        return TriggerResult.CONTINUE
-
-    def clear(self, window: Any, ctx: Any) -> None:
-        ctx.get_partitioned_state(self.state_desc).clear()
-
     def __repr__(self) -> str:
-        return f"SlidingCountTrigger({self.size}, {self.slide})"
-
+        return f"SlidingCountTrigger({self.max_count}, {self.slide})"

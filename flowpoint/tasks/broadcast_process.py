@@ -11,9 +11,8 @@ from flowpoint.api.operator_state import BROADCAST, OperatorStateStore
 from flowpoint.api.time import TimeDomain
 from flowpoint.errors import StateAccessError
 from flowpoint.tasks.batches import as_rows
-from flowpoint.tasks.keyed_process import KeyedTimerService, OutputBuffer, TimerOp, timer_error
+from flowpoint.tasks.keyed_process import FunctionTimers, KeyedTimerService, TimerOp
 from flowpoint.tasks.operators import Operator, run_per_record
-from flowpoint.tasks.timers import InternalTimerService
 
 
 class _Context:
@@ -132,16 +131,13 @@ class BroadcastProcessOp(_BroadcastMixin, Operator):
         self.emit_routed(origin, out, out_ts)
 
 
-class KeyedBroadcastProcessOp(_BroadcastMixin, TimerOp):
+class KeyedBroadcastProcessOp(_BroadcastMixin, FunctionTimers, TimerOp):
     """The keyed variant: keyed state and timers in ``process_element`` and ``on_timer`` (which
     see the broadcast state read-only), ``apply_to_keyed_state`` on the broadcast side. Timers
     fire as a KeyedProcessFunction's (tasks/keyed_process.py)."""
 
     def open(self, ctx: Any) -> None:
-        self.timers = InternalTimerService(self.backend, self, self._on_event_time, self._on_processing_time)
-        self.timers.open()
-        self.buffer = OutputBuffer()
-        self.timer_service = KeyedTimerService(self.timers)
+        self.timer_service = self._open_timers()
         super().open(ctx)
         if not hasattr(self, "broadcast_states"):
             self._init_broadcast()
@@ -154,22 +150,3 @@ class KeyedBroadcastProcessOp(_BroadcastMixin, TimerOp):
         self.read_ctx.origin = origin
         out, out_ts = run_per_record(self.spec, self.spec.function.process_element, data, ts, self.read_ctx, self.backend)
         self.emit_routed(origin, out, out_ts)
-
-    def _on_event_time(self, key: Any, namespace: Any, timestamp: int) -> None:
-        self._fire(key, timestamp, TimeDomain.EVENT_TIME, timestamp)
-
-    def _on_processing_time(self, key: Any, namespace: Any, timestamp: int) -> None:
-        self._fire(key, timestamp, TimeDomain.PROCESSING_TIME, None)
-
-    def _fire(self, key: Any, timestamp: int, domain: TimeDomain, out_ts: int | None) -> None:
-        ctx = self.timer_ctx
-        ctx.domain = domain
-        ctx.current_timestamp = timestamp
-        try:
-            r = self.spec.function.on_timer(timestamp, ctx)
-            if r is not None:
-                for x in r:
-                    self.buffer.values.append(x)
-                    self.buffer.timestamps.append(out_ts)
-        except Exception as e:
-            raise timer_error(self.spec, e, timestamp, domain, key) from e

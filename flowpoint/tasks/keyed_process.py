@@ -170,14 +170,51 @@ class TimerOp(KeyedOp):
         self.buffer.flush(self, origin)
 
 
-class KeyedProcessOp(TimerOp):
-    """Runs a :class:`KeyedProcessFunction` with timers (see the module docstring)."""
+class FunctionTimers:
+    """Timers of a user function with ``on_timer(timestamp, ctx)`` (KeyedProcessFunction,
+    KeyedBroadcastProcessFunction), mixed into a :class:`TimerOp`: ``self.timer_ctx`` is the
+    context ``on_timer`` gets; what it yields is buffered with the timer's timestamp (event time)
+    or none (processing time)."""
 
-    def open(self, ctx: Any) -> None:
+    spec: Any
+    backend: Any
+    timers: InternalTimerService
+    buffer: OutputBuffer
+    timer_ctx: Any
+
+    def _open_timers(self) -> KeyedTimerService:
+        """The timers (rebuilt from the state) and the output buffer; the function's timer service."""
         self.timers = InternalTimerService(self.backend, self, self._on_event_time, self._on_processing_time)
         self.timers.open()
         self.buffer = OutputBuffer()
-        self.ctx = KeyedProcessContext(self.backend, KeyedTimerService(self.timers), self.buffer)
+        return KeyedTimerService(self.timers)
+
+    def _on_event_time(self, key: Any, namespace: Any, timestamp: int) -> None:
+        self._fire(key, timestamp, TimeDomain.EVENT_TIME, timestamp)
+
+    def _on_processing_time(self, key: Any, namespace: Any, timestamp: int) -> None:
+        self._fire(key, timestamp, TimeDomain.PROCESSING_TIME, None)
+
+    def _fire(self, key: Any, timestamp: int, domain: TimeDomain, out_ts: int | None) -> None:
+        ctx = self.timer_ctx
+        ctx.domain = domain
+        ctx.current_timestamp = timestamp
+        try:
+            r = self.spec.function.on_timer(timestamp, ctx)
+            if r is not None:
+                values, stamps = self.buffer.values, self.buffer.timestamps
+                for x in r:
+                    values.append(x)
+                    stamps.append(out_ts)
+        except Exception as e:
+            raise timer_error(self.spec, e, timestamp, domain, key) from e
+
+
+class KeyedProcessOp(FunctionTimers, TimerOp):
+    """Runs a :class:`KeyedProcessFunction` with timers (see the module docstring)."""
+
+    def open(self, ctx: Any) -> None:
+        self.ctx = self.timer_ctx = KeyedProcessContext(self.backend, self._open_timers(), self.buffer)
         super().open(ctx)
 
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
@@ -205,26 +242,6 @@ class KeyedProcessOp(TimerOp):
         finally:
             backend.current_key = None
         self.buffer.flush(self, origin)
-
-    def _on_event_time(self, key: Any, namespace: Any, timestamp: int) -> None:
-        self._fire(key, timestamp, TimeDomain.EVENT_TIME, timestamp)
-
-    def _on_processing_time(self, key: Any, namespace: Any, timestamp: int) -> None:
-        self._fire(key, timestamp, TimeDomain.PROCESSING_TIME, None)
-
-    def _fire(self, key: Any, timestamp: int, domain: TimeDomain, out_ts: int | None) -> None:
-        ctx = self.ctx
-        ctx.domain = domain
-        ctx.current_timestamp = timestamp
-        try:
-            r = self.spec.function.on_timer(timestamp, ctx)
-            if r is not None:
-                values, stamps = self.buffer.values, self.buffer.timestamps
-                for x in r:
-                    values.append(x)
-                    stamps.append(out_ts)
-        except Exception as e:
-            raise timer_error(self.spec, e, timestamp, domain, key) from e
 
 
 def timer_error(spec: Any, e: BaseException, timestamp: int, domain: TimeDomain, key: Any) -> FlowpointError:
