@@ -313,6 +313,7 @@ def run_case(backend: str, keys_mode: str, args: argparse.Namespace, root: str, 
     env = StreamExecutionEnvironment.get_execution_environment({
         "spark.master": "local[2]", "execution.runtime": "continuous", "execution.progress.interval": -1,
         "state.backend.type": backend, "state.backend.incremental": backend == "rocksdb",
+        "state.backend.changelog.enabled": bool(args.changelog and backend == "rocksdb"),
         "state.checkpoints.dir": f"file://{case_dir}/checkpoints", "state.working.dir": f"{case_dir}/working",
         "spark.ui.enabled": "false",
     })
@@ -457,6 +458,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=5.0, help="minutes before growth is measured")
     ap.add_argument("--source", choices=("datagen", "kafka"), default="datagen",
                     help="datagen: in-process source; kafka: a topic on the embedded broker, produced to by a thread")
+    ap.add_argument("--changelog", action="store_true",
+                    help="RocksDB with the changelog (state.backend.changelog.enabled): checkpoints upload the changes since the last one")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="soak-")
     results: dict[str, list[dict]] = {}
@@ -477,7 +480,8 @@ def main() -> int:
         for backend in args.backends.split(","):
             for keys_mode in args.keys_modes.split(","):
                 print(f"{backend}, keys {keys_mode}, source {args.source}: {args.minutes:g} min at {args.rate:,}/s", flush=True)
-                results[f"{backend}/{keys_mode}/{args.source}"] = run_case(backend, keys_mode, args, root, broker)
+                label = backend + ("+changelog" if args.changelog and backend == "rocksdb" else "")
+                results[f"{label}/{keys_mode}/{args.source}"] = run_case(backend, keys_mode, args, root, broker)
     finally:
         if broker is not None:
             broker.stop()

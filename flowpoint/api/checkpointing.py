@@ -247,6 +247,8 @@ def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSe
         incremental=config.get("state.backend.incremental"),
         changelog_max_ratio=config.get("state.backend.hashmap.changelog.max-ratio"),
         changelog_max_parts=config.get("state.backend.hashmap.changelog.max-parts"),
+        rocksdb_changelog=config.get("state.backend.changelog.enabled"),
+        materialize_interval_ms=config.get("state.backend.changelog.periodic-materialize.interval"),
         unaligned=bool(checkpoint_config.is_unaligned_checkpoints_enabled()),
         aligned_timeout_ms=config.get("execution.checkpointing.aligned-checkpoint-timeout"),
     )

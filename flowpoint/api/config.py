@@ -340,6 +340,19 @@ OPTIONS = {
             _float(0.0, 1000.0, low_open=False),
         ),
         Option(
+            "state.backend.changelog.enabled", False, bool,
+            "RocksDB: checkpoints upload the changes committed since the previous checkpoint (a changelog part) on top of the last materialization "
+            "(the DB's files in shared/), as Flink's changelog state backend, so a checkpoint uploads what changed whatever compaction rewrote; "
+            "HashMap checkpoints are changelogs anyway (state.backend.hashmap.changelog.*)",
+            parse_bool,
+        ),
+        Option(
+            "state.backend.changelog.periodic-materialize.interval", 10 * 60_000, int,
+            "RocksDB with the changelog: how often a checkpoint materializes (uploads the DB's new files and starts a new chain); "
+            "a chain's changelog parts larger than its materialization also materialize (bounds what a restore replays)",
+            _duration(1),
+        ),
+        Option(
             "state.backend.hashmap.changelog.max-parts", 20, int,
             "HashMap checkpoints: at most this many changelog parts follow a full snapshot before the next checkpoint writes a full one (bounds what a restore replays; >= 1)",
             _int(1),

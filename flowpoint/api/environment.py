@@ -385,6 +385,16 @@ class StreamExecutionEnvironment:
             self._config.set(k, v)
         return self
 
+    def enable_changelog_state_backend(self, enabled: bool) -> StreamExecutionEnvironment:
+        """Flink's changelog state backend (``state.backend.changelog.enabled``): RocksDB
+        checkpoints upload the changes committed since the previous one on top of a periodic
+        materialization (``state.backend.changelog.periodic-materialize.interval``)."""
+        self._config.set("state.backend.changelog.enabled", bool(enabled))
+        return self
+
+    def is_changelog_state_backend_enabled(self) -> bool:
+        return bool(self._config.get("state.backend.changelog.enabled"))
+
     def get_state_backend(self) -> StateBackend:
         """The state backend jobs of this environment use (set in code or configured)."""
         return state_backend_from_config(self._config)

@@ -684,15 +684,17 @@ def _native_db(access: CheckpointStorageAccess, op: OperatorState, sub: SubtaskS
 
     from flowpoint.state.backend import restore_native
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
+    from flowpoint.state.rocksdb_changelog import replay
     from flowpoint.state.working import RestoredFile
 
     tmp = tempfile.mkdtemp(prefix="flowpoint-inspect-")
     try:
         files = tuple((access.uri(f.path), f.local_name or f.path.rsplit("/", 1)[-1], f.size, f.sha256) for f in sub.files)
         path = os.path.join(tmp, f"db-{sub.index}")
-        restore_native(path, [RestoredFile(op.uid, access.uri(), sub.state_size, files=files)], access.options)
+        logs = restore_native(path, [RestoredFile(op.uid, access.uri(), sub.state_size, files=files)], access.options)
         b = RocksDBKeyedStateBackend(op.uid, path, op.max_parallelism)
         b.open()
+        replay(b, logs)  # a changelog chain's parts (state.backend.changelog.enabled)
         b.remap_named_tuples(recorded_value_classes(op))
         try:
             yield b

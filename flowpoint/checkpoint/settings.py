@@ -25,6 +25,8 @@ class CheckpointSettings:
     incremental: bool  # only meaningful for rocksdb
     changelog_max_ratio: float = 0.5  # hashmap: state.backend.hashmap.changelog.max-ratio (0: full snapshots only)
     changelog_max_parts: int = 20  # hashmap: state.backend.hashmap.changelog.max-parts
+    rocksdb_changelog: bool = False  # state.backend.changelog.enabled
+    materialize_interval_ms: int = 600_000  # state.backend.changelog.periodic-materialize.interval
     max_concurrent: int = 1  # continuous runtime: checkpoints in flight at once
     unaligned: bool = False  # execution.checkpointing.unaligned (the continuous runtime, EXACTLY_ONCE)
     aligned_timeout_ms: int = 0  # execution.checkpointing.aligned-checkpoint-timeout: 0 starts unaligned

@@ -32,7 +32,14 @@ from flowpoint.checkpoint.storage import CheckpointStorageAccess
 from flowpoint.checkpoint.store import CheckpointStore, commit_unit
 from flowpoint.clock import now_ms
 from flowpoint.errors import CheckpointError
-from flowpoint.state.backend import chain_entry, is_chain, shared_key, writes_native_files
+from flowpoint.state.backend import (
+    ROCKSDB_CHAIN_PREFIX,
+    chain_entry,
+    is_chain,
+    is_rocksdb_chain,
+    shared_key,
+    writes_native_files,
+)
 from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.tasks.protocol import CheckpointTarget, OperatorPart
 
@@ -145,6 +152,9 @@ def shared_registry(cut: CutState) -> dict[tuple[str, int], dict[str, str]]:
                     into[shared_key(part.uid, part.lineage, h.local_name or "", h.size)] = f"{h.path}|{h.sha256}"
             if is_chain(part.files):  # HashMap: the next checkpoint's changelog builds on it
                 key, value = chain_entry(part, cut.checkpoint_id)
+                into[key] = value
+            elif is_rocksdb_chain(part.files):  # RocksDB with the changelog: the same
+                key, value = chain_entry(part, cut.checkpoint_id, ROCKSDB_CHAIN_PREFIX)
                 into[key] = value
     return registry
 

@@ -72,6 +72,7 @@ class WorkingFiles:
             self.run_key, self.working_dir if self.configured else "", self.durable_root, s.backend,
             self.options, bool(s.incremental), self._changelog(), float(s.changelog_max_ratio), int(s.changelog_max_parts),
             RocksDBMemory.from_config(self.config).fields() if s.backend == "rocksdb" else (),
+            bool(s.enabled and s.storage == "filesystem" and s.backend == "rocksdb" and s.rocksdb_changelog), int(s.materialize_interval_ms),
         )
 
     def _changelog(self) -> bool:

@@ -32,7 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from flowpoint import private_files
-from flowpoint.state import durable
+from flowpoint.clock import now_ms
+from flowpoint.state import durable, rocksdb_changelog
 from flowpoint.state.compatibility import infer_kind, recorded_states, sample_value_class
 from flowpoint.state.heap import puts_and_deletes
 from flowpoint.state.key_identity import key_table
@@ -400,29 +401,47 @@ def changelog(tables: dict[str, dict], changes: dict[str, set]) -> dict[str, tup
             out[name] = (puts, deletes)
     return out
 CHAIN_PREFIX = "hashmap-chain/"  # in a TaskSlice's ``shared``: "<prefix><uid>" -> the chain (JSON)
+ROCKSDB_CHAIN_PREFIX = "rocksdb-chain/"  # the same for RocksDB changelog chains
 
 
-def chain_entry(part: OperatorPart, checkpoint_id: int) -> tuple[str, str]:
-    """The registry entry for one operator partition's HashMap chain in a completed checkpoint:
-    its id, the committed version its snapshot holds, and its parts in ``shared/`` (a full
-    snapshot, then changelog parts)."""
-    files = [[h.path, h.size, h.kind, h.sha256] for h in part.files]
-    return CHAIN_PREFIX + part.uid, json.dumps([checkpoint_id, part.lineage, part.version, files])
+def chain_entry(part: OperatorPart, checkpoint_id: int, prefix: str = CHAIN_PREFIX) -> tuple[str, str]:
+    """The registry entry for one operator partition's chain in a completed checkpoint: its id,
+    the lineage (HashMap: run key; RocksDB: local DB lineage), the committed version its last
+    part holds, its files in ``shared/`` (a full snapshot or materialization, then changelog
+    parts) and when the chain was materialized."""
+    files = [[h.path, h.size, h.kind, h.sha256, h.local_name] for h in part.files]
+    return prefix + part.uid, json.dumps([checkpoint_id, part.lineage, part.version, files, part.materialized_ms])
 
 
-def read_chain(shared: dict[str, str], uid: str) -> tuple[int, str, int, list[PartHandle]] | None:
-    """``(checkpoint id, run key, version, parts)`` of the last completed checkpoint's chain of
+def read_chain(shared: dict[str, str], uid: str, prefix: str = CHAIN_PREFIX) -> tuple[int, str, int, list[PartHandle]] | None:
+    """``(checkpoint id, lineage, version, parts)`` of the last completed checkpoint's chain of
     ``uid`` in this partition (None: none known)."""
-    text = shared.get(CHAIN_PREFIX + uid)
+    entry = read_chain_entry(shared, uid, prefix)
+    return None if entry is None else entry[:4]
+
+
+def read_chain_entry(shared: dict[str, str], uid: str, prefix: str = CHAIN_PREFIX) -> tuple[int, str, int, list[PartHandle], int] | None:
+    """:func:`read_chain` and the chain's materialization time (ms)."""
+    text = shared.get(prefix + uid)
     if not text:
         return None
-    checkpoint_id, run, version, files = json.loads(text)
-    return int(checkpoint_id), str(run), int(version), [PartHandle(path, int(size), kind, sha256, uploaded=False) for path, size, kind, sha256 in files]
+    checkpoint_id, run, version, files, materialized_ms = json.loads(text)
+    handles = [PartHandle(path, int(size), kind, sha256, local_name, uploaded=False) for path, size, kind, sha256, local_name in files]
+    return int(checkpoint_id), str(run), int(version), handles, int(materialized_ms)
 
 
 def is_chain(files: list[PartHandle]) -> bool:
     """Whether a HashMap part's files are a chain later checkpoints may build on (in ``shared/``)."""
     return bool(files) and files[0].kind == "full" and all(h.path.startswith("shared/") and h.kind in ("full", "changelog") for h in files)
+
+
+def is_rocksdb_chain(files: list[PartHandle]) -> bool:
+    """Whether a RocksDB part is a changelog chain (a materialization and changelog parts, all
+    in ``shared/``) later checkpoints may build on."""
+    return (
+        any(h.kind == "private" for h in files)
+        and all(h.path.startswith("shared/") and h.kind in ("sst", "private", "changelog") for h in files)
+    )
 
 
 def _heap_kind(b: Any, name: str, table: dict) -> dict[str, Any]:
@@ -481,6 +500,8 @@ class RocksDBPartitionBackend(PartitionBackend):
 
         b = RocksDBKeyedStateBackend(name, db_path(ts.directory, uid), self.max_parallelism, uid=uid, memory=self.memory)
         b.open()
+        if self.location.rocksdb_changelog:
+            b.record_changes()
         if b.version() < ts.version:
             b.set_version(ts.version)  # an operator without state until now: empty at every epoch
         return b
@@ -523,6 +544,8 @@ class RocksDBPartitionBackend(PartitionBackend):
 
                 b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid, memory=self.memory)
             b.open()
+            if self.location.rocksdb_changelog:
+                b.record_changes()  # the deltas committed from here on are the next changelog parts
             for f in chain.deltas:
                 if f.epoch <= b.version():
                     continue
@@ -576,15 +599,17 @@ class RocksDBPartitionBackend(PartitionBackend):
                 files = by_uid.get(safe_name(uid))
                 if files:
                     self._download(db_path(directory, uid), files)
-        elif chain.restored:
+        logs: dict[str, list[tuple[str, bytes]]] = {}
+        if chain.base is None and chain.restored:
             for uid in names:
                 restored = [f for f in chain.restored if f.uid == uid]
                 native = [f for f in restored if f.files]
                 if native:
-                    restore_native(db_path(directory, uid), native, self.location.options)
+                    logs[uid] = restore_native(db_path(directory, uid), native, self.location.options)
         for uid in names:
             b = ts.backends[uid] = RocksDBKeyedStateBackend(uid, db_path(directory, uid), self.max_parallelism, uid=uid, memory=self.memory)
             b.open()
+            rocksdb_changelog.replay(b, logs.get(uid, []))
             tables = [f for f in chain.restored if f.uid == uid and not f.files] if chain.base is None else []
             if tables:
                 restore_tables(b, tables, self.location.options)
@@ -653,31 +678,54 @@ class RocksDBPartitionBackend(PartitionBackend):
             ts.leave()
 
     def snapshot(self, ts: TaskState, uids: list[str], partition: int, target: CheckpointTarget, shared: dict[str, str]) -> Callable[[], list[OperatorPart]]:
+        """The synchronous part: a RocksDB checkpoint (hard links) of each operator's committed
+        DB, or, with the changelog (``state.backend.changelog.enabled``) and a chain of this DB
+        to build on, the deltas committed since that chain's last part. The asynchronous part
+        uploads the new files (SSTs into ``shared/`` once) and returns the handles."""
         frozen = []
         root = os.path.join(ts.directory, f"chk-{target.checkpoint_id}")
         shutil.rmtree(root, ignore_errors=True)  # a retried task: the earlier attempt's copy
+        changelog = self.location.rocksdb_changelog
+        taken_ms = now_ms()
         for uid in uids:
             b = ts.backends.get(uid)
             if b is None:
                 continue
             t0 = time.perf_counter()
-            local = os.path.join(root, safe_name(uid))
-            files = b.create_checkpoint(local)
             schemas = state_schemas(b)
             states = {name: {"kind": kind, "declared": True} | ({"schema": schemas[name]} if name in schemas else {}) for name, (_sid, kind) in b._names.items() if kind in _KINDS}
             for name, info in states.items():
                 cls = b.value_class(name)
                 if cls is not None:
                     info["value_class"] = cls
-            frozen.append((uid, local, files, b.num_keys(), (time.perf_counter() - t0) * 1000, states))
-        options, incremental, db_id = self.options, self.location.incremental, ts.db_id
+            log = self._changelog_part(ts, b, uid, shared) if changelog else None
+            if log is not None:
+                frozen.append((uid, None, log, b.num_keys(), (time.perf_counter() - t0) * 1000, states, b.version()))
+                continue
+            local = os.path.join(root, safe_name(uid))
+            files = b.create_checkpoint(local)
+            if changelog:
+                b.materialized()
+            frozen.append((uid, local, files, b.num_keys(), (time.perf_counter() - t0) * 1000, states, b.version()))
+        options, incremental, db_id = self.options, self.location.incremental or changelog, ts.db_id
 
         def write() -> list[OperatorPart]:
             access = _storage(target, options)
             parts = []
             try:
-                for uid, local, files, keys, sync_ms, states in frozen:
+                for uid, local, files, keys, sync_ms, states, version in frozen:
                     t0 = time.perf_counter()
+                    if local is None:  # a changelog part on the chain ``files`` holds
+                        chain, entries, materialized_ms = files
+                        handles = list(chain)
+                        if entries:
+                            data = rocksdb_changelog.encode(entries)
+                            rel = f"shared/{safe_name(uid)}-{partition}-{db_id}-chk{target.checkpoint_id}-{uuid.uuid4().hex[:8]}.changelog"
+                            access.write_bytes(rel, data)
+                            name = f"{rocksdb_changelog.LOCAL_PREFIX}{target.checkpoint_id:010d}"
+                            handles.append(PartHandle(rel, len(data), "changelog", hashlib.sha256(data).hexdigest(), name))
+                        parts.append(OperatorPart(uid, partition, handles, keys, sync_ms, (time.perf_counter() - t0) * 1000, db_id, states, version, materialized_ms))
+                        continue
                     handles = []
                     for name, fsize in files:
                         path = os.path.join(local, name)
@@ -690,17 +738,42 @@ class RocksDBPartitionBackend(PartitionBackend):
                                 continue
                             rel = f"shared/{safe_name(uid)}-{partition}-{db_id}-{name}"
                             kind = "sst"
+                        elif changelog:  # a chain outlives this checkpoint's directory
+                            rel = f"shared/{safe_name(uid)}-{partition}-{db_id}-chk{target.checkpoint_id}-{name}"
+                            kind = "private"
                         else:
                             rel = f"chk-{target.checkpoint_id}/{safe_name(uid)}-{partition}/{name}"
                             kind = "private"
                         access.upload_file(path, rel)
                         handles.append(PartHandle(rel, fsize, kind, _sha256_file(path), name))
-                    parts.append(OperatorPart(uid, partition, handles, keys, sync_ms, (time.perf_counter() - t0) * 1000, db_id, states))
+                    materialized_ms = taken_ms if changelog else 0
+                    parts.append(OperatorPart(uid, partition, handles, keys, sync_ms, (time.perf_counter() - t0) * 1000, db_id, states, version, materialized_ms))
             finally:
                 shutil.rmtree(root, ignore_errors=True)
             return parts
 
         return write
+
+    def _changelog_part(self, ts: TaskState, b: Any, uid: str, shared: dict[str, str]) -> tuple[list[PartHandle], list, int] | None:
+        """``(the chain, the deltas since its last part, its materialization time)`` when this
+        checkpoint may be a changelog part on the last completed checkpoint's chain: the chain
+        is this DB's, the DB's log holds every delta since, the chain is younger than
+        ``periodic-materialize.interval`` and its changelog parts are smaller than its
+        materialization. None: materialize."""
+        entry = read_chain_entry(shared, uid, ROCKSDB_CHAIN_PREFIX)
+        if entry is None:
+            return None
+        _cid, lineage, version, chain, materialized_ms = entry
+        if lineage != ts.db_id or now_ms() - materialized_ms >= self.location.materialize_interval_ms:
+            return None
+        entries = b.changes_since(version)
+        if entries is None:
+            return None
+        b.forget_changes_until(version)
+        logged = sum(h.size for h in chain if h.kind == "changelog") + sum(d.nbytes() for _v, d in entries)
+        if logged > sum(h.size for h in chain if h.kind != "changelog"):
+            return None
+        return chain, entries, materialized_ms
 
     def committed_tables(self, ts: TaskState, uids: list[str]) -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
         tables, kinds = {}, {}
@@ -725,9 +798,11 @@ def _sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def restore_native(path: str, files: list[RestoredFile], options: dict) -> None:
+def restore_native(path: str, files: list[RestoredFile], options: dict) -> list[tuple[str, bytes]]:
     """Make ``path`` a RocksDB from a checkpoint's files (downloaded from checkpoint storage),
-    each checked against its recorded size and SHA-256 first (CorruptStateError naming it)."""
+    each checked against its recorded size and SHA-256 first (CorruptStateError naming it).
+    Returns the changelog parts among them (``[(uri, bytes)]``, in order) for the caller to
+    replay on the opened DB (:func:`flowpoint.state.rocksdb_changelog.replay`)."""
     from flowpoint.checkpoint.integrity import check_bytes
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
@@ -736,16 +811,21 @@ def restore_native(path: str, files: list[RestoredFile], options: dict) -> None:
     staging = path + ".restore"
     shutil.rmtree(staging, ignore_errors=True)
     private_files.makedirs(staging)
+    logs = []
     try:
         for f in files:
             for uri, local_name, size, sha256 in f.files:
                 data = check_bytes(read_uri(uri, options), size, sha256, uri, f.uid, "checkpoint file")
+                if local_name.startswith(rocksdb_changelog.LOCAL_PREFIX):
+                    logs.append((uri, data))
+                    continue
                 target = os.path.join(staging, local_name)
                 with durable.io_errors("write the local state file", target), open(target, "wb") as out:
                     out.write(data)
         RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return logs
 
 
 def restore_tables(backend: Any, files: list[RestoredFile], options: dict) -> None:

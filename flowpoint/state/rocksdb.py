@@ -73,6 +73,9 @@ META_VERSION = META + b"V"  # -> committed epoch (8 bytes)
 META_COUNT = META + b"N"  # -> number of (state, key) pairs (8 bytes)
 META_FORMAT = META + b"F"  # -> layout version (8 bytes)
 FORMAT_VERSION = 1
+# a changelog kept in memory beyond this (checkpoints not completing) is dropped: the next
+# checkpoint then materializes instead of uploading it
+CHANGELOG_MEMORY_BYTES = 256 << 20
 DATA_END = META  # every data key sorts below this (key groups are < 2**15)
 UNKNOWN_KIND = "?"  # restored from a snapshot before the state was declared
 MAX_STATES = 256
@@ -619,6 +622,11 @@ class RocksDBKeyedStateBackend(CurrentKey):
         self._kg_bytes = [key_group_prefix(g) for g in range(max_parallelism)]
         self._version = 0
         self._count = 0
+        # the changelog (state.backend.changelog.enabled): every committed delta applied since
+        # version ``_log_from`` (None: not known since when; the next materialization restarts it)
+        self._log: list[tuple[int, RocksDBDelta]] | None = None
+        self._log_from: int | None = None
+        self._log_bytes = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -823,6 +831,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
             self._count -= emptied
             wb.put(META_COUNT, _pack_u64(self._count))
         self._write(wb)
+        self._forget_log()  # rewritten in place: the changelog cannot replay it
 
     def _migrate_values(self, sid: int, kind: str, migrate: Any, loads: Any = None) -> None:
         """Bring every restored value of one state to its declared schema (compatibility.py).
@@ -847,6 +856,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
                 changed += 1
         if changed:
             self._write(wb)
+            self._forget_log()  # rewritten in place: the changelog cannot replay it
 
     def remap_named_tuples(self, value_classes: dict[str, dict | None]) -> None:
         """The native files just restored into the DB hold, for each state, values of the named
@@ -1132,6 +1142,45 @@ class RocksDBKeyedStateBackend(CurrentKey):
             self._write(wb)
         if version is not None:
             self._version = version
+        if self._log is not None and delta:
+            if version is None:
+                self._forget_log()  # a change no version names: the log cannot say when it happened
+            else:
+                self._log.append((version, delta))
+                self._log_bytes += delta.nbytes()
+                if self._log_bytes > CHANGELOG_MEMORY_BYTES:
+                    self._forget_log()  # checkpoints have not completed for long: the next one materializes
+
+    # -- the changelog ---------------------------------------------------------------------------
+
+    def record_changes(self) -> None:
+        """Keep every committed delta from now on (the changelog's source); the log is complete
+        from the current version."""
+        if self._log is None:
+            self._log, self._log_from, self._log_bytes = [], self._version, 0
+
+    def _forget_log(self) -> None:
+        if self._log is not None:
+            self._log, self._log_from, self._log_bytes = [], None, 0
+
+    def changes_since(self, version: int) -> list[tuple[int, RocksDBDelta]] | None:
+        """The committed deltas applied after ``version``, in order; None if the log does not
+        hold all of them (not recording, started later, or forgotten)."""
+        if self._log is None or self._log_from is None or not self._log_from <= version <= self._version:
+            return None
+        return [(v, d) for v, d in self._log if v > version]
+
+    def forget_changes_until(self, version: int) -> None:
+        """Drop the deltas up to ``version`` (a completed checkpoint holds them)."""
+        if self._log and self._log_from is not None and version > self._log_from:
+            self._log = [(v, d) for v, d in self._log if v > version]
+            self._log_bytes = sum(d.nbytes() for _v, d in self._log)
+            self._log_from = version
+
+    def materialized(self) -> None:
+        """A snapshot of the DB as it is now was taken: a log forgotten earlier restarts here."""
+        if self._log is not None and self._log_from is None:
+            self._log, self._log_from, self._log_bytes = [], self._version, 0
 
     def version(self) -> int:
         """The committed epoch the DB holds (0 for a new DB)."""
@@ -1248,6 +1297,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
         self._count = count
         wb.put(META_COUNT, _pack_u64(count))
         self._write(wb)
+        self._forget_log()
 
     def _count_by_scan(self) -> int:
         names = {sid: kind for sid, kind in self._names.values()}

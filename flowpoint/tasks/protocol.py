@@ -36,6 +36,9 @@ class StateLocation:
     changelog_max_ratio: float = 0.5
     changelog_max_parts: int = 20
     rocksdb_memory: tuple[tuple[str, Any], ...] = ()  # RocksDBMemory.fields() (state.backend.rocksdb.memory.*)
+    # RocksDB checkpoints as a chain: a materialization, then changelog parts (state.backend.changelog.*)
+    rocksdb_changelog: bool = False
+    materialize_interval_ms: int = 600_000
 
     @property
     def options(self) -> dict[str, str]:
@@ -150,6 +153,7 @@ class OperatorPart:
     lineage: str = ""  # RocksDB: the local DBs' lineage (names of shared SST files are unique within it); HashMap: the run key
     states: dict[str, dict[str, Any]] = field(default_factory=dict)  # state name -> {"kind", "declared", "keys" (HashMap)}
     version: int = 0  # HashMap: the committed epoch the snapshot holds (a changelog's starting point for the next one)
+    materialized_ms: int = 0  # RocksDB changelog chains: when the chain's materialization was taken
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,7 @@ def checkpoint_config(client: Any) -> dict | None:
     s = client.get_checkpoint_settings()
     if s is None:
         return None
+    changelog = bool(getattr(s, "rocksdb_changelog", False)) and s.backend == "rocksdb"
     return {
         "mode": s.mode, "interval": s.interval_ms if s.enabled else DISABLED_INTERVAL,
         "timeout": s.timeout_ms, "min_pause": s.min_pause_ms, "max_concurrent": s.max_concurrent,
@@ -138,8 +139,9 @@ def checkpoint_config(client: Any) -> dict | None:
         },
         "state_backend": BACKENDS.get(s.backend, s.backend), "checkpoint_storage": STORAGES.get(s.storage, s.storage),
         "unaligned_checkpoints": bool(getattr(s, "unaligned", False)), "tolerable_failed_checkpoints": s.tolerable_failures,
-        "aligned_checkpoint_timeout": int(getattr(s, "aligned_timeout_ms", 0)), "checkpoints_after_tasks_finish": True, "state_changelog_enabled": False,
-        "changelog_periodic_materialization_interval": 0, "changelog_storage": "",
+        "aligned_checkpoint_timeout": int(getattr(s, "aligned_timeout_ms", 0)), "checkpoints_after_tasks_finish": True, "state_changelog_enabled": changelog,
+        "changelog_periodic_materialization_interval": int(getattr(s, "materialize_interval_ms", 0)) if changelog else 0,
+        "changelog_storage": "filesystem" if changelog else "",
         "flowpoint": {
             "enabled": s.enabled, "runtime": client.get_runtime(), "checkpoints-dir": s.checkpoints_dir,
             "savepoints-dir": s.savepoints_dir, "retained": s.num_retained, "incremental": s.incremental,
