@@ -294,7 +294,16 @@ def test_every_retained_changelog_checkpoint_is_exact_and_a_restore_continues_ex
     checkpoint (a materialization and changelog parts) holds exactly the state after the records
     it had read; retention leaves exactly the referenced shared files; a restore from the oldest
     retained checkpoint ends with the exact state."""
-    from test_hashmap_incremental import assert_exact, build, checkpoints_of, expected, final_state, incremental_env, kinds, run_and_cancel
+    from test_hashmap_incremental import (
+        assert_exact,
+        build,
+        checkpoints_of,
+        expected,
+        final_state,
+        incremental_env,
+        kinds,
+        run_and_cancel,
+    )
 
     def env_for(ck: str):
         env = incremental_env(make_env, tmp_path, retained=6, ck=ck)
