@@ -363,7 +363,7 @@ class Partition:
 
     def restored(self, checkpoint: int) -> dict:
         """The state a restore of ``checkpoint`` builds from its files."""
-        from flowpoint.state.working import apply_part, load_part
+        from flowpoint.checkpoint.parts import apply_part, load_part
 
         files, _ = self.checkpoints[checkpoint]
         tables: dict = {}
@@ -461,8 +461,9 @@ def test_a_partition_without_changes_lists_the_same_parts_and_uploads_nothing(tm
 
 
 def test_two_keyed_operators_in_one_partition_each_get_their_own_chain(tmp_path):
+    from flowpoint.checkpoint.parts import apply_part, load_part
     from flowpoint.state.backend import HashMapPartitionBackend, chain_entry
-    from flowpoint.state.working import CommittedChain, TaskStateCache, apply_part, load_part
+    from flowpoint.state.working import CommittedChain, TaskStateCache
     from flowpoint.tasks.protocol import CheckpointTarget, StateLocation, TaskSlice
 
     location = StateLocation("job/run-0", str(tmp_path / "local"), str(tmp_path / "durable"), "hashmap", changelog=True, changelog_max_ratio=100.0)

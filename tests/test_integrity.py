@@ -28,12 +28,19 @@ from conftest import build_env
 
 from flowpoint import RestartStrategies
 from flowpoint.checkpoint.integrity import metadata_checksum
-from flowpoint.checkpoint.savepoint import describe, dispose_savepoint
+from flowpoint.checkpoint.parts import restore_native
+from flowpoint.checkpoint.savepoint import describe
 from flowpoint.checkpoint.store import resolve_restore_path
 from flowpoint.cli import main
-from flowpoint.errors import CheckpointError, CorruptStateError, FlowpointError, JobCancelledError, JobExecutionError, SerializationError
+from flowpoint.errors import (
+    CheckpointError,
+    CorruptStateError,
+    FlowpointError,
+    JobCancelledError,
+    JobExecutionError,
+    SerializationError,
+)
 from flowpoint.runtime.restore import plan_restore
-from flowpoint.state.backend import restore_native
 from flowpoint.state.working import load_restored
 
 HERE = os.path.dirname(os.path.abspath(__file__))

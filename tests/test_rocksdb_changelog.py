@@ -103,10 +103,9 @@ class Partition:
 
     def restored(self, cid: int) -> dict:
         """What a restore of checkpoint ``cid`` builds from its files alone."""
-        from flowpoint.state.backend import restore_native
+        from flowpoint.checkpoint.parts import RestoredFile, restore_native
         from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
         from flowpoint.state.rocksdb_changelog import replay
-        from flowpoint.state.working import RestoredFile
 
         files, _ = self.checkpoints[cid]
         base = self.tmp / "ck"

@@ -331,7 +331,7 @@ def test_a_named_tuple_field_added_without_default_names_the_class_and_field(poi
 def _pickled_part(tables):
     import hashlib
 
-    from flowpoint.state.working import RestoredFile
+    from flowpoint.checkpoint.parts import RestoredFile
 
     data = pickle.dumps(tables, protocol=pickle.HIGHEST_PROTOCOL)
     classes = (("l", json.dumps(_record(OLD_FIELDS))), ("m", json.dumps(_record(OLD_FIELDS))), ("v", json.dumps(_record(OLD_FIELDS))))

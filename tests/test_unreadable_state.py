@@ -17,13 +17,14 @@ import pyarrow as pa
 import pytest
 
 from flowpoint.api.state import ValueStateDescriptor
+from flowpoint.checkpoint.parts import RestoredFile
 from flowpoint.checkpoint.savepoint import SCHEMA, decode_rows
 from flowpoint.checkpoint.signing import Keyring, seal
 from flowpoint.checkpoint.values import PickledValue, load_user
 from flowpoint.errors import CorruptStateError, StateDecodeError
 from flowpoint.runtime.failures import is_recoverable, task_error
 from flowpoint.state.backend import PartitionBackend
-from flowpoint.state.working import CommittedFile, RestoredFile, load_restored
+from flowpoint.state.working import CommittedFile, load_restored
 
 NOT_A_PICKLE = b"\x80\x05this is no pickle"
 

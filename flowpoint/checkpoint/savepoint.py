@@ -565,7 +565,7 @@ def describe(path: str, options: Mapping[str, Any] | None = None) -> dict[str, A
     Safe on a file from anywhere: it reads ``_metadata`` (data, checked against its checksum)
     and unpickles nothing. Only a RocksDB checkpoint's key counts per state are not in
     ``_metadata``: they are counted in its files (verified first) from the keys' bytes."""
-    from flowpoint.state.backend import writes_native_files
+    from flowpoint.checkpoint.parts import writes_native_files
 
     access, meta = open_savepoint(path, options)
     operators = []
@@ -642,12 +642,12 @@ def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: 
             for name, table in decode_rows(read_canonical(access, f, op.uid), kinds, None, access.uri(f.path), op.uid, loads).items():
                 merged.setdefault(name, {}).update(table)
         return merged
-    from flowpoint.state.backend import writes_native_files
+    from flowpoint.checkpoint.parts import writes_native_files
 
     if writes_native_files(op.backend):
         with _native_db(access, op, sub) as b:
             return b.snapshot()
-    from flowpoint.state.working import apply_part, load_part
+    from flowpoint.checkpoint.parts import apply_part, load_part
 
     kinds = operator_kinds(op)
     for f in sub.files:  # a full snapshot, then the changelog parts written after it (in order)
@@ -682,10 +682,9 @@ def _native_db(access: CheckpointStorageAccess, op: OperatorState, sub: SubtaskS
     import shutil
     import tempfile
 
-    from flowpoint.state.backend import restore_native
+    from flowpoint.checkpoint.parts import RestoredFile, restore_native
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
     from flowpoint.state.rocksdb_changelog import replay
-    from flowpoint.state.working import RestoredFile
 
     tmp = tempfile.mkdtemp(prefix="flowpoint-inspect-")
     try:

@@ -28,6 +28,7 @@ from flowpoint.checkpoint.metadata import (
     StateFile,
     SubtaskState,
 )
+from flowpoint.checkpoint.parts import writes_native_files
 from flowpoint.checkpoint.storage import CheckpointStorageAccess
 from flowpoint.checkpoint.store import CheckpointStore, commit_unit
 from flowpoint.clock import now_ms
@@ -38,7 +39,6 @@ from flowpoint.state.backend import (
     is_chain,
     is_rocksdb_chain,
     shared_key,
-    writes_native_files,
 )
 from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.tasks.protocol import CheckpointTarget, OperatorPart

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flowpoint import private_files
+from flowpoint.checkpoint.parts import RestoredFile, restore_native
 from flowpoint.clock import now_ms
 from flowpoint.state import durable, rocksdb_changelog
 from flowpoint.state.compatibility import infer_kind, recorded_states, sample_value_class
@@ -41,13 +42,11 @@ from flowpoint.state.working import (
     ChangeTracker,
     CommittedChain,
     CommittedFile,
-    RestoredFile,
     TaskState,
     TaskStateCache,
     ensure_working_dir,
     load_restored,
     partition_dir,
-    read_uri,
     task_states,
 )
 from flowpoint.tasks.batches import dumps
@@ -73,18 +72,6 @@ def partition_backend(location: StateLocation, max_parallelism: int, stateful: b
     if location.backend == "rocksdb" and stateful:
         return RocksDBPartitionBackend(location, max_parallelism, cache)
     return HashMapPartitionBackend(location, max_parallelism, cache)
-
-
-def writes_native_files(backend: str) -> bool:
-    """Whether the backend's checkpoints are a native DB's files (restored only by that backend
-    at the parallelism they were written with), which only filesystem storage can hold."""
-    return backend == "rocksdb"
-
-
-def can_restore_checkpoint(written_by: str, backend: str) -> bool:
-    """Whether ``backend`` restores a checkpoint written by ``written_by`` (a full HashMap
-    snapshot is tables any backend loads; native DB files only their own backend)."""
-    return written_by == backend or not writes_native_files(written_by)
 
 
 class PartitionBackend:
@@ -796,36 +783,6 @@ def _sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def restore_native(path: str, files: list[RestoredFile], options: dict) -> list[tuple[str, bytes]]:
-    """Make ``path`` a RocksDB from a checkpoint's files (downloaded from checkpoint storage),
-    each checked against its recorded size and SHA-256 first (CorruptStateError naming it).
-    Returns the changelog parts among them (``[(uri, bytes)]``, in order) for the caller to
-    replay on the opened DB (:func:`flowpoint.state.rocksdb_changelog.replay`)."""
-    from flowpoint.checkpoint.integrity import check_bytes
-    from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
-
-    parent = os.path.dirname(path)
-    private_files.makedirs(parent)
-    staging = path + ".restore"
-    shutil.rmtree(staging, ignore_errors=True)
-    private_files.makedirs(staging)
-    logs = []
-    try:
-        for f in files:
-            for uri, local_name, size, sha256 in f.files:
-                data = check_bytes(read_uri(uri, options), size, sha256, uri, f.uid, "checkpoint file")
-                if local_name.startswith(rocksdb_changelog.LOCAL_PREFIX):
-                    logs.append((uri, data))
-                    continue
-                target = os.path.join(staging, local_name)
-                with durable.io_errors("write the local state file", target), open(target, "wb") as out:
-                    out.write(data)
-        RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return logs
 
 
 def restore_tables(backend: Any, files: list[RestoredFile], options: dict) -> None:

@@ -22,19 +22,16 @@ backends (HashMap, RocksDB) implement these steps in backend.py. See docs/state.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import pickle
 import shutil
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.state.keygroups import assign_to_key_group
+from flowpoint.checkpoint.parts import RestoredFile, apply_part, load_part, read_uri, restored_loads
 from flowpoint.worker_resources import worker
 
 if TYPE_CHECKING:
@@ -56,27 +53,6 @@ class CommittedFile:
 
     def uris(self) -> list[str]:
         return [u for u, *_ in self.files] if self.files else ([self.path] if self.path else [])
-
-
-@dataclass(frozen=True)
-class RestoredFile:
-    """A full snapshot of one operator's state in checkpoint storage (a restore's starting point).
-    Every file is checked against its recorded size and SHA-256 before it is decoded."""
-
-    uid: str
-    uri: str
-    size: int = 0
-    key_groups: tuple[int, int, int] | None = None  # (first, last, max parallelism): keep only these (rescaling)
-    data: bytes | None = None  # the file itself, when executors cannot read the URI (driver-memory storage)
-    files: tuple[tuple[str, str, int, str | None], ...] = ()  # RocksDB: (uri, name in the DB directory, size, sha256) of a native snapshot
-    epoch: int = 0  # the checkpoint's epoch
-    format: str = "pickle"  # "pickle" (a HashMap checkpoint's full snapshot) | "changelog" (a HashMap changelog part) | "canonical" (savepoint Parquet rows)
-    kinds: tuple[tuple[str, str], ...] = ()  # canonical: (state name, kind) of every state
-    declared: tuple[str, ...] = ()  # canonical: the state names whose kind is declared, not inferred
-    schemas: tuple[tuple[str, str], ...] = ()  # (state name, JSON of its declared type) as _metadata records it
-    value_classes: tuple[tuple[str, str], ...] = ()  # (state name, JSON of its values' named tuple class and fields)
-    sha256: str | None = None  # of the file at ``uri`` (not for RocksDB: see ``files``)
-    rows: int | None = None  # canonical: the Parquet row count
 
 
 @dataclass(frozen=True)
@@ -369,60 +345,6 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options:
         check_tables(payload, f.format == "changelog", f.uri, f.uid, dict(f.kinds))
         apply_part(merged.setdefault(f.uid, {}), f.format == "changelog", payload, f.key_groups)
     return merged
-
-
-def restored_loads(f: RestoredFile) -> Callable[[bytes], Any]:
-    """How the values of restored file ``f`` are unpickled: ``pickle.loads``, or an unpickler
-    that rebuilds named tuples whose class changed fields since they were written, by field name
-    (state/compatibility.py), when ``_metadata`` recorded such a class for one of its states."""
-    from flowpoint.state.compatibility import restoring_loads
-
-    if not f.value_classes:
-        return pickle.loads
-    return restoring_loads(json.loads(text) for _name, text in f.value_classes)
-
-
-def load_part(data: bytes, uri: str, uid: str, loads: Callable[[bytes], Any] = pickle.loads) -> Any:
-    """Unpickle a verified HashMap checkpoint part (with ``loads``: :func:`restored_loads`); a
-    file that does not unpickle is a StateDecodeError naming it (no restart can fix it)."""
-    from flowpoint.checkpoint.integrity import decode
-
-    return decode(loads, data, uri, uid, "checkpoint file")  # the job's own state, verified by its checksum
-
-
-def apply_part(into: dict[str, dict[Any, Any]], changelog: bool, payload: Any, key_groups: tuple[int, int, int] | None = None) -> None:
-    """Apply one HashMap checkpoint part to ``into`` (``{state name: {key: value}}``): a full
-    snapshot (``{name: {key: value}}``) adds its entries, a changelog part (``{name: (puts,
-    deletes)}``, written after the parts before it) sets and deletes keys. ``key_groups``
-    ``(first, last, max parallelism)``: keep only these key groups (rescaling)."""
-
-    def mine(k: Any) -> bool:
-        first, last, max_parallelism = key_groups  # type: ignore[misc]
-        return first <= assign_to_key_group(k, max_parallelism) <= last
-
-    for name, table in payload.items():
-        if changelog:
-            puts, deletes = table
-            table = puts
-        if key_groups is not None:
-            table = {k: v for k, v in table.items() if mine(k)}
-        target = into.get(name)
-        if target is None and not changelog:
-            into[name] = table if type(table) is dict else dict(table)
-            continue
-        if target is None:
-            target = into[name] = {}
-        target.update(table)
-        if changelog:
-            for k in deletes:
-                target.pop(k, None)
-
-
-def read_uri(uri: str, options: dict | None = None) -> bytes:
-    """The bytes of a file in checkpoint storage (any URI the storage layer opens)."""
-    from flowpoint.checkpoint.storage import read_uri_bytes
-
-    return read_uri_bytes(uri, options)
 
 
 # -- the working directory: private to the user (see flowpoint/private_files.py) ---------------
