@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from flowpoint.api.config import Configuration
 from flowpoint.api.state_backends import (
@@ -42,9 +42,6 @@ from flowpoint.api.state_backends import (
 )
 from flowpoint.checkpoint.settings import CheckpointSettings
 from flowpoint.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from flowpoint.api.environment import StreamExecutionEnvironment
 
 log = logging.getLogger("flowpoint")
 
@@ -221,7 +218,16 @@ class CheckpointConfig:
         return checkpoint_storage_from_config(self._config)
 
 
-def resolve_checkpoint_settings(env: StreamExecutionEnvironment) -> CheckpointSettings:
+class CheckpointSettingsSource(Protocol):
+    """What the settings are resolved from (a StreamExecutionEnvironment; the environment is not
+    imported here: it builds the job description from this module's result)."""
+
+    def get_configuration(self) -> Configuration: ...
+
+    def get_checkpoint_config(self) -> CheckpointConfig: ...
+
+
+def resolve_checkpoint_settings(env: CheckpointSettingsSource) -> CheckpointSettings:
     """What the runtime needs to know about checkpoints for a job built on ``env``.
 
     Raises ConfigurationError for settings that only make sense together (filesystem storage

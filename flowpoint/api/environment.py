@@ -21,8 +21,8 @@ from flowpoint.api.restart import (
     restart_strategy_from_config,
 )
 from flowpoint.api.state_backends import StateBackend, state_backend_from_config
-from flowpoint.api.time import WatermarkStrategy
 from flowpoint.api.types import TypeInformation
+from flowpoint.api.watermarks import WatermarkStrategy
 from flowpoint.connectors.collection import CollectionSource
 from flowpoint.connectors.datagen import NumberSequenceSource
 from flowpoint.connectors.source import Source

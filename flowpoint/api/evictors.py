@@ -5,16 +5,44 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flowpoint.api.time import Duration, to_millis
 from flowpoint.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from flowpoint.api.windows import TimestampedValue
-
 # -- evictors ------------------------------------------------------------------------------------
 
+
+
+class TimestampedValue:
+    """An element with its timestamp (``None`` if the stream has none), as evictors see it."""
+
+    __slots__ = ("value", "timestamp")
+
+    def __init__(self, value: Any, timestamp: int | None = None):
+        self.value = value
+        self.timestamp = timestamp
+
+    def get_value(self) -> Any:
+        return self.value
+
+    def get_timestamp(self) -> int | None:
+        return self.timestamp
+
+    def has_timestamp(self) -> bool:
+        return self.timestamp is not None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TimestampedValue) and (self.value, self.timestamp) == (other.value, other.timestamp)
+
+    def __hash__(self) -> int:
+        return hash((self.value, self.timestamp))
+
+    def __repr__(self) -> str:
+        return f"TimestampedValue({self.value!r}, {self.timestamp})"
+
+
+# -- assigners -----------------------------------------------------------------------------------
 
 class Evictor(ABC):
     """Removes elements from a window's contents: ``elements`` is a list of

@@ -16,13 +16,10 @@ import datetime
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from flowpoint.api.config import Configuration, format_duration, parse_option
 from flowpoint.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from flowpoint.api.environment import StreamExecutionEnvironment
 
 _FIXED = "restart-strategy.fixed-delay."
 _RATE = "restart-strategy.failure-rate."
@@ -378,7 +375,16 @@ def _exponential_from_config(config: Configuration) -> ExponentialDelayRestartSt
     )
 
 
-def resolve_restart_backoff(env: StreamExecutionEnvironment, checkpointing_enabled: bool, rng: random.Random | None = None) -> RestartBackoff:
+class RestartSettingsSource(Protocol):
+    """What the restart decisions are resolved from (a StreamExecutionEnvironment, which is not
+    imported here: it builds the job description from this module's results)."""
+
+    def get_configuration(self) -> Configuration: ...
+
+    def get_restart_strategy(self) -> RestartStrategyConfiguration: ...
+
+
+def resolve_restart_backoff(env: RestartSettingsSource, checkpointing_enabled: bool, rng: random.Random | None = None) -> RestartBackoff:
     """The restart decisions for one run of a job built on ``env``: the strategy set in code,
     else the configured one, else exponential delay (Flink's defaults) when checkpointing is
     enabled (with the ``restart-strategy.exponential-delay.*`` keys, as Flink's default does) and
@@ -389,7 +395,7 @@ def resolve_restart_backoff(env: StreamExecutionEnvironment, checkpointing_enabl
     return strategy.create_backoff(rng)
 
 
-def resolve_repeated_failure(env: StreamExecutionEnvironment) -> tuple[str, bool]:
+def resolve_repeated_failure(env: RestartSettingsSource) -> tuple[str, bool]:
     """``(policy, chosen)``: what a user function failing again on the same record the same way
     does (``restart-strategy.repeated-failure.fail-fast``: "none" restarts as the strategy
     allows, "data-errors" fails the job at once when the exception is one of Python's data

@@ -156,7 +156,3 @@ class TimeDomain(enum.Enum):
 
     EVENT_TIME = 0
     PROCESSING_TIME = 1
-
-
-# WatermarkStrategy lived here before the watermark module existed; keep the import working.
-from flowpoint.api.watermarks import WatermarkStrategy  # noqa: E402,F401

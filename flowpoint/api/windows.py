@@ -132,37 +132,6 @@ class CountWindow(Window):
         return f"CountWindow(id={self.id})"
 
 
-class TimestampedValue:
-    """An element with its timestamp (``None`` if the stream has none), as evictors see it."""
-
-    __slots__ = ("value", "timestamp")
-
-    def __init__(self, value: Any, timestamp: int | None = None):
-        self.value = value
-        self.timestamp = timestamp
-
-    def get_value(self) -> Any:
-        return self.value
-
-    def get_timestamp(self) -> int | None:
-        return self.timestamp
-
-    def has_timestamp(self) -> bool:
-        return self.timestamp is not None
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TimestampedValue) and (self.value, self.timestamp) == (other.value, other.timestamp)
-
-    def __hash__(self) -> int:
-        return hash((self.value, self.timestamp))
-
-    def __repr__(self) -> str:
-        return f"TimestampedValue({self.value!r}, {self.timestamp})"
-
-
-# -- assigners -----------------------------------------------------------------------------------
-
-
 class WindowAssigner(ABC, Generic[T, W]):
     """Assigns an element to windows. ``ctx.get_current_processing_time()`` is the operator's
     processing time (processing-time assigners use it instead of the element's timestamp)."""
@@ -444,6 +413,7 @@ from flowpoint.api.evictors import (  # noqa: E402
     DeltaEvictor,
     Evictor,
     TimeEvictor,
+    TimestampedValue,
 )
 from flowpoint.api.triggers import (  # noqa: E402
     ContinuousEventTimeTrigger,
