@@ -36,6 +36,7 @@ def submit(description: JobDescription, spark_session: Any = None) -> JobClient:
         thread = threading.Thread(target=coordinator.run, name=f"flowpoint-{coordinator.job_id[:8]}", daemon=True)
         coordinator.thread = thread
         client = JobClient(coordinator)
+        client.html_status = notebook.html_status
         # in a Jupyter notebook: one display with the dashboard link and a live status line
         # instead of lines on stderr (control/notebook.py)
         in_notebook = notebook.wanted(coordinator.config)

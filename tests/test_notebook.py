@@ -18,9 +18,16 @@ import types
 
 import pytest
 
-from flowpoint import DataGeneratorSource, KeyedProcessFunction, Types, ValueStateDescriptor, WatermarkStrategy
+from flowpoint import (
+    DataGeneratorSource,
+    KeyedProcessFunction,
+    Types,
+    ValueStateDescriptor,
+    WatermarkStrategy,
+)
 from flowpoint.api.config import Configuration
 from flowpoint.control import auth, notebook
+from flowpoint.control.endpoint import dashboard_url
 from flowpoint.errors import ConfigurationError
 from flowpoint.runtime.job import JobClient
 from flowpoint.runtime.progress import Progress
@@ -156,7 +163,7 @@ def test_a_failed_job_s_display_names_the_error_and_escapes_what_the_user_named(
         savepoint_stats=lambda: [],
     )
     client = JobClient(coordinator)
-    client._attach_dashboard("127.0.0.1:1234", "secret-token")
+    client._attach_dashboard(lambda signed_in: dashboard_url("127.0.0.1:1234", "secret-token" if signed_in else None, "a" * 32))
     coordinator.ended_ms = client.get_start_time_ms() + 65_000
     bundle = notebook.render(client, rate=99.0, events=["job restarted <twice>"])
     text = bundle["text/plain"].splitlines()

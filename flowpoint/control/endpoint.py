@@ -182,7 +182,8 @@ def attach_job(client: JobClient, config: Any, print_urls: bool = True) -> JobCo
     job.write()
     job.thread = threading.Thread(target=job.watch, args=(_detach,), name=f"flowpoint-control-{job.entry.job_id[:8]}", daemon=True)
     job.thread.start()
-    client._attach_dashboard(server.address, server.token)
+    address, token, job_id = server.address, server.token, client.job_id
+    client._attach_dashboard(lambda signed_in: dashboard_url(address, token if signed_in else None, job_id))
     if print_urls:
         _print_urls(job, server, config)
     return job

@@ -165,6 +165,13 @@ def render(client: JobClient, rate: float | None = None, events: list[str] | tup
     return {"text/html": "\n".join(lines), "text/plain": "\n".join(text)}
 
 
+def html_status(client: JobClient) -> str:
+    """What ``job_client`` alone in a notebook cell shows (``JobClient._repr_html_``)."""
+    display = client.status_display
+    rate = display._last_rate if display is not None else None
+    return render(client, rate, spark_ui=None if client.is_done() else client.get_spark_ui_url())["text/html"]
+
+
 class StatusDisplay:
     """One job's display in the notebook cell that started it (see the module's doc)."""
 

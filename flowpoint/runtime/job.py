@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
+import html
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -118,7 +120,10 @@ class JobClient:
     def __init__(self, coordinator: Coordinator):
         self._coordinator = coordinator
         self._start_time_ms = int(time.time() * 1000)
-        self._dashboard: tuple[str, str] | None = None  # (endpoint address, control token) serving the job
+        # set by the control plane that serves the job (control/endpoint.py): the dashboard's URL
+        # (signed in or not) and, in a notebook, the job's HTML status (control/notebook.py)
+        self._dashboard: Callable[[bool], str] | None = None
+        self.html_status: Callable[[JobClient], str] | None = None
         self.status_display: Any = None  # the notebook's display of the job (control/notebook.py), if any
 
     @property
@@ -145,8 +150,9 @@ class JobClient:
         """The error that failed the job, None unless it FAILED."""
         return self._coordinator.failure
 
-    def _attach_dashboard(self, address: str, token: str) -> None:
-        self._dashboard = (address, token)
+    def _attach_dashboard(self, url: Callable[[bool], str]) -> None:
+        """``url(signed_in)``: the job's dashboard page, with the control token when signed in."""
+        self._dashboard = url
 
     def get_dashboard_url(self, signed_in: bool = False) -> str | None:
         """The job's page on the dashboard its process serves (the control endpoint,
@@ -156,10 +162,7 @@ class JobClient:
         log or a shared document."""
         if self._dashboard is None or self.is_done():
             return None
-        from flowpoint.control.endpoint import dashboard_url
-
-        address, token = self._dashboard
-        return dashboard_url(address, token if signed_in else None, self.job_id)
+        return self._dashboard(signed_in)
 
     def get_metrics(self) -> dict[str, Any]:
         """The job's metrics so far (see ``JobExecutionResult.get_metrics``)."""
@@ -361,9 +364,7 @@ class JobClient:
 
     def _repr_html_(self) -> str:
         """In a notebook, ``job_client`` alone in a cell shows the job's status and dashboard link
-        (flowpoint/control/notebook.py)."""
-        from flowpoint.control.notebook import render
-
-        display = self.status_display
-        rate = display._last_rate if display is not None else None
-        return render(self, rate, spark_ui=None if self.is_done() else self.get_spark_ui_url())["text/html"]
+        (flowpoint/control/notebook.py, which the launcher attaches as ``html_status``)."""
+        if self.html_status is None:
+            return f"<pre>{html.escape(repr(self))}</pre>"
+        return self.html_status(self)
