@@ -161,7 +161,8 @@ from flowpoint.connectors.kafka import (
 )
 from flowpoint.connectors.sinks import CollectSink, PrintSink, Sink
 from flowpoint.errors import ConfigurationError, FlowpointError
-from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus
+from flowpoint.runtime.job import JobClient
+from flowpoint.runtime.job_status import JobExecutionResult, JobStatus
 from flowpoint.state_io import StateReader, StateWriter, state_reader, state_writer
 from flowpoint.version import __version__ as __version__
 

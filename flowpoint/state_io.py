@@ -29,7 +29,7 @@ from flowpoint.checkpoint.savepoint import (
 )
 from flowpoint.checkpoint.signing import Keyring
 from flowpoint.errors import ConfigurationError
-from flowpoint.runtime.job import new_job_id
+from flowpoint.runtime.job_status import new_job_id
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps, state_key
 from flowpoint.state.keygroups import (
     assign_to_key_group,

@@ -29,7 +29,7 @@ from flowpoint.control.registry import (
     registry_dir,
 )
 from flowpoint.errors import FlowpointError, JobCancelledError
-from flowpoint.runtime.job import JobStatus
+from flowpoint.runtime.job_status import JobStatus
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -302,7 +302,7 @@ class Partition:
     """One partition's committed history, its checkpoints, and the workers it runs on."""
 
     def __init__(self, tmp_path, ratio: float = 100.0, parts: int = 3) -> None:
-        from flowpoint.state.working import CommittedChain
+        from flowpoint.state.committed_chain import CommittedChain
         from flowpoint.tasks.protocol import StateLocation
 
         self.tmp = tmp_path
@@ -463,7 +463,8 @@ def test_a_partition_without_changes_lists_the_same_parts_and_uploads_nothing(tm
 def test_two_keyed_operators_in_one_partition_each_get_their_own_chain(tmp_path):
     from flowpoint.checkpoint.parts import apply_part, load_part
     from flowpoint.state.backend import HashMapPartitionBackend, chain_entry
-    from flowpoint.state.working import CommittedChain, TaskStateCache
+    from flowpoint.state.committed_chain import CommittedChain
+    from flowpoint.state.working import TaskStateCache
     from flowpoint.tasks.protocol import CheckpointTarget, StateLocation, TaskSlice
 
     location = StateLocation("job/run-0", str(tmp_path / "local"), str(tmp_path / "durable"), "hashmap", changelog=True, changelog_max_ratio=100.0)

@@ -149,7 +149,7 @@ def test_a_failed_job_s_display_names_the_error_and_escapes_what_the_user_named(
 
     from flowpoint.errors import UserFunctionError
     from flowpoint.runtime.checkpointing import CheckpointStats
-    from flowpoint.runtime.job import JobProgress, JobStatus
+    from flowpoint.runtime.job_status import JobProgress, JobStatus
 
     error = UserFunctionError("map 'parse' (uid p) failed on record 7: <b>ValueError</b>\nmore")
     error.log_path = "/home/me/.flowpoint/logs/x.log"

@@ -27,7 +27,8 @@ class Partition:
 
     def __init__(self, tmp_path, interval_ms: int = 600_000) -> None:
         from flowpoint.state.backend import RocksDBPartitionBackend
-        from flowpoint.state.working import CommittedChain, TaskStateCache
+        from flowpoint.state.committed_chain import CommittedChain
+        from flowpoint.state.working import TaskStateCache
         from flowpoint.tasks.protocol import StateLocation
 
         self.tmp = tmp_path

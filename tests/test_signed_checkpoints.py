@@ -289,7 +289,7 @@ def test_a_working_state_file_of_the_wrong_shape_fails_naming_it():
     import types
 
     from flowpoint.state.backend import HashMapPartitionBackend, PartitionBackend
-    from flowpoint.state.working import CommittedFile
+    from flowpoint.state.committed_chain import CommittedFile
 
     path = "file:///w/durable/run/stage-1/part-0/delta-00000004-t.pkl"
     for payload, expected in ((0, "holds a int, not a base or delta"), (("delta", {"counting": {"count": 5}}), "not (puts, deletes)")):

@@ -26,9 +26,10 @@ from flowpoint.errors import (
 )
 from flowpoint.state import durable
 from flowpoint.state.backend import HashMapPartitionBackend
+from flowpoint.state.committed_chain import CommittedChain, CommittedFile
 from flowpoint.state.heap import HeapKeyedStateBackend
 from flowpoint.state.key_identity import KeyedStateMap
-from flowpoint.state.working import CommittedChain, CommittedFile, TaskStateCache
+from flowpoint.state.working import TaskStateCache
 from flowpoint.tasks.batches import dumps
 from flowpoint.tasks.protocol import StateLocation, TaskSlice, TaskStateAck
 

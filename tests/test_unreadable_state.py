@@ -24,7 +24,8 @@ from flowpoint.checkpoint.values import PickledValue, load_user
 from flowpoint.errors import CorruptStateError, StateDecodeError
 from flowpoint.runtime.failures import is_recoverable, task_error
 from flowpoint.state.backend import PartitionBackend
-from flowpoint.state.working import CommittedFile, load_restored
+from flowpoint.state.committed_chain import CommittedFile
+from flowpoint.state.working import load_restored
 
 NOT_A_PICKLE = b"\x80\x05this is no pickle"
 

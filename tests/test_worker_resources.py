@@ -468,7 +468,7 @@ def test_an_evicted_or_dropped_rocksdb_task_state_closes_its_db_unless_a_task_ho
     its files and LOCK are released, so the directory opens again at once. One that a task
     holds stays open until that task releases it."""
     pytest.importorskip("rocksdict")
-    from flowpoint.state.working import CommittedChain
+    from flowpoint.state.committed_chain import CommittedChain
 
     cache = TaskStateCache()
     idle_backend = _rocksdb_partition(tmp_path, cache, "idle-job")
@@ -505,7 +505,7 @@ def test_an_acquire_that_fails_closes_the_dbs_it_opened(tmp_path):
     opened, so the next attempt (in any process) finds the DB's LOCK free."""
     pytest.importorskip("rocksdict")
     from flowpoint.errors import FlowpointError
-    from flowpoint.state.working import CommittedChain, CommittedFile
+    from flowpoint.state.committed_chain import CommittedChain, CommittedFile
 
     cache = TaskStateCache()
     backend = _rocksdb_partition(tmp_path, cache, "job")

@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.checkpoint.integrity import verify_sizes
 from flowpoint.checkpoint.metadata import (
     METADATA_FILE,
     CheckpointMetadata,
@@ -36,6 +35,7 @@ from flowpoint.checkpoint.metadata import (
     write_metadata,
 )
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
+from flowpoint.checkpoint.verification import verify_sizes
 from flowpoint.errors import CheckpointError
 
 if TYPE_CHECKING:

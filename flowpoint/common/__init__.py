@@ -26,7 +26,8 @@ from flowpoint.refused import (
     TYPE_SERIALIZER,
     refusing,
 )
-from flowpoint.runtime.job import JobClient, JobExecutionResult, JobStatus
+from flowpoint.runtime.job import JobClient
+from flowpoint.runtime.job_status import JobExecutionResult, JobStatus
 
 __all__ = [
     "ByteArraySchema",

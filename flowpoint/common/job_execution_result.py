@@ -2,6 +2,6 @@
 (docs/pyflink.md).
 """
 
-from flowpoint.runtime.job import JobExecutionResult
+from flowpoint.runtime.job_status import JobExecutionResult
 
 __all__ = ["JobExecutionResult"]

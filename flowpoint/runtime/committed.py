@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.errors import CheckpointError, JobExecutionError
 from flowpoint.metrics.store import MetricStore, OperatorInfo
-from flowpoint.state.working import CommittedChain
+from flowpoint.state.committed_chain import CommittedChain
 
 if TYPE_CHECKING:
     from flowpoint.graph.jobgraph import JobGraph

@@ -22,7 +22,7 @@ from flowpoint.runtime.checkpointing import CheckpointCoordinator
 from flowpoint.runtime.committed import CommittedState
 from flowpoint.runtime.epoch_loop import EpochLoop
 from flowpoint.runtime.history import failure_record
-from flowpoint.runtime.job import (
+from flowpoint.runtime.job_status import (
     JobExecutionResult,
     JobProgress,
     JobStatus,

@@ -23,16 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.checkpoint.integrity import verify_state_files
 from flowpoint.checkpoint.metadata import CheckpointMetadata, SplitPosition
 from flowpoint.checkpoint.parts import RestoredFile, can_restore_checkpoint, writes_native_files
 from flowpoint.checkpoint.signing import Keyring, default_keyring
 from flowpoint.checkpoint.storage import CheckpointStorageAccess, read_uri_bytes
 from flowpoint.checkpoint.values import NotData, load_user, to_data
+from flowpoint.checkpoint.verification import verify_state_files
 from flowpoint.errors import CheckpointError, SerializationError
+from flowpoint.state.committed_chain import CommittedChain
 from flowpoint.state.compatibility import schema_json
 from flowpoint.state.keygroups import key_group_range_for_operator
-from flowpoint.state.working import CommittedChain
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from flowpoint.state.working import CommittedChain
+from flowpoint.state.committed_chain import CommittedChain
 from flowpoint.tasks.protocol import StateLocation
 
 

@@ -35,13 +35,12 @@ from flowpoint import private_files
 from flowpoint.checkpoint.parts import RestoredFile, restore_native
 from flowpoint.clock import now_ms
 from flowpoint.state import durable, rocksdb_changelog
+from flowpoint.state.committed_chain import CommittedChain, CommittedFile, TaskStateAck
 from flowpoint.state.compatibility import infer_kind, recorded_states, sample_value_class
 from flowpoint.state.heap import puts_and_deletes
 from flowpoint.state.key_identity import key_table
 from flowpoint.state.working import (
     ChangeTracker,
-    CommittedChain,
-    CommittedFile,
     TaskState,
     TaskStateCache,
     ensure_working_dir,
@@ -56,7 +55,6 @@ from flowpoint.tasks.protocol import (
     PartHandle,
     StateLocation,
     TaskSlice,
-    TaskStateAck,
 )
 
 BACKENDS = ("hashmap", "rocksdb")

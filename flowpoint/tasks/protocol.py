@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowpoint.errors import FlowpointError
-from flowpoint.state.working import CommittedChain, CommittedFile
+from flowpoint.state.committed_chain import CommittedChain, TaskStateAck
 
 
 @dataclass(frozen=True)
@@ -154,18 +154,6 @@ class OperatorPart:
     states: dict[str, dict[str, Any]] = field(default_factory=dict)  # state name -> {"kind", "declared", "keys" (HashMap)}
     version: int = 0  # HashMap: the committed epoch the snapshot holds (a changelog's starting point for the next one)
     materialized_ms: int = 0  # RocksDB changelog chains: when the chain's materialization was taken
-
-
-@dataclass(frozen=True)
-class TaskStateAck:
-    """A task's report of the durable state files it wrote for an epoch."""
-
-    epoch: int
-    token: str
-    delta: CommittedFile | None
-    base: CommittedFile | None
-    changed_keys: int
-    total_keys: int
 
 
 @dataclass
