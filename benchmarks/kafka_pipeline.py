@@ -71,7 +71,8 @@ from flowpoint import (  # noqa: E402
     WatermarkStrategy,
 )
 from flowpoint.api.aggregates import Aggregates  # noqa: E402
-from flowpoint.connectors.files import Encoder, FileSink, FileSource, StreamFormat  # noqa: E402
+from flowpoint.connectors.file_sink import Encoder, FileSink  # noqa: E402
+from flowpoint.connectors.files import FileSource, StreamFormat  # noqa: E402
 
 WINDOW_MS = 60_000
 BOUND_MS = 50_000

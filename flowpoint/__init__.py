@@ -133,17 +133,14 @@ from flowpoint.connectors.datagen import (
     NumberSequenceSource,
     RateLimiterStrategy,
 )
-from flowpoint.connectors.files import (
+from flowpoint.connectors.file_sink import (
     BucketAssigner,
-    BulkFormat,
     Encoder,
-    FileFormat,
     FileSink,
-    FileSource,
     OutputFileConfig,
     RollingPolicy,
-    StreamFormat,
 )
+from flowpoint.connectors.files import BulkFormat, FileFormat, FileSource, StreamFormat
 from flowpoint.connectors.kafka import (
     ByteArraySchema,
     DeliveryGuarantee,

@@ -15,7 +15,7 @@ from flowpoint.metrics import exporter
 from flowpoint.runtime.coordinator import Coordinator
 from flowpoint.runtime.description import JobDescription
 from flowpoint.runtime.job import JobClient
-from flowpoint.spark.adapter import adapter_for
+from flowpoint.spark.adapter_choice import adapter_for
 from flowpoint.spark.session import get_spark_session
 
 log = logging.getLogger("flowpoint")

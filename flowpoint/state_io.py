@@ -77,7 +77,7 @@ class StateReader:
         Spark tasks, one per parallel instance, and merged here)."""
         op = require_operator(self.access, self.metadata, uid)
         if self._executors_can_read():
-            from flowpoint.spark.adapter import adapter_for
+            from flowpoint.spark.adapter_choice import adapter_for
 
             tables = adapter_for(self.spark).savepoint_tables(self.access, op)
         else:
@@ -89,7 +89,7 @@ class StateReader:
         """The keyed state of operator ``uid`` as a Spark DataFrame: one row per key (MapState:
         per key and user key) with columns key, namespace, user_key, value (and state_name
         when ``state_name`` is None). Spark tasks read the files, one per parallel instance."""
-        from flowpoint.spark.adapter import adapter_for
+        from flowpoint.spark.adapter_choice import adapter_for
 
         op = require_operator(self.access, self.metadata, uid)
         kinds = {n: s.get("kind") for n, s in (op.states or {}).items()}

@@ -15,15 +15,8 @@ import pytest
 from flowpoint import CollectSink, Duration, Row, Types
 from flowpoint.api.typed_values import java_to_string
 from flowpoint.api.types import arrow_to_rows
-from flowpoint.connectors.files import (
-    BucketAssigner,
-    BulkFormat,
-    Encoder,
-    FileFormat,
-    FileSink,
-    FileSource,
-    StreamFormat,
-)
+from flowpoint.connectors.file_sink import BucketAssigner, Encoder, FileSink
+from flowpoint.connectors.files import BulkFormat, FileFormat, FileSource, StreamFormat
 from flowpoint.errors import ConfigurationError, FlowpointError, JobCancelledError
 
 WORD_N = Types.ROW_NAMED(["word", "n"], [Types.STRING(), Types.LONG()])

@@ -15,7 +15,7 @@ from flowpoint import DataGeneratorSource, RuntimeExecutionMode
 from flowpoint.api.config import Configuration
 from flowpoint.connectors.sinks import CollectSink
 from flowpoint.errors import ConfigurationError
-from flowpoint.spark.adapter import adapter_for
+from flowpoint.spark.adapter_choice import adapter_for
 from flowpoint.spark.session import DEFAULT_MASTER, default_master
 
 EVENTS = 300

@@ -132,7 +132,7 @@ def the_connect_api_answers(spark, tmp_path):
     import pyarrow as pa
     from pyspark.sql.connect.dataframe import DataFrame
 
-    from flowpoint.spark.adapter import adapter_for
+    from flowpoint.spark.adapter_choice import adapter_for
     from flowpoint.spark.connect import frames
 
     frames.check_repartition_by_id(DataFrame)  # (Spark 4.1 or later)

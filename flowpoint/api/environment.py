@@ -524,7 +524,7 @@ class StreamExecutionEnvironment:
 
 def default_parallelism(master: str | None, spark: Any) -> int:
     if spark is not None:
-        from flowpoint.spark.adapter import adapter_for
+        from flowpoint.spark.adapter_choice import adapter_for
 
         return adapter_for(spark).default_parallelism()
     master = master or _CLI_DEFAULTS.get("spark.master") or os.environ.get("FLOWPOINT_SPARK_MASTER") or "local[*]"

@@ -10,7 +10,7 @@ from flowpoint.api.row import Row, RowKind
 from flowpoint.api.time import Duration, Instant, Time
 from flowpoint.api.types import TypeInformation, Types
 from flowpoint.api.watermarks import WatermarkStrategy
-from flowpoint.connectors.files import Encoder
+from flowpoint.connectors.file_sink import Encoder
 from flowpoint.connectors.kafka import (
     ByteArraySchema,
     DeserializationSchema,

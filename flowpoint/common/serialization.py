@@ -3,7 +3,7 @@
 what to use instead (:mod:`flowpoint.refused`).
 """
 
-from flowpoint.connectors.files import Encoder
+from flowpoint.connectors.file_sink import Encoder
 from flowpoint.connectors.kafka import (
     ByteArraySchema,
     DeserializationSchema,

@@ -764,14 +764,4 @@ def _csv_fields(value: Any) -> list:
     return [value]
 
 
-# the sink side lives in file_sink.py; importable from here as before
-from flowpoint.connectors.file_sink import (  # noqa: E402
-    BucketAssigner,
-    Encoder,
-    FileSink,
-    FileSinkBuilder,
-    OutputFileConfig,
-    RollingPolicy,
-)
-
-__all__ = ["BucketAssigner", "BulkFormat", "Encoder", "FileFormat", "FileSink", "FileSinkBuilder", "FileSource", "OutputFileConfig", "RollingPolicy", "StreamFormat"]
+__all__ = ["BulkFormat", "FileFormat", "FileSource", "StreamFormat"]

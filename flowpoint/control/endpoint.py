@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowpoint.clock import now_ms
 from flowpoint.control import auth
+from flowpoint.control.archive import write_archive
 from flowpoint.control.job_control import JobControl
 from flowpoint.control.live_api import LiveApi
 from flowpoint.control.registry import LOST, JobRegistry, registry_dir
@@ -172,7 +173,7 @@ def attach_job(client: JobClient, config: Any, print_urls: bool = True) -> JobCo
         if _server is None:
             _server = _start_server(config.get("control.port"))
         server = _server
-        job = JobControl(client, JobRegistry(registry_dir(config)), server.address, config)
+        job = JobControl(client, JobRegistry(registry_dir(config)), server.address, config, archive=write_archive)
         with server._lock:
             server._jobs[job.entry.job_id] = job
         _attached[job.entry.job_id] = job

@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from flowpoint.errors import JobGraphError
-from flowpoint.graph.transformation import KEYED_KINDS, Transformation
+from flowpoint.graph.nodes import Edge, Node, Stage
+from flowpoint.graph.transformation import Transformation
 from flowpoint.graph.validation import check_keyed_state_use, check_serializable
 from flowpoint.state.keygroups import check_parallelism, compute_default_max_parallelism
 
@@ -44,65 +45,6 @@ class GraphOptions:
             int(config.get("pipeline.auto-watermark-interval")) > 0, str(config.get("execution.runtime-mode")).upper(),
             bool(config.get("pipeline.auto-generate-uids")), bool(config.get("pipeline.operator-chaining.enabled")),
         )
-
-
-@dataclass
-class Node:
-    """A physical operator of the job graph."""
-
-    t: Transformation
-    uid: str
-    parallelism: int
-    max_parallelism: int
-    stage_id: int = -1
-    chained: list[int] = field(default_factory=list)  # node ids run in the same task, below this
-    out_edges: list[Edge] = field(default_factory=list)  # exchanges to other stages
-
-    @property
-    def id(self) -> int:
-        return self.t.id
-
-    @property
-    def kind(self) -> str:
-        return self.t.kind
-
-    @property
-    def name(self) -> str:
-        return self.t.name
-
-    @property
-    def keyed(self) -> bool:
-        return self.t.kind in KEYED_KINDS
-
-    def describe(self) -> str:
-        return self.t.describe()
-
-
-@dataclass
-class Edge:
-    """An exchange from ``upstream`` (a node) into the head of stage ``stage_id``."""
-
-    upstream: int
-    target: int
-    partitioning: str  # keyed | forward | rebalance | broadcast | custom
-    key_selector: Any = None
-    stage_id: int = -1
-    index: int = 0  # position among the stage's input edges
-    edge_id: int = 0  # unique in the job
-
-
-@dataclass
-class Stage:
-    id: int
-    head: int
-    nodes: list[int]  # topological order, head first
-    parallelism: int
-    max_parallelism: int
-    inputs: list[Edge] = field(default_factory=list)
-
-    @property
-    def is_source(self) -> bool:
-        return not self.inputs
 
 
 @dataclass

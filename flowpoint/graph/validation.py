@@ -14,7 +14,7 @@ from flowpoint.errors import SerializationError, StateAccessError
 from flowpoint.graph.transformation import describe_function, remember_where
 
 if TYPE_CHECKING:
-    from flowpoint.graph.jobgraph import Node
+    from flowpoint.graph.nodes import Node
 
 KEYED_STATE_CALLS = frozenset(
     {"get_state", "get_list_state", "get_map_state", "get_reducing_state", "get_aggregating_state"}

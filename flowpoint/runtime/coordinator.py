@@ -36,7 +36,7 @@ from flowpoint.runtime.resume import job_fingerprint
 from flowpoint.runtime.savepoints import SavepointService, state_partitions
 from flowpoint.runtime.splits import SplitPlanner
 from flowpoint.runtime.working_files import WorkingFiles
-from flowpoint.spark.adapter import adapter_for
+from flowpoint.spark.adapter_choice import adapter_for
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps
 
 if TYPE_CHECKING:

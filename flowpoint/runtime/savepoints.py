@@ -142,7 +142,7 @@ class SavepointService:
     def write(self, target: str, epoch: int, stop: bool = False) -> str:
         """Every stateful task writes its canonical part (a Spark job over the partitions, run
         where their state is); the driver writes ``_metadata`` from the parts' entries."""
-        from flowpoint.spark.adapter import adapter_for
+        from flowpoint.spark.adapter_choice import adapter_for
 
         t0, trigger_ms = time.perf_counter(), now_ms()
         access = self.create(target)

@@ -92,7 +92,7 @@ class WorkingFiles:
         """The job ended: its executor-local working files and cached state go, on every host
         (a task per executor core; durable files stay for get_keyed_state until exit)."""
         try:
-            from flowpoint.spark.adapter import adapter_for
+            from flowpoint.spark.adapter_choice import adapter_for
 
             adapter_for(self.spark).remove_local_state(self.location(), job_id or self.job_id)
         except Exception:  # noqa: BLE001 - Spark may be stopping; local files are a cache
@@ -153,7 +153,7 @@ def _on_a_cluster(spark: Any) -> bool:
     """Executors on other hosts: any master but ``local*`` (``local-cluster`` runs on this host)."""
     if spark is None:
         return False
-    from flowpoint.spark.adapter import adapter_for
+    from flowpoint.spark.adapter_choice import adapter_for
 
     return adapter_for(spark).on_a_cluster()
 
@@ -169,7 +169,7 @@ def _check_remote_dir(config: Any, root: str, options: dict) -> None:
 
 
 def _warn_unshared(spark: Any, root: str) -> None:
-    from flowpoint.spark.adapter import adapter_for
+    from flowpoint.spark.adapter_choice import adapter_for
 
     adapter = adapter_for(spark)
     master = adapter.describe()

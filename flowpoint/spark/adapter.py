@@ -1,6 +1,6 @@
 """The Spark adapter's one interface: everything flowpoint asks of a Spark session.
 
-Two implementations, chosen from the session (:func:`adapter_for`):
+Two implementations, chosen from the session (:func:`flowpoint.spark.adapter_choice.adapter_for`):
 
 - ``classic`` (:mod:`flowpoint.spark.classic`): a SparkSession with a SparkContext: RDDs,
   ``partitionBy``, barrier mode, broadcast variables, accumulators, ``addPyFile``/``addArchive``;
@@ -134,22 +134,3 @@ class SparkAdapter(ABC):
 def is_connect_session(spark: Any) -> bool:
     """A Spark Connect session (no SparkContext in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def adapter_for(spark: Any) -> SparkAdapter:
-    """The adapter of ``spark`` (one per session object)."""
-    adapter = getattr(spark, "_flowpoint_adapter", None)
-    if adapter is None:
-        if is_connect_session(spark):
-            from flowpoint.spark.connect.adapter import ConnectAdapter
-
-            adapter = ConnectAdapter(spark)
-        else:
-            from flowpoint.spark.classic import ClassicAdapter
-
-            adapter = ClassicAdapter(spark)
-        try:
-            spark._flowpoint_adapter = adapter
-        except AttributeError:  # a session class with slots: a new adapter each time is fine
-            pass
-    return adapter

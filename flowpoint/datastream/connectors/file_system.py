@@ -3,16 +3,8 @@
 what to use instead (:mod:`flowpoint.refused`).
 """
 
-from flowpoint.connectors.files import (
-    BucketAssigner,
-    BulkFormat,
-    FileSink,
-    FileSource,
-    FileSourceBuilder,
-    OutputFileConfig,
-    RollingPolicy,
-    StreamFormat,
-)
+from flowpoint.connectors.file_sink import BucketAssigner, FileSink, OutputFileConfig, RollingPolicy
+from flowpoint.connectors.files import BulkFormat, FileSource, FileSourceBuilder, StreamFormat
 from flowpoint.refused import COMPACTION, FILE_SOURCE_PLUGIN, STREAMING_FILE_SINK, refusing
 
 __all__ = [
