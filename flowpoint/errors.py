@@ -4,12 +4,13 @@ Each class says whether a restart can get past it (``recoverable``). A job whose
 with a recoverable error goes to its restart strategy; one that fails with a non-recoverable
 error (a wrong job, configuration, key, state use or value; a missing state file) fails at
 once with the error's message, since every restart would fail the same way. Errors keep
-their class when they cross Spark from a task to the driver (``flowpoint.runtime.failures``).
+their class when they cross Spark from a task to the driver (``flowpoint.spark.failures``).
 ``retryable`` is another name of ``recoverable``, on classes and instances alike.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 from typing import Any
 
@@ -255,3 +256,13 @@ class StateIOError(CheckpointError):
         code = f"[Errno {error.errno}] " if error.errno else ""
         hint = " (the filesystem is full: free space there; a restart can then go on)" if error.errno == errno.ENOSPC else ""
         return cls(f"cannot {operation} {path}: {type(error).__name__}: {code}{reason}{hint}", path=path)
+
+
+@contextlib.contextmanager
+def io_errors(operation: str, path: str) -> Any:
+    """An OSError (a full disk, a permission) while doing ``operation`` on ``path`` becomes a
+    StateIOError naming both (recoverable: space may be freed)."""
+    try:
+        yield
+    except OSError as e:
+        raise StateIOError.of(operation, path, e) from e

@@ -76,7 +76,7 @@ def install_requirements(requirements: str) -> str:
         raise PythonDependencyError(msg) from None
     digest = hashlib.sha256(content + str(path).encode()).hexdigest()[:16]
     from flowpoint import private_files
-    from flowpoint.control.auth import home_dir
+    from flowpoint.home import home_dir
 
     # 0700 whatever the umask: the job imports this code (an open home is refused, naming it)
     target = home_dir("python-requirements", "the python.requirements directory") / digest

@@ -43,7 +43,7 @@ from flowpoint.errors import (
     StateNotFoundError,
     UserFunctionError,
 )
-from flowpoint.runtime.failures import is_recoverable, python_failure, task_error
+from flowpoint.spark.failures import is_recoverable, python_failure, task_error
 
 ALL_ERRORS = sorted(
     (c for c in vars(errors_module).values() if isinstance(c, type) and issubclass(c, FlowpointError)),

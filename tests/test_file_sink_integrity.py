@@ -15,7 +15,7 @@ import pytest
 from flowpoint import BucketAssigner, Encoder, FileSink, RollingPolicy
 from flowpoint.connectors.files import BulkFormat
 from flowpoint.errors import CorruptSinkFileError, CorruptStateError
-from flowpoint.runtime.failures import is_recoverable, task_error
+from flowpoint.spark.failures import is_recoverable, task_error
 
 
 def _sink(base, csv_header=False):

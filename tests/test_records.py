@@ -10,7 +10,7 @@ import pytest
 
 from flowpoint import CollectSink, KeyedProcessFunction
 from flowpoint.errors import JobExecutionError
-from flowpoint.tasks.batches import dumps
+from flowpoint.pickles import dumps
 
 Click = namedtuple("Click", "user amount")
 

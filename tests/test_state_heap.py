@@ -30,7 +30,7 @@ from flowpoint.state.committed_chain import CommittedChain, CommittedFile
 from flowpoint.state.heap import HeapKeyedStateBackend
 from flowpoint.state.key_identity import KeyedStateMap
 from flowpoint.state.working import TaskStateCache
-from flowpoint.tasks.batches import dumps
+from flowpoint.pickles import dumps
 from flowpoint.tasks.protocol import StateLocation, TaskSlice, TaskStateAck
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from flowpoint.errors import CheckpointError, StateIOError
-from flowpoint.runtime.failures import is_recoverable, task_error
+from flowpoint.spark.failures import is_recoverable, task_error
 from flowpoint.state import durable
 
 

@@ -22,7 +22,7 @@ from flowpoint.checkpoint.savepoint import SCHEMA, decode_rows
 from flowpoint.checkpoint.signing import Keyring, seal
 from flowpoint.checkpoint.values import PickledValue, load_user
 from flowpoint.errors import CorruptStateError, StateDecodeError
-from flowpoint.runtime.failures import is_recoverable, task_error
+from flowpoint.spark.failures import is_recoverable, task_error
 from flowpoint.state.backend import PartitionBackend
 from flowpoint.state.committed_chain import CommittedFile
 from flowpoint.state.working import load_restored

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowpoint import private_files
-from flowpoint.state import durable, rocksdb_changelog
+from flowpoint.errors import io_errors
+from flowpoint.state import rocksdb_changelog
 from flowpoint.state.keygroups import assign_to_key_group
 
 
@@ -130,7 +131,7 @@ def restore_native(path: str, files: list[RestoredFile], options: dict) -> list[
                     logs.append((uri, data))
                     continue
                 target = os.path.join(staging, local_name)
-                with durable.io_errors("write the local state file", target), open(target, "wb") as out:
+                with io_errors("write the local state file", target), open(target, "wb") as out:
                     out.write(data)
         RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
     finally:

@@ -70,10 +70,10 @@ from flowpoint.errors import (
     CorruptStateError,
     StateMigrationError,
 )
+from flowpoint.pickles import dumps
 from flowpoint.state.compatibility import infer_kind, restoring_loads, sample_value_class
 from flowpoint.state.key_identity import state_key, user_key
 from flowpoint.state.keygroups import assign_to_key_group
-from flowpoint.tasks.batches import dumps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping

@@ -102,7 +102,7 @@ class SigningKey:
 
 
 def default_key_path() -> str:
-    from flowpoint.control.auth import flowpoint_home
+    from flowpoint.home import flowpoint_home
 
     return str(flowpoint_home() / KEY_FILE)
 
@@ -156,7 +156,7 @@ def read_key(path: str) -> SigningKey:
 def load_or_create_default_key() -> SigningKey:
     """``$FLOWPOINT_HOME/checkpoint-key``, created (0600, atomically: concurrent first jobs
     agree on one key) when there is none; FLOWPOINT_HOME is checked first (private_files)."""
-    from flowpoint.control.auth import check_home
+    from flowpoint.home import check_home
 
     path = default_key_path()
     check_home(create=True)

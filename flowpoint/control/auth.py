@@ -32,39 +32,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from flowpoint import private_files
 from flowpoint.errors import ConfigurationError, InsecurePathError
+from flowpoint.home import HOME_VARIABLE, check_home, flowpoint_home
 
-HOME_VARIABLE = "FLOWPOINT_HOME"
 TOKEN_FILE = "control-token"
 
 
 class TokenMissingError(ConfigurationError):
     """No control token file yet: no job has served an endpoint with this FLOWPOINT_HOME."""
-
-
-def flowpoint_home() -> Path:
-    """``$FLOWPOINT_HOME``, else ``~/.flowpoint``."""
-    home = os.environ.get(HOME_VARIABLE)
-    return (Path(os.path.expanduser(home)) if home else Path.home() / ".flowpoint").absolute()
-
-
-HOME_HINT = f"set {HOME_VARIABLE} to a directory of your own (default ~/.flowpoint)"
-
-
-def check_home(create: bool = False) -> None:
-    """Refuse (InsecurePathError naming it) a ``FLOWPOINT_HOME`` that another user owns, can
-    write or replace, or can enter or read (it holds the control token and the job logs);
-    ``create``: a missing one is created with mode 0700 (whatever the umask) first."""
-    private_files.check_dir(str(flowpoint_home()), f"the {HOME_VARIABLE} directory", HOME_HINT, create, closed=True)
-
-
-def home_dir(name: str, what: str) -> Path:
-    """``$FLOWPOINT_HOME/<name>`` (``logs``, ...), created with mode 0700 whatever the umask, its
-    home too; an existing one another user owns, or that is open to others, is refused
-    (InsecurePathError naming it and saying ``chmod 700``), never tightened silently."""
-    check_home(create=True)
-    return Path(private_files.check_dir(str(flowpoint_home() / name), what, HOME_HINT, create=True, closed=True))
 
 
 def token_path() -> Path:

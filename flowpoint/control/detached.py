@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from flowpoint import private_files
-from flowpoint.control.auth import HOME_VARIABLE, home_dir
 from flowpoint.control.registry import JobRegistry, registry_dir
 from flowpoint.errors import FlowpointError
+from flowpoint.home import HOME_VARIABLE, home_dir
 
 SUBMIT_TIMEOUT_S = 600.0  # a job's Spark session may take long to start on a busy cluster
 POLL_S = 0.2

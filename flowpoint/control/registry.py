@@ -123,7 +123,7 @@ class JobRegistry:
         """Refuse (InsecurePathError) a registry directory, or the FLOWPOINT_HOME it is in, that
         another user owns, can write or can replace (what exists of them)."""
         if self.dir == registry_dir():
-            from flowpoint.control.auth import check_home
+            from flowpoint.home import check_home
 
             check_home()
         hint = f"set control.registry.dir or ${HOME_VARIABLE} to a directory of your own"

@@ -29,8 +29,8 @@ KEEP = 100  # failure logs kept in the logs directory, the newest
 
 def logs_dir() -> str:
     """``$FLOWPOINT_HOME/logs`` (``~/.flowpoint/logs``), created private to the user (0700); one
-    open to others is refused (``flowpoint.control.auth.home_dir``)."""
-    from flowpoint.control.auth import home_dir
+    open to others is refused (``flowpoint.home.home_dir``)."""
+    from flowpoint.home import home_dir
 
     return str(home_dir("logs", "the log directory"))
 

@@ -1,7 +1,7 @@
 """The restart manager (driver side): where a job starts from, and restarts after failures.
 
 When the job starts it restores from its restore point (``-s`` or ``--resume``'s choice), if
-any. After a failure that a restart can get past (runtime/failures.py), it waits as the restart
+any. After a failure that a restart can get past (spark/failures.py), it waits as the restart
 strategy says, then restores the latest completed checkpoint, else the restore point, else the
 job starts from the beginning (Flink's full failover). The restart strategy decides, whatever the
 exception's class (as in Flink). A user function that fails on the same record the same way
@@ -39,7 +39,7 @@ log = logging.getLogger("flowpoint")
 def restartable(error: BaseException) -> bool:
     """Failures a restart can get past. A non-recoverable error (a wrong job, configuration, key,
     state use or value; a missing state file) fails the job at once with its message."""
-    from flowpoint.runtime.failures import is_recoverable
+    from flowpoint.spark.failures import is_recoverable
 
     return is_recoverable(error)
 
@@ -60,7 +60,7 @@ class RepeatedFailures:
 
     def count(self, error: BaseException) -> int:
         """How many failures in a row, this one included, were this one (1: a new failure)."""
-        from flowpoint.runtime.failures import failure_identity
+        from flowpoint.spark.failures import failure_identity
 
         identity = failure_identity(error)
         self._count = self._count + 1 if identity is not None and identity == self._last else 1

@@ -14,8 +14,8 @@ def executor_id() -> str:
 
 def spark_failure(e: Exception, epoch: int) -> Exception:
     """The error a failed Spark job raises on the driver: the task's flowpoint error, with its
-    class and message, read out of Spark's text (``flowpoint.runtime.failures.task_error``);
+    class and message, read out of Spark's text (``flowpoint.spark.failures.task_error``);
     else a JobExecutionError (or SerializationError) naming the Python or Spark cause."""
-    from flowpoint.runtime.failures import task_error
+    from flowpoint.spark.failures import task_error
 
     return task_error(str(e), epoch)

@@ -34,6 +34,7 @@ from typing import Any
 from flowpoint import private_files
 from flowpoint.checkpoint.parts import RestoredFile, restore_native
 from flowpoint.clock import now_ms
+from flowpoint.pickles import dumps
 from flowpoint.state import durable, rocksdb_changelog
 from flowpoint.state.committed_chain import CommittedChain, CommittedFile, TaskStateAck
 from flowpoint.state.compatibility import infer_kind, recorded_states, sample_value_class
@@ -48,7 +49,6 @@ from flowpoint.state.working import (
     partition_dir,
     task_states,
 )
-from flowpoint.tasks.batches import dumps
 from flowpoint.tasks.protocol import (
     CheckpointTarget,
     OperatorPart,

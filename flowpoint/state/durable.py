@@ -23,7 +23,7 @@ import os
 import shutil
 from typing import Any
 
-from flowpoint.errors import StateIOError, StateNotFoundError
+from flowpoint.errors import StateNotFoundError, io_errors
 from flowpoint.private_files import write_private
 from flowpoint.worker_resources import BoundedCache, worker
 
@@ -71,16 +71,6 @@ def join(root: str, *parts: str) -> str:
 
 def _write_local(path: str, data: bytes) -> None:
     write_private(path, data)  # 0600 in new 0700 directories, whatever the umask; atomic
-
-
-@contextlib.contextmanager
-def io_errors(operation: str, path: str) -> Any:
-    """An OSError (a full disk, a permission) while doing ``operation`` on ``path`` becomes a
-    StateIOError naming both (recoverable: space may be freed)."""
-    try:
-        yield
-    except OSError as e:
-        raise StateIOError.of(operation, path, e) from e
 
 
 def sha256(data: bytes) -> str:

@@ -48,6 +48,7 @@ from typing import Any
 from flowpoint import private_files
 from flowpoint.api.state import StateDescriptor
 from flowpoint.errors import JobExecutionError, StateAccessError, StateDecodeError
+from flowpoint.pickles import dumps
 from flowpoint.state.compatibility import (
     Recorded,
     check_redeclared,
@@ -60,7 +61,6 @@ from flowpoint.state.compatibility import (
 from flowpoint.state.key_identity import CurrentKey, StateKey, state_key
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
 from flowpoint.state.kinds import ABSENT, ATOMIC, immutable, keyed_state
-from flowpoint.tasks.batches import dumps
 
 _loads = pickle.loads
 _pickle_dumps = pickle.dumps

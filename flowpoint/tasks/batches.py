@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from flowpoint.api.types import arrow_to_rows
+from flowpoint.pickles import dumps
 
 Origin = tuple
 
@@ -69,17 +70,6 @@ def encode(data: Any, ts: list | None = None) -> tuple[str, Any]:
         payload = _arrow_bytes(data)
         return ("arrow", payload) if ts is None else ("arrow+ts", (payload, dumps(ts)))
     return ("pickle", dumps(data)) if ts is None else ("pickle+ts", dumps((data, ts)))
-
-
-def dumps(obj: Any) -> bytes:
-    """Pickle records or state values; classes defined in the job's ``__main__`` (which workers
-    cannot import) are pickled by value through cloudpickle. ``pickle.loads`` reads both."""
-    try:
-        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        import cloudpickle
-
-        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _arrow(payload: bytes) -> pa.RecordBatch:

@@ -26,7 +26,8 @@ from flowpoint.api.watermarks import (
     WatermarkOutput,
 )
 from flowpoint.errors import ConfigurationError
-from flowpoint.tasks.batches import as_rows, dumps, num_records
+from flowpoint.pickles import dumps
+from flowpoint.tasks.batches import as_rows, num_records
 from flowpoint.tasks.operators import Operator, user_error
 
 Mark = tuple[int, bool]  # (watermark, idle)

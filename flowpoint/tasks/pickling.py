@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.errors import SerializationError
-from flowpoint.tasks.batches import dumps
+from flowpoint.pickles import dumps
 
 if TYPE_CHECKING:
     from flowpoint.tasks.plan import EdgeSpec, StagePlan

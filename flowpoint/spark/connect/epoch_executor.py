@@ -27,6 +27,7 @@ import cloudpickle
 
 from flowpoint.errors import JobExecutionError
 from flowpoint.graph.jobgraph import JobGraph
+from flowpoint.pickles import dumps
 from flowpoint.spark.connect.frames import (
     ACK,
     DDL,
@@ -37,7 +38,6 @@ from flowpoint.spark.connect.frames import (
     rows_of,
 )
 from flowpoint.spark.tasks_common import spark_failure
-from flowpoint.tasks.batches import dumps
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.protocol import EpochSpec, TaskAck, TaskSlice
 from flowpoint.worker_resources import worker

@@ -70,7 +70,7 @@ def check_repartition_by_id(df_class: Any) -> None:
 def run_per_item(spark: Any, items: list, task: Callable[[Any], list]) -> list:
     """``task(item)`` for every item, one Spark task each (a DataFrame query of one
     ``mapInArrow``); the concatenated answers. Items and answers travel pickled."""
-    from flowpoint.tasks.batches import dumps
+    from flowpoint.pickles import dumps
 
     if not items:
         return []
@@ -84,7 +84,7 @@ def run_per_item(spark: Any, items: list, task: Callable[[Any], list]) -> list:
 
 def _per_item(task: Callable[[Any], list]):
     def run(iterator: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from flowpoint.tasks.batches import dumps
+        from flowpoint.pickles import dumps
 
         out = []
         for batch in iterator:
