@@ -12,7 +12,6 @@ def show(stream):
         print(type(record).__name__, repr(record))
 
 
-show(ds)
 show(ds.map(lambda t: (t[1], t[0] * 10)))
 show(ds.map(lambda t: Row(t[1], t[0] * 10), output_type=Types.ROW([Types.STRING(), Types.INT()])))
 show(ds.map(lambda t: Row(t[1], t[0]), output_type=Types.ROW_NAMED(["name", "n"], [Types.STRING(), Types.INT()])))
@@ -21,8 +20,5 @@ show(ds.map(lambda t: Row(t[1], (t[0], [t[0]] * 2)),
 show(ds.map(lambda t: (t[0], Row(t[1], float(t[0]))),
             output_type=Types.TUPLE([Types.INT(), Types.ROW_NAMED(["s", "f"], [Types.STRING(), Types.DOUBLE()])])))
 show(ds.map(lambda t: {t[1]: t[0]}, output_type=Types.MAP(Types.STRING(), Types.INT())))
-show(ds.map(lambda t: [t[0], t[0] + 1], output_type=Types.BASIC_ARRAY(Types.INT())))
-show(ds.map(lambda t: [t[0], t[0] + 1], output_type=Types.PRIMITIVE_ARRAY(Types.INT())))
-show(ds.map(lambda t: t[0] * 1.5, output_type=Types.FLOAT()))
 show(ds.key_by(lambda t: t[1], key_type=Types.STRING()))
 print(ds.map(lambda t: Row(t[1], t[0]), output_type=Types.ROW([Types.STRING(), Types.INT()])).execute_and_collect(limit=1))
