@@ -93,8 +93,6 @@ BULK_WRITER = JAVA_WRAPPER.but("FileSink.for_bulk_format(path, BulkFormat.parque
 
 CONFIG_OPTION = Refusal("typed option objects are not provided; options are keys",
                         "Configuration.set(key, value) and Configuration.get(key) with the option's key string")
-TYPE_SERIALIZER = Refusal("flowpoint serializes values by their Types (pickling untyped ones); there is no serializer to plug in",
-                          "a Types type (Types.ROW_NAMED, Types.PICKLED_BYTE_ARRAY, ...) as output_type or in the state descriptor")
 FUTURE = Refusal("JobClient's methods return their results, not Java futures",
                  "JobClient.get_job_status(), cancel() and wait_until_done() directly")
 INPUT_DEPENDENCY = LEGACY.but("the default scheduling: Spark schedules the tasks (drop the call)")
@@ -123,6 +121,5 @@ KAFKA_SEMANTIC = LEGACY.but("DeliveryGuarantee with KafkaSink.builder().set_deli
 HADOOP = JAVA_WRAPPER.but("local paths and file:// URIs (FileSource, FileSink)")
 JAVA_PROPERTIES = JAVA_WRAPPER.but("a dict of properties (KafkaSource.builder().set_properties(...))")
 JAVA_VALUES = JAVA_WRAPPER.but("the values themselves: flowpoint hands functions Python values")
-WINDOW_SERIALIZER = JAVA_WRAPPER.but("the window objects themselves (TimeWindow, CountWindow, GlobalWindow); flowpoint pickles them")
 TABLE_API = Refusal("flowpoint provides PyFlink's DataStream API, not its Table API or SQL",
                     "the DataStream API (flowpoint.datastream), with Row and Types.ROW_NAMED for structured records")

@@ -13,6 +13,7 @@ one, else the reduce/aggregate function); its ``options`` hold everything the wi
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.api.aggregates import Aggregates, BuiltinAggregate
@@ -133,12 +134,22 @@ class WindowedStream:
         self._lateness = 0
         self._late_tag: OutputTag | None = None
 
+    def _default_trigger(self) -> Any:
+        """The assigner's trigger: PyFlink's assigners take the environment
+        (``get_default_trigger(self, env)``), flowpoint's take nothing; both are called right."""
+        method = self._assigner.get_default_trigger
+        try:
+            takes_env = any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in inspect.signature(method).parameters.values())
+        except (TypeError, ValueError):
+            takes_env = False
+        return method(self._keyed_stream._env) if takes_env else method()
+
     def _method(self) -> str:
         return "window_all" if self._all else "window"
 
     def _describe(self, function: str | None = None) -> str:
         """The operator's name: ``Window(TumblingEventTimeWindows(10000), EventTimeTrigger, reduce)``."""
-        parts = [repr(self._assigner), repr(self._trigger or self._assigner.get_default_trigger())]
+        parts = [repr(self._assigner), repr(self._trigger or self._default_trigger())]
         if self._evictor is not None:
             parts.append(repr(self._evictor))
         if function:
@@ -278,7 +289,7 @@ class WindowedStream:
         t = self._keyed_stream._add("window", name, main, output_type)
         t.options.update(
             assigner=self._assigner,
-            trigger=self._trigger or self._assigner.get_default_trigger(),
+            trigger=self._trigger or self._default_trigger(),
             evictor=self._evictor,
             allowed_lateness_ms=self._lateness,
             late_tag_id=self._late_tag.tag_id if self._late_tag is not None else None,

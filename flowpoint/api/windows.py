@@ -14,10 +14,13 @@ accepts a :class:`~flowpoint.api.time.Duration` (``Time.seconds(10)``) or an int
 
 from __future__ import annotations
 
+import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from io import BytesIO
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from flowpoint.api.serializer import TypeSerializer
 from flowpoint.api.time import MAX_WATERMARK, Duration, to_millis
 from flowpoint.api.time import event_timestamp as _event_timestamp
 from flowpoint.api.time import positive_millis as _positive
@@ -132,6 +135,41 @@ class CountWindow(Window):
         return f"CountWindow(id={self.id})"
 
 
+class TimeWindowSerializer(TypeSerializer[TimeWindow]):
+    """PyFlink's serializer of :class:`TimeWindow`: start and end as big-endian 64-bit integers."""
+
+    def serialize(self, element: TimeWindow, stream: BytesIO) -> None:
+        stream.write(_TWO_LONGS.pack(element.start, element.end))
+
+    def deserialize(self, stream: BytesIO) -> TimeWindow:
+        return TimeWindow(*_TWO_LONGS.unpack(stream.read(16)))
+
+
+class CountWindowSerializer(TypeSerializer[CountWindow]):
+    """PyFlink's serializer of :class:`CountWindow`: its id as a big-endian 64-bit integer."""
+
+    def serialize(self, element: CountWindow, stream: BytesIO) -> None:
+        stream.write(_LONG.pack(element.id))
+
+    def deserialize(self, stream: BytesIO) -> CountWindow:
+        return CountWindow(_LONG.unpack(stream.read(8))[0])
+
+
+class GlobalWindowSerializer(TypeSerializer[GlobalWindow]):
+    """PyFlink's serializer of :class:`GlobalWindow`: one zero byte."""
+
+    def serialize(self, element: GlobalWindow, stream: BytesIO) -> None:
+        stream.write(b"\x00")
+
+    def deserialize(self, stream: BytesIO) -> GlobalWindow:
+        stream.read(1)
+        return GlobalWindow()
+
+
+_LONG = struct.Struct(">q")
+_TWO_LONGS = struct.Struct(">qq")
+
+
 class WindowAssigner(ABC, Generic[T, W]):
     """Assigns an element to windows. ``ctx.get_current_processing_time()`` is the operator's
     processing time (processing-time assigners use it instead of the element's timestamp)."""
@@ -156,8 +194,40 @@ class WindowAssigner(ABC, Generic[T, W]):
     def is_merging(self) -> bool:
         return False
 
-    def window_from_namespace(self, namespace: tuple) -> Any:
-        """The window whose ``to_namespace()`` is ``namespace`` (Flink's window serializer)."""
+    def get_window_serializer(self) -> Any:
+        """PyFlink's: how this assigner's windows are written (a ``TypeSerializer``). flowpoint's
+        own windows have a plain form (``to_namespace``); an assigner of windows without one
+        must return a serializer, and its windows live in state as its bytes."""
+        return TimeWindowSerializer()
+
+    def namespace_of(self, window: Any) -> Any:
+        """The form ``window`` takes in state and timers: its ``to_namespace()``, or for a window
+        type without one, the bytes of this assigner's ``get_window_serializer()``."""
+        plain = getattr(window, "to_namespace", None)
+        if plain is not None:
+            return plain()
+        serializer = self.get_window_serializer()
+        if serializer is None or not hasattr(serializer, "serialize"):
+            msg = (
+                f"window {window!r} of {type(self).__name__} has no to_namespace() and the assigner's get_window_serializer() "
+                f"gave {serializer!r}: return a TypeSerializer (flowpoint.common.serializer) of the window type from it"
+            )
+            raise ConfigurationError(msg)
+        out = BytesIO()
+        try:
+            serializer.serialize(window, out)
+        except (AttributeError, TypeError, ValueError, struct.error) as e:
+            msg = (
+                f"{type(self).__name__}.get_window_serializer() gave {serializer!r}, which cannot write window {window!r} "
+                f"({type(e).__name__}: {e}): return a TypeSerializer of the window type (flowpoint.common.serializer), or give the window a to_namespace()"
+            )
+            raise ConfigurationError(msg) from e
+        return out.getvalue()
+
+    def window_from_namespace(self, namespace: Any) -> Any:
+        """The window whose :meth:`namespace_of` is ``namespace`` (Flink's window serializer)."""
+        if isinstance(namespace, bytes):
+            return self.get_window_serializer().deserialize(BytesIO(namespace))
         return TimeWindow(*namespace)
 
     def __repr__(self) -> str:
@@ -370,7 +440,10 @@ class GlobalWindows(WindowAssigner):
     def is_event_time(self) -> bool:
         return False
 
-    def window_from_namespace(self, namespace: tuple) -> GlobalWindow:
+    def get_window_serializer(self) -> Any:
+        return GlobalWindowSerializer()
+
+    def window_from_namespace(self, namespace: Any) -> GlobalWindow:
         return GlobalWindow()
 
     def __repr__(self) -> str:
@@ -429,10 +502,10 @@ from flowpoint.api.triggers import (  # noqa: E402
 
 __all__ = [
     "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "CountEvictor", "CountSlidingWindowAssigner",
-    "CountTrigger", "CountTumblingWindowAssigner", "DeltaEvictor",
-    "EventTimeSessionWindows", "EventTimeTrigger", "Evictor", "GlobalWindow", "GlobalWindows", "MergingWindowAssigner",
+    "CountTrigger", "CountTumblingWindowAssigner", "CountWindowSerializer", "DeltaEvictor",
+    "EventTimeSessionWindows", "EventTimeTrigger", "Evictor", "GlobalWindow", "GlobalWindowSerializer", "GlobalWindows", "MergingWindowAssigner",
     "NeverTrigger", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger",
     "SessionWindowTimeGapExtractor", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor",
-    "TimeWindow", "TimestampedValue", "Trigger", "TriggerResult", "TumblingEventTimeWindows",
+    "TimeWindow", "TimeWindowSerializer", "TimestampedValue", "Trigger", "TriggerResult", "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows", "Window", "WindowAssigner", "merge_time_windows",
 ]

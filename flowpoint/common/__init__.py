@@ -7,6 +7,7 @@ from flowpoint.api.config import Configuration
 from flowpoint.api.environment import ExecutionConfig
 from flowpoint.api.restart import RestartStrategies, RestartStrategyConfiguration
 from flowpoint.api.row import Row, RowKind
+from flowpoint.api.serializer import TypeSerializer
 from flowpoint.api.time import Duration, Instant, Time
 from flowpoint.api.types import TypeInformation, Types
 from flowpoint.api.watermarks import WatermarkStrategy
@@ -23,7 +24,6 @@ from flowpoint.refused import (
     INPUT_DEPENDENCY,
     JOB_ID,
     PERIODIC_ASSIGNER,
-    TYPE_SERIALIZER,
     refusing,
 )
 from flowpoint.runtime.job import JobClient
@@ -48,6 +48,7 @@ __all__ = [
     "SimpleStringSchema",
     "Time",
     "TypeInformation",
+    "TypeSerializer",
     "Types",
     "WatermarkStrategy",
 ]
@@ -57,7 +58,6 @@ __getattr__ = refusing(
     {
         "ConfigOption": CONFIG_OPTION,
         "ConfigOptions": CONFIG_OPTION,
-        "TypeSerializer": TYPE_SERIALIZER,
         "CompletableFuture": FUTURE,
         "InputDependencyConstraint": INPUT_DEPENDENCY,
         "JobID": JOB_ID,

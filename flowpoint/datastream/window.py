@@ -10,12 +10,14 @@ from flowpoint.api.windows import (
     CountTrigger,
     CountTumblingWindowAssigner,
     CountWindow,
+    CountWindowSerializer,
     DynamicEventTimeSessionWindows,
     DynamicProcessingTimeSessionWindows,
     EventTimeSessionWindows,
     EventTimeTrigger,
     GlobalWindow,
     GlobalWindows,
+    GlobalWindowSerializer,
     MergingWindowAssigner,
     NeverTrigger,
     ProcessingTimeSessionWindows,
@@ -25,6 +27,7 @@ from flowpoint.api.windows import (
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
     TimeWindow,
+    TimeWindowSerializer,
     Trigger,
     TriggerResult,
     TumblingEventTimeWindows,
@@ -32,7 +35,6 @@ from flowpoint.api.windows import (
     Window,
     WindowAssigner,
 )
-from flowpoint.refused import WINDOW_SERIALIZER, refusing
 
 __all__ = [
     "ContinuousEventTimeTrigger",
@@ -41,11 +43,13 @@ __all__ = [
     "CountTrigger",
     "CountTumblingWindowAssigner",
     "CountWindow",
+    "CountWindowSerializer",
     "DynamicEventTimeSessionWindows",
     "DynamicProcessingTimeSessionWindows",
     "EventTimeSessionWindows",
     "EventTimeTrigger",
     "GlobalWindow",
+    "GlobalWindowSerializer",
     "GlobalWindows",
     "MergingWindowAssigner",
     "NeverTrigger",
@@ -56,6 +60,7 @@ __all__ = [
     "SlidingEventTimeWindows",
     "SlidingProcessingTimeWindows",
     "TimeWindow",
+    "TimeWindowSerializer",
     "Trigger",
     "TriggerResult",
     "TumblingEventTimeWindows",
@@ -63,12 +68,3 @@ __all__ = [
     "Window",
     "WindowAssigner",
 ]
-
-__getattr__ = refusing(
-    __name__,
-    {
-        "TimeWindowSerializer": WINDOW_SERIALIZER,
-        "CountWindowSerializer": WINDOW_SERIALIZER,
-        "GlobalWindowSerializer": WINDOW_SERIALIZER,
-    },
-)

@@ -73,7 +73,8 @@ class MergingWindowSet:
             raise StateAccessError(msg)
 
     def persist(self) -> None:
-        current = tuple(sorted((w.to_namespace(), s.to_namespace()) for w, s in self.mapping.items()))
+        ns = self.assigner.namespace_of
+        current = tuple(sorted((ns(w), ns(s)) for w, s in self.mapping.items()))
         if current != self.stored:
             self.state.update(current or None)
             self.stored = current
@@ -120,7 +121,7 @@ class WindowTriggerContext(Trigger.OnMergeContext, WindowAssigner.WindowAssigner
         self.merged: list[Any] | None = None
 
     def at(self, key: Any, window: Any) -> WindowTriggerContext:
-        self.key, self.window, self.ns = key, window, window.to_namespace()
+        self.key, self.window, self.ns = key, window, self._op.assigner.namespace_of(window)
         return self
 
     def get_current_processing_time(self) -> int:
@@ -150,7 +151,7 @@ class WindowTriggerContext(Trigger.OnMergeContext, WindowAssigner.WindowAssigner
         if self.merged:
             store = self._op.trigger_store
             store.namespace = self.ns
-            store.merge(descriptor, self.ns, [w.to_namespace() for w in self.merged])
+            store.merge(descriptor, self.ns, [self._op.assigner.namespace_of(w) for w in self.merged])
 
 
 class GlobalStateStore:
@@ -190,7 +191,7 @@ class WindowContext(ProcessWindowFunction.Context):
             msg = f"operator {self._op.spec.name!r}: per-window state is not available with merging (session) windows, as in Flink"
             raise StateAccessError(msg)
         store = self._op.window_store
-        store.namespace = self._window.to_namespace()
+        store.namespace = self._op.assigner.namespace_of(self._window)
         return store
 
     def global_state(self) -> Any:
@@ -324,7 +325,7 @@ class WindowOperator(TimerOp):
                     mws.retire_window(actual)
                     continue
                 skipped = False
-                self._add(key, actual, mws.state_window(actual).to_namespace(), value, t)
+                self._add(key, actual, self.assigner.namespace_of(mws.state_window(actual)), value, t)
             mws.persist()
         else:
             late_before = self.watermark if self.event_time else None
@@ -389,7 +390,8 @@ class WindowOperator(TimerOp):
         for m in merged:
             self.trigger.clear(m, tctx.at(key, m))
             self._delete_cleanup_timer(m)
-        self.contents.merge_namespaces(state_window.to_namespace(), [w.to_namespace() for w in merged_state_windows])
+        ns = self.assigner.namespace_of
+        self.contents.merge_namespaces(ns(state_window), [ns(w) for w in merged_state_windows])
 
     # -- timers ----------------------------------------------------------------------------------
 
@@ -408,7 +410,7 @@ class WindowOperator(TimerOp):
                 state_window = mws.state_window(window)
                 if state_window is None:  # a trigger left a timer of a merged-away window
                     return
-                self.contents.namespace = state_window.to_namespace()
+                self.contents.namespace = self.assigner.namespace_of(state_window)
             else:
                 self.contents.namespace = namespace
             tctx = self.tctx.at(key, window)
@@ -449,9 +451,9 @@ class WindowOperator(TimerOp):
         if t == MAX_WATERMARK:
             return
         if self.event_time:
-            self.timers.delete_event_time_timer(window.to_namespace(), t)
+            self.timers.delete_event_time_timer(self.assigner.namespace_of(window), t)
         else:
-            self.timers.delete_processing_time_timer(window.to_namespace(), t)
+            self.timers.delete_processing_time_timer(self.assigner.namespace_of(window), t)
 
     def _clear_all_state(self, key: Any, window: Any, mws: MergingWindowSet | None) -> None:
         self.contents.clear()
