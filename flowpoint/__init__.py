@@ -61,6 +61,7 @@ from flowpoint.api.operator_state import (
 )
 from flowpoint.api.restart import RestartStrategies, RestartStrategyConfiguration
 from flowpoint.api.row import Row, RowKind
+from flowpoint.api.serializer import TypeSerializer
 from flowpoint.api.state import (
     AggregatingState,
     AggregatingStateDescriptor,
@@ -100,6 +101,7 @@ from flowpoint.api.windows import (
     CountTrigger,
     CountTumblingWindowAssigner,
     CountWindow,
+    CountWindowSerializer,
     DeltaEvictor,
     DynamicEventTimeSessionWindows,
     DynamicProcessingTimeSessionWindows,
@@ -108,6 +110,7 @@ from flowpoint.api.windows import (
     Evictor,
     GlobalWindow,
     GlobalWindows,
+    GlobalWindowSerializer,
     MergingWindowAssigner,
     NeverTrigger,
     ProcessingTimeSessionWindows,
@@ -119,6 +122,7 @@ from flowpoint.api.windows import (
     TimeEvictor,
     TimestampedValue,
     TimeWindow,
+    TimeWindowSerializer,
     Trigger,
     TriggerResult,
     TumblingEventTimeWindows,
@@ -198,4 +202,5 @@ __all__ = [
     "AsyncDataStream", "AsyncFunction", "AsyncRetryPredicate", "AsyncRetryStrategy", "Partitioner", "RowKind",
     "BaseBroadcastProcessFunction", "ByteArraySchema", "CountSlidingWindowAssigner", "CountTumblingWindowAssigner",
     "Instant", "JsonRowSerializationSchema", "KafkaTopicSelector", "RowFieldExtractorSchema",
+    "TypeSerializer", "TimeWindowSerializer", "CountWindowSerializer", "GlobalWindowSerializer",
 ]

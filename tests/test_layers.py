@@ -19,7 +19,7 @@ LAYERS = [
                     "flowpoint.api.state_ttl", "flowpoint.api.functions", "flowpoint.api.time", "flowpoint.api.watermarks",
                     "flowpoint.api.windows", "flowpoint.api.triggers", "flowpoint.api.evictors", "flowpoint.api.aggregates",
                     "flowpoint.api.broadcast_state", "flowpoint.api.collecting", "flowpoint.api.operator_state",
-                    "flowpoint.api.config", "flowpoint.api.storage_options"]),
+                    "flowpoint.api.config", "flowpoint.api.storage_options", "flowpoint.api.serializer"]),
     ("state", ["flowpoint.state"]),
     ("snapshot storage", ["flowpoint.checkpoint"]),
     ("working state", ["flowpoint.state.working", "flowpoint.state.backend", "flowpoint.state.committed_chain", "flowpoint.state.durable",
