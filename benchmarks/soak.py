@@ -487,7 +487,8 @@ def main() -> int:
             broker.stop()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    base = os.path.join(HERE, "results", f"soak-{stamp}")
+    cases = "-".join(k.replace("/", "-").replace("+", "-") for k in results) or "none"
+    base = os.path.join(HERE, "results", f"soak-{stamp}-{cases}")  # (two runs at once: different names)
     with open(base + ".json", "w") as f:
         json.dump({"args": vars(args), "source": args.source, "load_average": [load_before, os.getloadavg()[0]],
                    "samples": results}, f, indent=1)
