@@ -314,6 +314,7 @@ def run_case(backend: str, keys_mode: str, args: argparse.Namespace, root: str, 
         "spark.master": "local[2]", "execution.runtime": "continuous", "execution.progress.interval": -1,
         "state.backend.type": backend, "state.backend.incremental": backend == "rocksdb",
         "state.backend.changelog.enabled": bool(args.changelog and backend == "rocksdb"),
+        "state.backend.changelog.periodic-materialize.interval": int(getattr(args, "materialize_minutes", 10.0) * 60_000),
         "state.checkpoints.dir": f"file://{case_dir}/checkpoints", "state.working.dir": f"{case_dir}/working",
         "spark.ui.enabled": "false",
     })
@@ -460,6 +461,8 @@ def main() -> int:
                     help="datagen: in-process source; kafka: a topic on the embedded broker, produced to by a thread")
     ap.add_argument("--changelog", action="store_true",
                     help="RocksDB with the changelog (state.backend.changelog.enabled): checkpoints upload the changes since the last one")
+    ap.add_argument("--materialize-minutes", type=float, default=10.0,
+                    help="with --changelog: state.backend.changelog.periodic-materialize.interval, in minutes")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="soak-")
     results: dict[str, list[dict]] = {}

@@ -742,22 +742,24 @@ class RocksDBPartitionBackend(PartitionBackend):
     def _changelog_part(self, ts: TaskState, b: Any, uid: str, shared: dict[str, str]) -> tuple[list[PartHandle], list, int] | None:
         """``(the chain, the deltas since its last part, its materialization time)`` when this
         checkpoint may be a changelog part on the last completed checkpoint's chain: the chain
-        is this DB's, the DB's log holds every delta since, the chain is younger than
-        ``periodic-materialize.interval`` and its changelog parts are smaller than its
-        materialization. None: materialize."""
+        is this DB's and the DB's log holds every delta since. None: materialize, which a chain
+        older than ``periodic-materialize.interval`` or with changelog parts larger than its
+        materialization does at the checkpoint after the one that finds it due."""
         entry = read_chain_entry(shared, uid, ROCKSDB_CHAIN_PREFIX)
         if entry is None:
             return None
         _cid, lineage, version, chain, materialized_ms = entry
-        if lineage != ts.db_id or now_ms() - materialized_ms >= self.location.materialize_interval_ms:
+        if lineage != ts.db_id or b.materialize_next:
             return None
         entries = b.changes_since(version)
         if entries is None:
             return None
         b.forget_changes_until(version)
         logged = sum(h.size for h in chain if h.kind == "changelog") + sum(d.nbytes() for _v, d in entries)
-        if logged > sum(h.size for h in chain if h.kind != "changelog"):
-            return None
+        if now_ms() - materialized_ms >= self.location.materialize_interval_ms or logged > sum(h.size for h in chain if h.kind != "changelog"):
+            # due: the memtables start flushing in RocksDB's background threads now, and the next
+            # checkpoint materializes, with little left to flush in the task's own thread
+            b.flush_in_background()
         return chain, entries, materialized_ms
 
     def committed_tables(self, ts: TaskState, uids: list[str]) -> tuple[dict[str, dict], dict[str, dict[str, str]]]:

@@ -627,6 +627,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
         self._log: list[tuple[int, RocksDBDelta]] | None = None
         self._log_from: int | None = None
         self._log_bytes = 0
+        self.materialize_next = False  # a changelog checkpoint found the chain due: the next one materializes
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -1179,8 +1180,17 @@ class RocksDBKeyedStateBackend(CurrentKey):
 
     def materialized(self) -> None:
         """A snapshot of the DB as it is now was taken: a log forgotten earlier restarts here."""
+        self.materialize_next = False
         if self._log is not None and self._log_from is None:
             self._log, self._log_from, self._log_bytes = [], self._version, 0
+
+    def flush_in_background(self) -> None:
+        """Start flushing the memtables without waiting (RocksDB's background threads), ahead of
+        the next checkpoint's materialization (``materialize_next``)."""
+        self.materialize_next = True
+        db = self._db
+        if db is not None and self._unflushed:
+            db.flush(False)
 
     def version(self) -> int:
         """The committed epoch the DB holds (0 for a new DB)."""
