@@ -1,7 +1,7 @@
 """A short soak (issue 27): a continuous job at a fixed rate keeps its throughput, and its
 checkpoints do not grow with the state, on both backends; on RocksDB with a key set that grows
 with every record. ``benchmarks/soak.py --minutes 60`` is the long run (benchmarks/README.md);
-this is its first minutes, sampled every 10 s, with the trend asserted; the two cases run at
+this is its first minute, sampled every 8 s, with the trend asserted; the two cases run at
 once, each in a process of its own.
 """
 
@@ -27,7 +27,7 @@ CHILD = """
 import argparse, json, sys
 sys.path.insert(0, {benchmarks!r})
 from soak import run_case
-args = argparse.Namespace(minutes=1.25, rate={rate}, keys=20_000, interval=1.0, sample=10.0, source="datagen", changelog={changelog})
+args = argparse.Namespace(minutes=1.1, rate={rate}, keys=20_000, interval=1.0, sample=8.0, source="datagen", changelog={changelog})
 print("SAMPLES " + json.dumps(run_case({backend!r}, {keys_mode!r}, args, {root!r})), flush=True)
 """
 
