@@ -751,11 +751,11 @@ class RocksDBPartitionBackend(PartitionBackend):
         _cid, lineage, version, chain, materialized_ms = entry
         if lineage != ts.db_id or b.materialize_next:
             return None
-        entries = b.changes_since(version)
-        if entries is None:
+        changes = b.changes_since(version)
+        if changes is None:
             return None
-        b.forget_changes_until(version)
-        logged = sum(h.size for h in chain if h.kind == "changelog") + sum(d.nbytes() for _v, d in entries)
+        entries, new_bytes = changes
+        logged = sum(h.size for h in chain if h.kind == "changelog") + new_bytes
         if now_ms() - materialized_ms >= self.location.materialize_interval_ms or logged > sum(h.size for h in chain if h.kind != "changelog"):
             # due: the memtables start flushing in RocksDB's background threads now, and the next
             # checkpoint materializes, with little left to flush in the task's own thread

@@ -624,7 +624,7 @@ class RocksDBKeyedStateBackend(CurrentKey):
         self._count = 0
         # the changelog (state.backend.changelog.enabled): every committed delta applied since
         # version ``_log_from`` (None: not known since when; the next materialization restarts it)
-        self._log: list[tuple[int, RocksDBDelta]] | None = None
+        self._log: list[tuple[int, RocksDBDelta, int]] | None = None  # (version, delta, its bytes)
         self._log_from: int | None = None
         self._log_bytes = 0
         self.materialize_next = False  # a changelog checkpoint found the chain due: the next one materializes
@@ -1147,8 +1147,9 @@ class RocksDBKeyedStateBackend(CurrentKey):
             if version is None:
                 self._forget_log()  # a change no version names: the log cannot say when it happened
             else:
-                self._log.append((version, delta))
-                self._log_bytes += delta.nbytes()
+                size = delta.nbytes()
+                self._log.append((version, delta, size))
+                self._log_bytes += size
                 if self._log_bytes > CHANGELOG_MEMORY_BYTES:
                     self._forget_log()  # checkpoints have not completed for long: the next one materializes
 
@@ -1164,19 +1165,17 @@ class RocksDBKeyedStateBackend(CurrentKey):
         if self._log is not None:
             self._log, self._log_from, self._log_bytes = [], None, 0
 
-    def changes_since(self, version: int) -> list[tuple[int, RocksDBDelta]] | None:
-        """The committed deltas applied after ``version``, in order; None if the log does not
-        hold all of them (not recording, started later, or forgotten)."""
+    def changes_since(self, version: int) -> tuple[list[tuple[int, RocksDBDelta]], int] | None:
+        """``(the committed deltas applied after version, in order, their bytes)``; None if the
+        log does not hold all of them (not recording, started later, or forgotten). The deltas
+        up to ``version`` go: a completed checkpoint holds them."""
         if self._log is None or self._log_from is None or not self._log_from <= version <= self._version:
             return None
-        return [(v, d) for v, d in self._log if v > version]
-
-    def forget_changes_until(self, version: int) -> None:
-        """Drop the deltas up to ``version`` (a completed checkpoint holds them)."""
-        if self._log and self._log_from is not None and version > self._log_from:
-            self._log = [(v, d) for v, d in self._log if v > version]
-            self._log_bytes = sum(d.nbytes() for _v, d in self._log)
+        if version > self._log_from:
+            self._log = [e for e in self._log if e[0] > version]
+            self._log_bytes = sum(e[2] for e in self._log)
             self._log_from = version
+        return [(v, d) for v, d, _size in self._log], self._log_bytes
 
     def materialized(self) -> None:
         """A snapshot of the DB as it is now was taken: a log forgotten earlier restarts here."""
