@@ -21,6 +21,31 @@ from flowpoint.errors import CorruptStateError
 from flowpoint.state.key_identity import user_key
 
 
+def registry_after(cid: int, part) -> dict[str, str]:
+    """What the driver's registry holds for partition 0 once checkpoint ``cid`` with ``part`` completed."""
+    from flowpoint.runtime.checkpointing import shared_registry
+
+    class Cut:
+        checkpoint_id = cid
+        parts = {(0, 0): [part]}
+
+    return shared_registry(Cut)[("op", 0)]
+
+
+def write_values(b, writes: dict, model: dict) -> None:
+    """``writes`` into ValueState ``v`` of backend ``b`` (value None: clear), and into ``model``."""
+    v = b.get_partitioned_state(ValueStateDescriptor("v"))
+    for key, value in writes.items():
+        b.current_key = key
+        if value is None:
+            v.clear()
+            model.pop(key, None)
+        else:
+            v.update(value)
+            model[key] = value
+    b.current_key = None
+
+
 class Partition:
     """One keyed partition on the RocksDB backend with the changelog, its completed
     checkpoints and a model of its committed state."""
@@ -46,16 +71,8 @@ class Partition:
     def segment(self, writes: dict, maps: dict | None = None) -> None:
         """One segment's writes (value None: clear), committed at its barrier."""
         b = self.ts.backend("op", "op")
-        v = b.get_partitioned_state(ValueStateDescriptor("v"))
+        write_values(b, writes, self.model["v"])
         m = b.get_partitioned_state(MapStateDescriptor("m"))
-        for key, value in writes.items():
-            b.current_key = key
-            if value is None:
-                v.clear()
-                self.model["v"].pop(key, None)
-            else:
-                v.update(value)
-                self.model["v"][key] = value
         for key, entries in (maps or {}).items():
             b.current_key = key
             if entries is None:
@@ -78,7 +95,6 @@ class Partition:
     def checkpoint(self, cid: int, complete: bool = True) -> list[str]:
         """A checkpoint of the committed state; its kinds of files (``sst`` and ``private``
         folded into ``m``: a materialization)."""
-        from flowpoint.runtime.checkpointing import shared_registry
         from flowpoint.tasks.protocol import CheckpointTarget
 
         write = self.backend.snapshot(self.ts, ["op"], 0, CheckpointTarget(cid, str(self.tmp / "ck")), dict(self.shared))
@@ -86,12 +102,7 @@ class Partition:
         (part,) = write()
         self.checkpoints[cid] = (part.files, state)
         if complete:
-
-            class Cut:
-                checkpoint_id = cid
-                parts = {(0, 0): [part]}
-
-            self.shared = shared_registry(Cut)[("op", 0)]
+            self.shared = registry_after(cid, part)
         kinds = []
         for h in part.files:
             k = "m" if h.kind in ("sst", "private") else "log"
@@ -246,7 +257,6 @@ def test_on_epochs_the_deltas_a_task_catches_up_with_are_in_the_next_part(tmp_pa
     """The epoch runtime commits differently: a task writes its epoch's delta file, and the
     next acquire applies the committed deltas to the DB (RocksDBKeyedStateBackend.apply, which
     records them). A checkpoint is taken at the start of an epoch, of the committed state."""
-    from flowpoint.runtime.checkpointing import shared_registry
     from flowpoint.state.committed_chain import CommittedChain
     from flowpoint.tasks.protocol import CheckpointTarget, TaskSlice
 
@@ -262,24 +272,9 @@ def test_on_epochs_the_deltas_a_task_catches_up_with_are_in_the_next_part(tmp_pa
             (part,) = write()
             p.checkpoints[cid] = (part.files, {"v": dict(model), "m": {}})
             kinds[cid] = [h.kind for h in part.files if h.kind == "changelog"]
-
-            class Cut:
-                checkpoint_id = cid
-                parts = {(0, 0): [part]}
-
-            p.shared = shared_registry(Cut)[("op", 0)]
+            p.shared = registry_after(cid, part)
         ts.pending = (epoch, f"t{epoch}")
-        b = ts.backend("op", "op")
-        v = b.get_partitioned_state(ValueStateDescriptor("v"))
-        for key, value in w.items():
-            b.current_key = key
-            if value is None:
-                v.clear()
-                model.pop(key, None)
-            else:
-                v.update(value)
-                model[key] = value
-        b.current_key = None
+        write_values(ts.backend("op", "op"), w, model)
         ack = backend.end_epoch(ts, TaskSlice(0, 0, chain), epoch, f"t{epoch}")
         chain = chain.committed(epoch, f"t{epoch}", ack)
         backend.release(ts)
