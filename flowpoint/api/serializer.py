@@ -40,30 +40,34 @@ class TypeSerializer(ABC, Generic[T]):
     def deserialize(self, stream: BytesIO) -> T:
         """Returns a deserialized element from the input stream."""
 
-    def to_bytes(self, element: T) -> bytes:
-        out = BytesIO()
-        self.serialize(element, out)
-        return out.getvalue()
-
-    def from_bytes(self, data: bytes) -> T:
-        return self.deserialize(BytesIO(data))
-
     def _get_coder(self) -> Any:
         """PyFlink's adapter to its coders (``get_impl().encode_nested`` / ``decode_nested``)."""
         serializer = self
 
         class CoderImpl:
             def encode_nested(self, element: Any) -> bytes:
-                return serializer.to_bytes(element)
+                return serialized(serializer, element)
 
             def decode_nested(self, data: bytes) -> Any:
-                return serializer.from_bytes(data)
+                return deserialized(serializer, data)
 
         class Coder:
             def get_impl(self) -> CoderImpl:
                 return CoderImpl()
 
         return Coder()
+
+
+def serialized(serializer: Any, element: Any) -> bytes:
+    """``element`` written by ``serializer`` (anything with PyFlink's ``serialize(element, stream)``)."""
+    out = BytesIO()
+    serializer.serialize(element, out)
+    return out.getvalue()
+
+
+def deserialized(serializer: Any, data: bytes) -> Any:
+    """The value ``serializer`` reads back from ``data``."""
+    return serializer.deserialize(BytesIO(data))
 
 
 VOID = b""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from io import BytesIO
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from flowpoint.api.serializer import TypeSerializer
+from flowpoint.api.serializer import TypeSerializer, deserialized, serialized
 from flowpoint.api.time import MAX_WATERMARK, Duration, to_millis
 from flowpoint.api.time import event_timestamp as _event_timestamp
 from flowpoint.api.time import positive_millis as _positive
@@ -213,21 +213,19 @@ class WindowAssigner(ABC, Generic[T, W]):
                 f"gave {serializer!r}: return a TypeSerializer (flowpoint.common.serializer) of the window type from it"
             )
             raise ConfigurationError(msg)
-        out = BytesIO()
         try:
-            serializer.serialize(window, out)
+            return serialized(serializer, window)
         except (AttributeError, TypeError, ValueError, struct.error) as e:
             msg = (
                 f"{type(self).__name__}.get_window_serializer() gave {serializer!r}, which cannot write window {window!r} "
                 f"({type(e).__name__}: {e}): return a TypeSerializer of the window type (flowpoint.common.serializer), or give the window a to_namespace()"
             )
             raise ConfigurationError(msg) from e
-        return out.getvalue()
 
     def window_from_namespace(self, namespace: Any) -> Any:
         """The window whose :meth:`namespace_of` is ``namespace`` (Flink's window serializer)."""
         if isinstance(namespace, bytes):
-            return self.get_window_serializer().deserialize(BytesIO(namespace))
+            return deserialized(self.get_window_serializer(), namespace)
         return TimeWindow(*namespace)
 
     def __repr__(self) -> str:
