@@ -36,7 +36,7 @@ CLAIM_WAIT_S = 15.0  # ... and how long the endpoint keeps answering about their
 
 class JobControl:
     def __init__(self, client: JobClient, registry: JobRegistry, endpoint: str, config: Any,
-                 archive: Callable[[JobControl], Any] | None = None):
+                 archive: Callable[[JobControl], Any]):
         self.client = client
         self.archive = archive  # writes the job's archive when it ends (control/archive.py's write_archive)
         self.config = config  # the job's configuration
@@ -120,8 +120,7 @@ class JobControl:
         self.timestamps.setdefault(self.entry.status, self.entry.end_time_ms)
         self.operations.wait_done(OPERATIONS_WAIT_S)  # a stop's savepoint: its result goes into the archive
         try:
-            if self.archive is not None:
-                self.archive(self)
+            self.archive(self)
         except (OSError, FlowpointError) as e:
             log.warning("the archive of job %s could not be written (%s); flowpoint ui shows it without details", self.job_id, e)
         self.write()
