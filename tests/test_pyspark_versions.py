@@ -63,7 +63,7 @@ def run_subset_on(version: str, venv, xml: Path):
     """``(venv set-up seconds, subset seconds, finished pytest process, its junit xml)`` once the
     venv is ready."""
     python, built = venv.result()
-    took, proc = run_subset(python, xml, child_env(version))
+    took, proc = run_subset(python, xml, child_env(version), edges=version == VERSIONS[0])
     return built, took, proc, xml
 
 

@@ -16,7 +16,7 @@ MASTER = "local-cluster[2,1,1024]"
 
 # the map function imports each module named on the command line, on the executor; the result
 # says where each module was found, so the test sees it was Spark's shipped copy (several names:
-# one run, one Spark start, checks several modules)
+# one run, one Spark start, checks several modules; and what it finds under -pyarch's alias)
 JOB = textwrap.dedent(
     """
     import json
@@ -33,6 +33,10 @@ JOB = textwrap.dedent(
         for name in names:
             m = importlib.import_module(name)
             found[name] = [x, m.VALUE, os.path.abspath(m.__file__), os.getpid()]
+        archived = os.path.join("mydata", "table", "values.txt")  # -pyarch's alias, in the executor's working dir
+        if os.path.exists(archived):
+            with open(archived) as f:
+                found["@archive"] = [x, f.read().strip(), os.getcwd(), os.getpid()]
         return json.dumps(found)
 
 
@@ -40,7 +44,8 @@ JOB = textwrap.dedent(
     env.set_parallelism(2)
     found = [json.loads(r) for r in env.from_collection(list(range(6))).map(where).execute_and_collect()]
     rows = {name: sorted(f[name] for f in found) for name in sys.argv[1:]}
-    print("RESULT " + json.dumps({"rows": rows, "driver_pid": os.getpid()}))
+    archive = sorted(f["@archive"] for f in found if "@archive" in f)
+    print("RESULT " + json.dumps({"rows": rows, "archive": archive, "driver_pid": os.getpid()}))
     """
 ).replace("import json\n", "import json\nimport os\n", 1)
 
@@ -66,7 +71,7 @@ def result(proc: subprocess.CompletedProcess, module: str | None = None) -> dict
 
 def job_script(tmp_path) -> str:
     scripts = tmp_path / "scripts"
-    scripts.mkdir(exist_ok=True)
+    scripts.mkdir(parents=True, exist_ok=True)
     path = scripts / "job.py"
     path.write_text(JOB)
     return str(path)
@@ -88,14 +93,6 @@ def module(directory, name: str, value) -> None:
     (directory / f"{name}.py").write_text(f"VALUE = {value!r}\n")
 
 
-@pytest.mark.slow
-def test_without_pyfs_the_module_is_not_found(tmp_path):
-    module(tmp_path / "deps", "shippedfile", 11)
-    proc = run(tmp_path, job_script(tmp_path), "shippedfile")
-    assert proc.returncode != 0
-    assert "No module named 'shippedfile'" in proc.stderr
-
-
 def wheel(directory, name: str, value) -> str:
     """A pure-Python wheel made by hand (pip installs it offline; no build step)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -114,71 +111,84 @@ def wheel(directory, name: str, value) -> str:
     return path.name
 
 
-@pytest.mark.slow
-def test_pyfs_and_pyreq_ship_a_file_a_directory_and_requirements_to_the_executors(tmp_path):
+def start(tmp_path, *args) -> subprocess.Popen:
+    env = dict(os.environ, FLOWPOINT_HOME=str(tmp_path / "home"), PIP_NO_INDEX="1",
+               PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]))
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([sys.executable, "-m", "flowpoint.cli", "run", "-m", MASTER, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=str(workdir))
+
+
+def finished(proc: subprocess.Popen, timeout: float = 600) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """Two CLI runs at once (each starts Spark on separate executors): one job given every
+    option together (``-pyfs`` a file, a directory and a package, ``-pyreq`` a requirements file,
+    ``-pyarch`` an archive, ``-pym`` the job as a module of the shipped package), and the same
+    job without ``-pyfs``. ``(the tmp dir, the full run, the run without -pyfs)``."""
+    tmp_path = tmp_path_factory.mktemp("shipped")
     module(tmp_path / "deps", "shippedfile", 11)
     module(tmp_path / "lib" / "shippedpkg", "__init__", 12)
     reqs = tmp_path / "reqs"
     name = wheel(reqs / "wheels", "reqmod", 21)
     (reqs / "requirements.txt").write_text(f"./wheels/{name}\n")  # relative to the file's folder
-    files = [str(tmp_path / "deps" / "shippedfile.py"), str(tmp_path / "lib")]
-    # all three in one job (one Spark start)
-    proc = run(tmp_path, "-pyfs", ",".join(files), "-pyreq", str(reqs / "requirements.txt"), job_script(tmp_path),
-               "shippedfile", "shippedpkg", "reqmod")
-    assert_from_executors(result(proc, "shippedfile"), 11, str(tmp_path))
-    found = assert_from_executors(result(proc, "shippedpkg"), 12, str(tmp_path))
-    assert all(".zip" in f for f in found), found  # the directory travels zipped
-    installed = assert_from_executors(result(proc, "reqmod"), 21, str(tmp_path))
-    assert all(".zip" in f for f in installed), installed
-    assert not any(f.startswith(str(tmp_path / "home")) for f in installed)  # not the driver's install
-
-
-ARCHIVE_JOB = textwrap.dedent(
-    """
-    import json
-    import os
-
-    from flowpoint import StreamExecutionEnvironment
-
-
-    def read(x):
-        with open(os.path.join("mydata", "table", "values.txt")) as f:  # the executor's working dir
-            return json.dumps([x, f.read().strip(), os.getcwd(), os.getpid()])
-
-
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(2)
-    rows = [json.loads(r) for r in env.from_collection(list(range(4))).map(read).execute_and_collect()]
-    print("RESULT " + json.dumps({"rows": sorted(rows), "driver_pid": os.getpid()}))
-    """
-)
-
-
-@pytest.mark.slow
-def test_pyarch_unpacks_the_archive_under_its_alias(tmp_path):
-    archive = tmp_path / "data.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        z.writestr("table/values.txt", "from the archive\n")
-    script = tmp_path / "scripts" / "archive_job.py"
-    script.parent.mkdir()
-    script.write_text(ARCHIVE_JOB)
-    out = result(run(tmp_path, "-pyarch", f"{archive}#mydata", str(script)))
-    rows = out["rows"]
-    assert [r[0] for r in rows] == list(range(4))
-    assert {r[1] for r in rows} == {"from the archive"}
-    assert out["driver_pid"] not in {r[3] for r in rows}
-    assert not any(r[2].startswith(str(tmp_path)) for r in rows)
-
-
-@pytest.mark.slow
-def test_pym_runs_a_module_shipped_with_pyfs(tmp_path):
     src = tmp_path / "src" / "jobpkg"
     src.mkdir(parents=True)
     (src / "__init__.py").write_text("")
     (src / "helper.py").write_text("VALUE = 31\n")
     (src / "job.py").write_text(JOB)
-    out = result(run(tmp_path, "-pyfs", str(tmp_path / "src"), "-pym", "jobpkg.job", "jobpkg.helper"), "jobpkg.helper")
-    files = assert_from_executors(out, 31, str(tmp_path))
+    archive = tmp_path / "data.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("table/values.txt", "from the archive\n")
+    pyfs = [str(tmp_path / "deps" / "shippedfile.py"), str(tmp_path / "lib"), str(tmp_path / "src")]
+    full = start(tmp_path / "full", "-pyfs", ",".join(pyfs), "-pyreq", str(reqs / "requirements.txt"),
+                 "-pyarch", f"{archive}#mydata", "-pym", "jobpkg.job", "shippedfile", "shippedpkg", "reqmod", "jobpkg.helper")
+    bare = start(tmp_path / "bare", job_script(tmp_path / "bare"), "shippedfile")
+    return tmp_path, finished(full), finished(bare)
+
+
+@pytest.mark.slow
+def test_without_pyfs_the_module_is_not_found(shipped):
+    proc = shipped[2]
+    assert proc.returncode != 0
+    assert "No module named 'shippedfile'" in proc.stderr
+
+
+@pytest.mark.slow
+def test_pyfs_and_pyreq_ship_a_file_a_directory_and_requirements_to_the_executors(shipped):
+    tmp_path, proc, _ = shipped
+    assert_from_executors(result(proc, "shippedfile"), 11, str(tmp_path))
+    found = assert_from_executors(result(proc, "shippedpkg"), 12, str(tmp_path))
+    assert all(".zip" in f for f in found), found  # the directory travels zipped
+    installed = assert_from_executors(result(proc, "reqmod"), 21, str(tmp_path))
+    assert all(".zip" in f for f in installed), installed
+    assert not any(f.startswith(str(tmp_path / "full" / "home")) for f in installed)  # not the driver's install
+
+
+@pytest.mark.slow
+def test_pyarch_unpacks_the_archive_under_its_alias(shipped):
+    tmp_path, proc, _ = shipped
+    out = result(proc)
+    archive = out["archive"]
+    assert [r[0] for r in archive] == list(range(6))
+    assert {r[1] for r in archive} == {"from the archive"}
+    assert out["driver_pid"] not in {r[3] for r in archive}
+    assert not any(r[2].startswith(str(tmp_path)) for r in archive)  # the executor's working dir
+
+
+@pytest.mark.slow
+def test_pym_runs_a_module_shipped_with_pyfs(shipped):
+    tmp_path, proc, _ = shipped
+    files = assert_from_executors(result(proc, "jobpkg.helper"), 31, str(tmp_path))
     assert all(".zip" in f for f in files), files
 
 
