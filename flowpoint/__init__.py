@@ -161,9 +161,9 @@ from flowpoint.connectors.kafka import (
     SimpleStringSchema,
 )
 from flowpoint.connectors.sinks import CollectSink, PrintSink, Sink
+from flowpoint.driver.job import JobClient
+from flowpoint.driver.job_status import JobExecutionResult, JobStatus
 from flowpoint.errors import ConfigurationError, FlowpointError
-from flowpoint.runtime.job import JobClient
-from flowpoint.runtime.job_status import JobExecutionResult, JobStatus
 from flowpoint.state_io import StateReader, StateWriter, state_reader, state_writer
 from flowpoint.version import __version__ as __version__
 

@@ -473,8 +473,8 @@ def list_checkpoints_command(job_dir: str) -> int:
     """``flowpoint checkpoints DIR/JOB-ID``: a table of the job's checkpoints."""
     import re
 
-    from flowpoint.checkpoint.storage import CheckpointStorageAccess
-    from flowpoint.checkpoint.store import list_checkpoints
+    from flowpoint.checkpoint.directory import list_checkpoints
+    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
     from flowpoint.errors import CheckpointError
 
     infos = list_checkpoints(job_dir)
@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)  # as a compiler says it: file:line first
         return 1
     except FlowpointError as e:
-        from flowpoint.runtime.failure_report import failure_lines
+        from flowpoint.driver.failure_report import failure_lines
 
         print(f"flowpoint: error: {e}", file=sys.stderr)
         for line in failure_lines(e):  # a failed job's: the user code's traceback, the log file

@@ -34,7 +34,7 @@ class FlowpointError(Exception):
     #: The same flag under the name docs/architecture.md, section 10a and issue 10 use.
     retryable = _Retryable()
     #: Set on the error that failed a job: the file holding the whole report (every traceback)
-    #: (``flowpoint.runtime.failure_report``); None when it could not be written.
+    #: (``flowpoint.driver.failure_report``); None when it could not be written.
     log_path: str | None = None
 
 
@@ -131,7 +131,7 @@ class UserFunctionError(JobExecutionError):
     exception and the record. Restartable, as in Flink: the restart strategy applies, whatever
     the user's exception's class. Spark does not retry the task (the task returns the error to
     the driver). The same error on the same record again after a restart is counted and named
-    (``runtime/failures.failure_identity``); whether it fails the job at once is the user's choice
+    (``driver/failures.failure_identity``); whether it fails the job at once is the user's choice
     (``restart-strategy.repeated-failure.fail-fast``, docs/errors.md).
 
     Built in the task by ``flowpoint.tasks.user_errors``, it carries as data what the driver

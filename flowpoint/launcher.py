@@ -11,10 +11,10 @@ from typing import Any
 
 from flowpoint.control import notebook
 from flowpoint.control.endpoint import attach_job
+from flowpoint.driver.coordinator import Coordinator
+from flowpoint.driver.description import JobDescription
+from flowpoint.driver.job import JobClient
 from flowpoint.metrics import exporter
-from flowpoint.runtime.coordinator import Coordinator
-from flowpoint.runtime.description import JobDescription
-from flowpoint.runtime.job import JobClient
 from flowpoint.spark.adapter_choice import adapter_for
 from flowpoint.spark.session import get_spark_session
 

@@ -28,8 +28,8 @@ from flowpoint.checkpoint.savepoint import (
     write_savepoint,
 )
 from flowpoint.checkpoint.signing import Keyring
+from flowpoint.driver.job_status import new_job_id
 from flowpoint.errors import ConfigurationError
-from flowpoint.runtime.job_status import new_job_id
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps, state_key
 from flowpoint.state.keygroups import (
     assign_to_key_group,
@@ -167,7 +167,7 @@ class StateWriter:
     def write(self, path: str) -> str:
         """Write the savepoint into directory ``path`` (created; it must not exist yet, or be an
         existing directory to create ``savepoint-<id>-<hex>`` in when it ends with '/')."""
-        from flowpoint.checkpoint.storage import split_uri
+        from flowpoint.checkpoint.filesystem import split_uri
 
         job_id = new_job_id()
         if str(path).endswith("/"):

@@ -2,8 +2,8 @@
 
 An executor's Python worker outlives its tasks, so it keeps what is costly to build again: the
 working state of the partitions it held (state/working.py), storage clients and the files it
-wrote lately (state/durable.py), decoded stage plans (spark/epoch_executor.py and
-spark/connect/epoch_executor.py), parsed CSV files (connectors/files.py), Kafka consumers
+wrote lately (state/durable.py), decoded stage plans (spark/epoch_launcher.py and
+spark/connect/epoch_launcher.py), parsed CSV files (connectors/files.py), Kafka consumers
 (connectors/kafka/reader.py) and RocksDB's shared block cache (state/rocksdb.py). A continuous
 slot runs several subtasks as threads of one such process (docs/architecture.md, section 4b),
 so all of these are owned by one :class:`WorkerResources` per process (:func:`worker`), and

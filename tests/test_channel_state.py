@@ -190,7 +190,7 @@ def test_a_channel_replays_the_receivers_recorded_frames_before_the_senders_unse
 
 
 def test_the_marks_a_subtask_had_seen_restore_as_saved_or_as_the_stages_floor_after_a_rescale():
-    from flowpoint.runtime.committed import restored_input_marks
+    from flowpoint.driver.committed import restored_input_marks
 
     def graph(p_up: int, p_down: int):
         nodes = {0: SimpleNamespace(uid="up", stage_id=0), 1: SimpleNamespace(uid="down", stage_id=1)}

@@ -16,6 +16,15 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 import pytest
 
+from flowpoint.checkpoint.directory import (
+    CheckpointInfo,
+    CheckpointStore,
+    find_latest,
+    list_checkpoints,
+    resolve_restore_path,
+)
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess, read_uri_bytes
+from flowpoint.checkpoint.integrity import metadata_checksum
 from flowpoint.checkpoint.metadata import (
     CheckpointMetadata,
     OperatorState,
@@ -25,17 +34,8 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
-from flowpoint.checkpoint.storage import CheckpointStorageAccess, read_uri_bytes
-from flowpoint.checkpoint.store import (
-    CheckpointInfo,
-    CheckpointStore,
-    find_latest,
-    list_checkpoints,
-    resolve_restore_path,
-)
-from flowpoint.cli import main
-from flowpoint.checkpoint.integrity import metadata_checksum
 from flowpoint.checkpoint.values import PickledValue
+from flowpoint.cli import main
 from flowpoint.errors import CheckpointError, CorruptStateError, FlowpointError
 
 JOB = "0123456789abcdef0123456789abcdef"

@@ -14,13 +14,12 @@ import sys
 import time
 
 import pytest
+from checkpoint_jobs import Counting, build, expected_outputs, expected_state
 
 from flowpoint import ExternalizedCheckpointCleanup, RestartStrategies
-from flowpoint.checkpoint.store import list_checkpoints
-from flowpoint.checkpoint.storage import CheckpointStorageAccess
+from flowpoint.checkpoint.directory import list_checkpoints
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.errors import CheckpointError, JobExecutionError
-
-from checkpoint_jobs import Counting, build, expected_outputs, expected_state
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENTS = 2_000
@@ -144,7 +143,7 @@ def test_failed_upload_declines_the_checkpoint_and_the_job_goes_on(make_env, tmp
     # parts there (RocksDB, HashMap full snapshots) decline it; HashMap changelog chains live in
     # shared/, and the driver fails to begin checkpoint 2's directory for its _metadata
     job_id = "f" * 32
-    monkeypatch.setattr("flowpoint.runtime.coordinator.new_job_id", lambda: job_id)
+    monkeypatch.setattr("flowpoint.driver.coordinator.new_job_id", lambda: job_id)
     (tmp_path / "ck" / job_id).mkdir(parents=True)
     (tmp_path / "ck" / job_id / "chk-2").write_text("in the way")
     sink = build(env, EVENTS)

@@ -20,7 +20,8 @@ from flowpoint.cli import main as cli_main
 from flowpoint.connectors.sinks import CollectSink
 from flowpoint.control import endpoint
 from flowpoint.control.commands import format_description
-from flowpoint.control.registry import (
+from flowpoint.driver.job_status import JobStatus
+from flowpoint.driver.registry import (
     LOST,
     JobEntry,
     JobNotFoundError,
@@ -29,7 +30,6 @@ from flowpoint.control.registry import (
     registry_dir,
 )
 from flowpoint.errors import FlowpointError, JobCancelledError
-from flowpoint.runtime.job_status import JobStatus
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -25,7 +25,7 @@ from untrusted import mode
 
 from flowpoint.control import auth
 from flowpoint.control.client import owner_target
-from flowpoint.control.registry import JobRegistry
+from flowpoint.driver.registry import JobRegistry
 from flowpoint.errors import ConfigurationError, FlowpointError, InsecurePathError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,7 +92,7 @@ def test_a_token_others_can_read_or_write_is_refused(fp_home, bits, capsys):
 
 
 def _entry(job_id: str):
-    from flowpoint.control.registry import JobEntry
+    from flowpoint.driver.registry import JobEntry
 
     return JobEntry(job_id, "j", "RUNNING", 1, os.getpid(), socket.gethostname(), "127.0.0.1:9")
 

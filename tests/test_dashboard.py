@@ -32,7 +32,7 @@ from dashboard_helpers import (
     wait_for,
 )
 
-from flowpoint.control.registry import JobRegistry
+from flowpoint.driver.registry import JobRegistry
 
 try:
     from playwright.sync_api import expect, sync_playwright

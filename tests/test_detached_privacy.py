@@ -32,7 +32,7 @@ import pytest
 from flowpoint.clock import now_ms
 from flowpoint.control import auth, commands
 from flowpoint.control.endpoint import ControlServer
-from flowpoint.control.registry import JobEntry, JobRegistry, pid_alive
+from flowpoint.driver.registry import JobEntry, JobRegistry, pid_alive
 from flowpoint.errors import InsecurePathError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -21,8 +21,8 @@ import traceback
 import pytest
 from checkpoint_jobs import Counting, build, expected_outputs, expected_state
 
+import flowpoint.driver.restarts as restarts_module
 import flowpoint.errors as errors_module
-import flowpoint.runtime.restarts as restarts_module
 from flowpoint import (
     CheckpointedFunction,
     CollectSink,
@@ -130,7 +130,7 @@ The above exception was the direct cause of the following exception:
 Traceback (most recent call last):
   File "/usr/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/worker.py", line 4327, in invoke_udf
     run_process()
-  File "/work/main/flowpoint/spark/epoch_executor.py", line 66, in task
+  File "/work/main/flowpoint/spark/epoch_launcher.py", line 66, in task
     outputs, ack = run_stage_task(plan, spec, task_slice, attempt, token, inputs)
                    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
   File "/work/main/flowpoint/tasks/operators.py", line 158, in process
@@ -289,7 +289,7 @@ def test_a_crashed_worker_is_a_recoverable_job_execution_error():
 
 
 def test_spark_failure_uses_the_mapping():
-    from flowpoint.spark.epoch_executor import spark_failure
+    from flowpoint.spark.epoch_launcher import spark_failure
 
     error = spark_failure(RuntimeError(py4j_text(in_task(InvalidKeyError("bad key [1]")))), 3)
     assert type(error) is InvalidKeyError and str(error) == "bad key [1]"

@@ -22,8 +22,15 @@ import pytest
 from checkpoint_jobs import record
 from test_file_sink import visible
 
-from flowpoint import BucketAssigner, DataGeneratorSource, Encoder, FileSink, RestartStrategies, RollingPolicy
-from flowpoint.control.registry import JobRegistry
+from flowpoint import (
+    BucketAssigner,
+    DataGeneratorSource,
+    Encoder,
+    FileSink,
+    RestartStrategies,
+    RollingPolicy,
+)
+from flowpoint.driver.registry import JobRegistry
 from flowpoint.errors import CorruptSinkFileError, JobExecutionError
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

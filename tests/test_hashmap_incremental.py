@@ -22,9 +22,9 @@ from flowpoint import (
     MapStateDescriptor,
     ValueStateDescriptor,
 )
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.metadata import read_metadata
 from flowpoint.checkpoint.savepoint import load_operator_state
-from flowpoint.checkpoint.storage import CheckpointStorageAccess
 from flowpoint.errors import CorruptStateError
 from flowpoint.state.key_identity import user_key
 from flowpoint.state.working import ChangeTracker
@@ -226,7 +226,7 @@ def test_restore_from_a_retained_checkpoint_at_any_parallelism(make_env, tmp_pat
 
 def test_a_declined_checkpoint_loses_no_change(make_env, tmp_path, monkeypatch):
     job_id = "d" * 32
-    monkeypatch.setattr("flowpoint.runtime.coordinator.new_job_id", lambda: job_id)
+    monkeypatch.setattr("flowpoint.driver.coordinator.new_job_id", lambda: job_id)
     job_dir = tmp_path / "ck" / job_id
     job_dir.mkdir(parents=True)
     (job_dir / "chk-4").write_text("in the way")  # checkpoint 4's _metadata cannot be written: declined

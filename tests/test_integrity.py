@@ -27,11 +27,12 @@ from checkpoint_jobs import Counting, build, expected_state, record
 from conftest import build_env
 
 from flowpoint import RestartStrategies
+from flowpoint.checkpoint.directory import resolve_restore_path
 from flowpoint.checkpoint.integrity import metadata_checksum
 from flowpoint.checkpoint.parts import restore_native
 from flowpoint.checkpoint.savepoint import describe
-from flowpoint.checkpoint.store import resolve_restore_path
 from flowpoint.cli import main
+from flowpoint.driver.restore import plan_restore
 from flowpoint.errors import (
     CheckpointError,
     CorruptStateError,
@@ -40,7 +41,6 @@ from flowpoint.errors import (
     JobExecutionError,
     SerializationError,
 )
-from flowpoint.runtime.restore import plan_restore
 from flowpoint.state.working import load_restored
 
 HERE = os.path.dirname(os.path.abspath(__file__))

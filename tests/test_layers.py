@@ -27,7 +27,7 @@ LAYERS = [
     ("job graph", ["flowpoint.graph"]),
     ("task code", ["flowpoint.tasks", "flowpoint.connectors", "flowpoint.metrics"]),
     ("spark adapter", ["flowpoint.spark", "flowpoint.python_deps"]),
-    ("driver", ["flowpoint.runtime", "flowpoint.control.registry"]),  # the job registry: --resume reads it
+    ("driver", ["flowpoint.driver", "flowpoint.driver.registry"]),  # the job registry: --resume reads it
     ("control plane", ["flowpoint.control", "flowpoint.launcher"]),
     ("api", ["flowpoint.api", "flowpoint.datastream", "flowpoint.common", "flowpoint.table", "flowpoint.state_io", "flowpoint.testing"]),
     ("cli", ["flowpoint.cli", "flowpoint"]),

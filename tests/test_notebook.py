@@ -28,9 +28,9 @@ from flowpoint import (
 from flowpoint.api.config import Configuration
 from flowpoint.control import auth, notebook
 from flowpoint.control.endpoint import dashboard_url
+from flowpoint.driver.job import JobClient
+from flowpoint.driver.progress import Progress
 from flowpoint.errors import ConfigurationError
-from flowpoint.runtime.job import JobClient
-from flowpoint.runtime.progress import Progress
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(REPO, "examples", "notebook_quickstart.ipynb")
@@ -147,9 +147,9 @@ def test_stop_with_savepoint_takes_pyflink_s_arguments_too():
 def test_a_failed_job_s_display_names_the_error_and_escapes_what_the_user_named():
     import threading
 
+    from flowpoint.driver.checkpoint_coordinator import CheckpointStats
+    from flowpoint.driver.job_status import JobProgress, JobStatus
     from flowpoint.errors import UserFunctionError
-    from flowpoint.runtime.checkpointing import CheckpointStats
-    from flowpoint.runtime.job_status import JobProgress, JobStatus
 
     error = UserFunctionError("map 'parse' (uid p) failed on record 7: <b>ValueError</b>\nmore")
     error.log_path = "/home/me/.flowpoint/logs/x.log"

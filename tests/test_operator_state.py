@@ -16,7 +16,7 @@ from flowpoint import (
     RestartStrategies,
 )
 from flowpoint.api.operator_state import SPLIT, UNION, CheckpointedFunction, redistribute
-from flowpoint.checkpoint.store import find_latest
+from flowpoint.checkpoint.directory import find_latest
 from flowpoint.errors import CheckpointError, JobExecutionError
 
 EVENTS = 1_200
@@ -141,7 +141,7 @@ def test_redistribute_even_split_and_union():
 
 
 def test_operator_state_of_a_vanished_uid_is_refused():
-    from flowpoint.runtime.committed import restored_operator_state
+    from flowpoint.driver.committed import restored_operator_state
 
     class Graph:
         nodes = {}

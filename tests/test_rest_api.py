@@ -20,7 +20,7 @@ import pytest
 from flowpoint import CollectSink, DataGeneratorSource, MapFunction, RestartStrategies
 from flowpoint.control import endpoint
 from flowpoint.control.archive import read_archive
-from flowpoint.control.registry import JobRegistry
+from flowpoint.driver.registry import JobRegistry
 from flowpoint.errors import JobCancelledError
 
 KEYS = json.loads(Path(__file__).with_name("flink_rest_keys.json").read_text())

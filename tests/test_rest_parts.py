@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from flowpoint.control.rest import stats, timeline
+from flowpoint.driver.history import KEEP, JobHistory, failure_record
+from flowpoint.driver.plan_view import vertex_id
 from flowpoint.errors import UserFunctionError
-from flowpoint.runtime.history import KEEP, JobHistory, failure_record
-from flowpoint.runtime.plan_view import vertex_id
 
 
 def test_summaries_as_flinks():

@@ -18,7 +18,7 @@ from flowpoint.cli import main as cli_main
 from flowpoint.clock import now_ms
 from flowpoint.control import auth, ui
 from flowpoint.control.endpoint import ControlServer
-from flowpoint.control.registry import JobEntry, JobRegistry
+from flowpoint.driver.registry import JobEntry, JobRegistry
 from flowpoint.errors import ConfigurationError
 
 ENDED = "e" * 32

@@ -11,10 +11,16 @@ import os
 
 import pytest
 
-from flowpoint import CollectSink, DataGeneratorSource, MapFunction, RestartStrategies, StreamExecutionEnvironment
+from flowpoint import (
+    CollectSink,
+    DataGeneratorSource,
+    MapFunction,
+    RestartStrategies,
+    StreamExecutionEnvironment,
+)
 from flowpoint.api.restart import resolve_repeated_failure
+from flowpoint.driver.restarts import RepeatedFailures
 from flowpoint.errors import ConfigurationError, UserFunctionError
-from flowpoint.runtime.restarts import RepeatedFailures
 from flowpoint.tasks.user_errors import user_function_error
 
 TARGET = 250  # the record the service fails on (in the middle of its batch of 100)
@@ -277,9 +283,9 @@ def test_a_spark_failure_noticed_after_the_final_commit_neither_restarts_nor_und
     committed the job's output and state. Restarting then restored the last checkpoint and, the
     loop still marked finished, ended at once: the last segment's output and state were undone
     (and get_keyed_state read files the finished job's retention had deleted)."""
-    from flowpoint.spark import continuous_executor
+    from flowpoint.spark import continuous_launcher
 
-    real = continuous_executor.SparkContinuousExecutor._run
+    real = continuous_launcher.SparkContinuousLauncher._run
     runs = []
 
     def fails_after_the_end(self, slots, payload):
@@ -288,7 +294,7 @@ def test_a_spark_failure_noticed_after_the_final_commit_neither_restarts_nor_und
         if len(runs) == 1 and self.error is None:
             self.error = RuntimeError("Job aborted due to stage failure: executor 1 lost (noticed after the job's end)")
 
-    monkeypatch.setattr(continuous_executor.SparkContinuousExecutor, "_run", fails_after_the_end)
+    monkeypatch.setattr(continuous_launcher.SparkContinuousLauncher, "_run", fails_after_the_end)
     env = make_env(parallelism=2, max_records=100, state_checkpoints_dir=str(tmp_path / "ck"), execution_runtime="continuous")
     env.enable_checkpointing(50)
     sink = CollectSink()

@@ -22,9 +22,9 @@ from checkpoint_jobs import Counting, build, expected_outputs, expected_state
 
 from flowpoint import CollectSink, RestartStrategies
 from flowpoint.cli import _parser, _script_after_resume, _settings
-from flowpoint.control.registry import JobEntry, JobRegistry
+from flowpoint.driver.registry import JobEntry, JobRegistry
+from flowpoint.driver.resume import job_fingerprint
 from flowpoint.errors import CheckpointError, CorruptStateError, FlowpointError
-from flowpoint.runtime.resume import job_fingerprint
 
 NAME = "resumable"  # every job here has this name, as every unnamed job has the same default name
 EVENTS = 1_200
@@ -308,13 +308,13 @@ def _graph(make_env, tmp_path, other_job: bool = False):
 def _fake_run(root, job_id: str, ids=(1, 2), name: str = NAME, uids=(("counting", 128),), entry: dict | None = None, registry=None):
     """A job directory with complete checkpoints ``ids`` (metadata only) and, if ``entry``, a
     registry entry with those fields."""
+    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
     from flowpoint.checkpoint.metadata import (
         CheckpointMetadata,
         OperatorState,
         SplitPosition,
         write_metadata,
     )
-    from flowpoint.checkpoint.storage import CheckpointStorageAccess
 
     access = CheckpointStorageAccess(str(root / job_id))
     for i in ids:
@@ -332,7 +332,7 @@ def _fake_run(root, job_id: str, ids=(1, 2), name: str = NAME, uids=(("counting"
 
 
 def test_choosing_the_run_from_the_registry_and_the_checkpoints(make_env, tmp_path):
-    from flowpoint.runtime.resume import choose_run
+    from flowpoint.driver.resume import choose_run
 
     root, registry = tmp_path / "ck", JobRegistry(tmp_path / "registry")
     graph = _graph(make_env, tmp_path)
@@ -394,7 +394,7 @@ def test_resume_advice_names_no_run_whose_checkpoints_are_gone(make_env, tmp_pat
     """Issue 25: a run that resumed A, completed checkpoints and was killed while it finished (its
     checkpoints deleted, its entry LOST or FINISHED): --resume said of A "already resumed by job
     B, which has checkpoints of its own: resume that one", naming B, which has none left."""
-    from flowpoint.runtime.resume import choose_run
+    from flowpoint.driver.resume import choose_run
 
     root, registry = tmp_path / "ck", JobRegistry(tmp_path / "registry")
     graph = _graph(make_env, tmp_path)

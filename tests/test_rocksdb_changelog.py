@@ -23,7 +23,7 @@ from flowpoint.state.key_identity import user_key
 
 def registry_after(cid: int, part) -> dict[str, str]:
     """What the driver's registry holds for partition 0 once checkpoint ``cid`` with ``part`` completed."""
-    from flowpoint.runtime.checkpointing import shared_registry
+    from flowpoint.driver.checkpoint_coordinator import shared_registry
 
     class Cut:
         checkpoint_id = cid

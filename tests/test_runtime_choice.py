@@ -96,7 +96,7 @@ class _Session:
 def test_auto_knows_when_a_cluster_can_never_offer_the_slots(session, most):
     """``auto`` waits up to 10 s for executors to register only when they could give the job
     its slots: not when the cluster's settings cap its cores below them."""
-    from flowpoint.runtime.slot_control import most_slots
+    from flowpoint.driver.slot_control import most_slots
     from flowpoint.spark.classic import ClassicAdapter
 
     assert most_slots(ClassicAdapter(session)) == most

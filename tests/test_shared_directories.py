@@ -30,6 +30,8 @@ from checkpoint_jobs import Counting, build
 from untrusted import Planted, mode
 
 from flowpoint import RestartStrategies
+from flowpoint.checkpoint.directory import CheckpointStore, resolve_restore_path
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.metadata import (
     CheckpointMetadata,
     OperatorState,
@@ -45,12 +47,10 @@ from flowpoint.checkpoint.savepoint import (
     dispose_savepoint,
     write_savepoint,
 )
-from flowpoint.checkpoint.storage import CheckpointStorageAccess
-from flowpoint.checkpoint.store import CheckpointStore, resolve_restore_path
 from flowpoint.control import auth
-from flowpoint.control.registry import JobEntry, JobRegistry
+from flowpoint.driver.registry import JobEntry, JobRegistry
+from flowpoint.driver.resume import scan_runs
 from flowpoint.errors import FlowpointError, InsecurePathError
-from flowpoint.runtime.resume import scan_runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -81,7 +81,7 @@ def test_the_spark_internals_the_adapter_uses_answer(spark, tmp_path):
     if is_connect_session(spark):
         the_connect_api_answers(spark, tmp_path)
         return
-    from flowpoint.spark.continuous_executor import max_concurrent_tasks
+    from flowpoint.spark.continuous_launcher import max_concurrent_tasks
     from flowpoint.spark.locality import live_executor_hosts, located_rdd
 
     sc = spark.sparkContext

@@ -2,7 +2,7 @@
 source subtask can be planned alone (what a loop that drives each subtask needs)."""
 
 from flowpoint import StreamExecutionEnvironment
-from flowpoint.runtime.splits import SplitPlanner
+from flowpoint.driver.splits import SplitPlanner
 
 
 def planner(parallelism=2, end=100):

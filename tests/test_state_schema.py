@@ -218,7 +218,7 @@ def test_metadata_records_the_declared_kind_even_when_a_part_could_only_infer_it
     state before its operators registered their states: the part infers the kind from values, the
     coordinator records what the tasks reported the operators declared."""
     from flowpoint.checkpoint.metadata import OperatorState
-    from flowpoint.runtime.checkpointing import apply_declared, merge_states
+    from flowpoint.driver.checkpoint_coordinator import apply_declared, merge_states
 
     op = OperatorState("counting", "counter", 2, 128, "hashmap", [])
     merge_states(op, {"seen": {"kind": "list", "declared": False, "keys": 3}})

@@ -22,11 +22,11 @@ from checkpoint_jobs import Counting, build, expected_outputs, expected_state, r
 from conftest import MASTER
 
 from flowpoint import CollectSink, DataGeneratorSource, ProcessFunction, RestartStrategies
+from flowpoint.driver.checkpoint_coordinator import CheckpointStats
+from flowpoint.driver.coordinator import _warn_missing_uids
+from flowpoint.driver.progress import Progress
+from flowpoint.driver.progress_bar import bar_line
 from flowpoint.errors import UserFunctionError
-from flowpoint.runtime.checkpointing import CheckpointStats
-from flowpoint.runtime.coordinator import _warn_missing_uids
-from flowpoint.runtime.progress import Progress
-from flowpoint.runtime.progress_bar import bar_line
 
 EVENTS = 1_500
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,7 +101,7 @@ def test_flowpoint_list_advises_a_checkpoint_only_to_a_lost_job_that_has_one(tmp
     import socket
 
     from flowpoint.control.commands import list_command
-    from flowpoint.control.registry import JobEntry, JobRegistry
+    from flowpoint.driver.registry import JobEntry, JobRegistry
 
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait(timeout=30)  # a pid that is gone: its jobs are LOST

@@ -220,7 +220,7 @@ def test_kafka_reads_in_threads_of_one_worker_never_share_a_consumer(monkeypatch
 def test_a_stage_plan_is_decoded_once_by_a_worker_whose_threads_all_ask(monkeypatch):
     import cloudpickle
 
-    from flowpoint.spark.connect import epoch_executor
+    from flowpoint.spark.connect import epoch_launcher
 
     decoded = []
 
@@ -231,7 +231,7 @@ def test_a_stage_plan_is_decoded_once_by_a_worker_whose_threads_all_ask(monkeypa
 
     monkeypatch.setattr(cloudpickle, "loads", slow_loads)
     job = f"job-{time.monotonic_ns()}"
-    plans = hammer(lambda _i: epoch_executor._plan((job, 3, "digest"), b"blob"))
+    plans = hammer(lambda _i: epoch_launcher._plan((job, 3, "digest"), b"blob"))
     assert len(decoded) == 1
     assert all(p is plans[0] for p in plans)
 

@@ -32,7 +32,7 @@ from dashboard_helpers import (  # noqa: E402
     wait_for,
 )
 
-from flowpoint.control.registry import JobRegistry  # noqa: E402
+from flowpoint.driver.registry import JobRegistry  # noqa: E402
 
 MAIN = "click analytics"
 OTHER = "clicks backfill"

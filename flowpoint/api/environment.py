@@ -485,7 +485,7 @@ class StreamExecutionEnvironment:
         return self.get_stream_graph().execution_plan()
 
     def execute_async(self, job_name: str | None = None):
-        """Start the job in the background and return its :class:`~flowpoint.runtime.job.JobClient`.
+        """Start the job in the background and return its :class:`~flowpoint.driver.job.JobClient`.
         Like PyFlink, the next ``execute`` runs only what is defined after this call."""
         graph = self.get_stream_graph(job_name, clear_transformations=True)
         if _PRINT_PLAN[0]:
@@ -501,7 +501,7 @@ class StreamExecutionEnvironment:
         """The job as the driver runs it: the graph and this environment's settings, resolved."""
         from flowpoint.api.checkpointing import resolve_checkpoint_settings
         from flowpoint.api.restart import resolve_repeated_failure, resolve_restart_backoff
-        from flowpoint.runtime.description import JobDescription
+        from flowpoint.driver.description import JobDescription
 
         description = JobDescription(graph, self.get_configuration(), None, None, None, self.get_config().get_global_job_parameters())
         try:

@@ -8,7 +8,7 @@ credentials (``s3.endpoint``, ``s3.access-key``, ``s3.secret-key``, ``s3.region`
 like any setting: ``-D s3.endpoint=http://minio:9000``, ``flowpoint.yaml``, or a Configuration.
 Two settings about local checkpoint files go with them (``LOCAL_FILE_KEYS``):
 ``state.checkpoints.file-mode`` and ``security.trust-shared-directories``
-(``flowpoint.checkpoint.storage``).
+(``flowpoint.checkpoint.filesystem``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,21 @@
 """Checkpoint storage (docs/architecture.md, section 7): where checkpoints live, their ``_metadata`` format,
 and a job's checkpoint directory with retention.
 
-- :mod:`flowpoint.checkpoint.storage`: :class:`CheckpointStorageAccess`, files under a URI
+- :mod:`flowpoint.checkpoint.filesystem`: :class:`CheckpointStorageAccess`, files under a URI
   (file://, s3://, hdfs://, memory://), atomic writes, errors as CheckpointError.
 - :mod:`flowpoint.checkpoint.metadata`: the ``_metadata`` dataclasses and their JSON form.
-- :mod:`flowpoint.checkpoint.store`: :class:`CheckpointStore` (complete, retain, abort) and
+- :mod:`flowpoint.checkpoint.directory`: :class:`CheckpointStore` (complete, retain, abort) and
   finding checkpoints to list or restore from.
 """
 
+from flowpoint.checkpoint.directory import (
+    CheckpointInfo,
+    CheckpointStore,
+    find_latest,
+    list_checkpoints,
+    resolve_restore_path,
+)
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess, read_uri_bytes
 from flowpoint.checkpoint.metadata import (
     CheckpointMetadata,
     OperatorState,
@@ -16,14 +24,6 @@ from flowpoint.checkpoint.metadata import (
     SubtaskState,
     read_metadata,
     write_metadata,
-)
-from flowpoint.checkpoint.storage import CheckpointStorageAccess, read_uri_bytes
-from flowpoint.checkpoint.store import (
-    CheckpointInfo,
-    CheckpointStore,
-    find_latest,
-    list_checkpoints,
-    resolve_restore_path,
 )
 
 __all__ = [

@@ -30,8 +30,8 @@ from flowpoint.checkpoint.values import NotData, from_data, to_data, user_to_dat
 from flowpoint.errors import CheckpointError, CorruptStateError
 
 if TYPE_CHECKING:
+    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
     from flowpoint.checkpoint.signing import Keyring
-    from flowpoint.checkpoint.storage import CheckpointStorageAccess
 
 FORMAT_VERSION = 2
 OLD_FORMAT_VERSIONS = (1,)

@@ -104,7 +104,7 @@ def apply_part(into: dict[str, dict[Any, Any]], changelog: bool, payload: Any, k
 
 def read_uri(uri: str, options: dict | None = None) -> bytes:
     """The bytes of a file in checkpoint storage (any URI the storage layer opens)."""
-    from flowpoint.checkpoint.storage import read_uri_bytes
+    from flowpoint.checkpoint.filesystem import read_uri_bytes
 
     return read_uri_bytes(uri, options)
 

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess, split_uri
 from flowpoint.checkpoint.integrity import (
     check_bytes,
     check_tables,
@@ -62,7 +63,6 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
-from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
 from flowpoint.clock import now_ms
 from flowpoint.errors import (
     CheckpointError,

@@ -11,7 +11,7 @@ from flowpoint.checkpoint.integrity import corrupt, is_sha256
 from flowpoint.checkpoint.metadata import CheckpointMetadata, StateFile
 
 if TYPE_CHECKING:
-    from flowpoint.checkpoint.storage import CheckpointStorageAccess
+    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 
 PARALLEL_READS = 8
 

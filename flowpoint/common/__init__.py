@@ -18,6 +18,8 @@ from flowpoint.connectors.kafka import (
     SerializationSchema,
     SimpleStringSchema,
 )
+from flowpoint.driver.job import JobClient
+from flowpoint.driver.job_status import JobExecutionResult, JobStatus
 from flowpoint.refused import (
     CONFIG_OPTION,
     FUTURE,
@@ -26,8 +28,6 @@ from flowpoint.refused import (
     PERIODIC_ASSIGNER,
     refusing,
 )
-from flowpoint.runtime.job import JobClient
-from flowpoint.runtime.job_status import JobExecutionResult, JobStatus
 
 __all__ = [
     "ByteArraySchema",

@@ -2,6 +2,6 @@
 (docs/pyflink.md).
 """
 
-from flowpoint.runtime.job import JobClient
+from flowpoint.driver.job import JobClient
 
 __all__ = ["JobClient"]

@@ -2,6 +2,6 @@
 (docs/pyflink.md).
 """
 
-from flowpoint.runtime.job_status import JobExecutionResult
+from flowpoint.driver.job_status import JobExecutionResult
 
 __all__ = ["JobExecutionResult"]

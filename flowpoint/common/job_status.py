@@ -2,6 +2,6 @@
 (docs/pyflink.md).
 """
 
-from flowpoint.runtime.job_status import JobStatus
+from flowpoint.driver.job_status import JobStatus
 
 __all__ = ["JobStatus"]

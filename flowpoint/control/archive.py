@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from flowpoint import private_files
 from flowpoint.clock import now_ms
-from flowpoint.control.registry import ARCHIVE_DIR, JobRegistry
 from flowpoint.control.rest import checkpoints, exceptions, jobs, timeline, vertices
+from flowpoint.driver.registry import ARCHIVE_DIR, JobRegistry
 from flowpoint.errors import InsecurePathError
 
 if TYPE_CHECKING:

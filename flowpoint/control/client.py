@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from flowpoint.control import auth
-from flowpoint.control.registry import JobEntry, JobNotFoundError, JobRegistry
+from flowpoint.driver.registry import JobEntry, JobNotFoundError, JobRegistry
 from flowpoint.errors import FlowpointError
 
 GET_TIMEOUT_S = 30.0

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from flowpoint.control.client import ControlClient
-from flowpoint.control.registry import LOST, JobEntry, JobRegistry
+from flowpoint.driver.registry import LOST, JobEntry, JobRegistry
 
 
 def human_size(n: int | None) -> str:
@@ -108,7 +108,7 @@ def checkpoint_exists(uri: str | None) -> bool | None:
     if not uri:
         return None
     try:
-        from flowpoint.checkpoint.storage import CheckpointStorageAccess
+        from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 
         return CheckpointStorageAccess(uri).exists("_metadata")
     except Exception:  # noqa: BLE001 - unknown: the advice names it as before
@@ -197,7 +197,7 @@ def cancel_command(job_id: str, registry: JobRegistry | None = None) -> int:
 
 def format_description(d: dict[str, Any]) -> str:
     """The summary ``flowpoint inspect`` prints for ``describe(path)``."""
-    from flowpoint.checkpoint.store import commit_unit
+    from flowpoint.checkpoint.directory import commit_unit
 
     kind = str(d.get("kind") or "snapshot")
     lines = [f"{kind.capitalize()} {d.get('path')}"]

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from flowpoint import private_files
-from flowpoint.control.registry import JobRegistry, registry_dir
+from flowpoint.driver.registry import JobRegistry, registry_dir
 from flowpoint.errors import FlowpointError
 from flowpoint.home import HOME_VARIABLE, home_dir
 

@@ -5,7 +5,7 @@ answers Flink's REST API for the process's jobs (:mod:`flowpoint.control.live_ap
 ``submit()`` calls :func:`attach_job` for every job: the first job of a process starts the
 server (stdlib ``http.server`` in a daemon thread, bound to 127.0.0.1 on ``control.port``, by
 default any free port), later jobs share it, and it stops when the last of them ends. Each job
-also gets a registry entry (:mod:`flowpoint.control.registry`) naming the endpoint's address,
+also gets a registry entry (:mod:`flowpoint.driver.registry`) naming the endpoint's address,
 and a watcher thread (:mod:`flowpoint.control.job_control`) that rewrites the entry when the
 job's status changes or a checkpoint completes (polled every second), and when the job ends
 writes its archive and marks the entry terminal. Unless ``execution.progress.interval`` is
@@ -39,12 +39,12 @@ from flowpoint.control import auth
 from flowpoint.control.archive import write_archive
 from flowpoint.control.job_control import JobControl
 from flowpoint.control.live_api import LiveApi
-from flowpoint.control.registry import LOST, JobRegistry, registry_dir
 from flowpoint.control.rest_server import ApiError, Request, RestServer
+from flowpoint.driver.registry import LOST, JobRegistry, registry_dir
 from flowpoint.errors import ConfigurationError, InsecurePathError
 
 if TYPE_CHECKING:
-    from flowpoint.runtime.job import JobClient
+    from flowpoint.driver.job import JobClient
 
 log = logging.getLogger("flowpoint")
 

@@ -16,16 +16,16 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.clock import now_ms
-from flowpoint.control.registry import JobEntry, JobRegistry
 from flowpoint.control.rest.operations import Operations
 from flowpoint.control.rest.snapshot import JobSnapshot
 from flowpoint.control.rest_server import ApiError
+from flowpoint.driver.registry import JobEntry, JobRegistry
 from flowpoint.errors import FlowpointError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from flowpoint.runtime.job import JobClient
+    from flowpoint.driver.job import JobClient
 
 log = logging.getLogger("flowpoint")
 

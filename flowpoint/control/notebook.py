@@ -36,10 +36,10 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.runtime.progress_bar import duration
+from flowpoint.driver.progress_bar import duration
 
 if TYPE_CHECKING:
-    from flowpoint.runtime.job import JobClient
+    from flowpoint.driver.job import JobClient
 
 log = logging.getLogger("flowpoint")
 

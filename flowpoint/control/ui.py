@@ -22,10 +22,10 @@ from typing import Any
 from flowpoint.clock import now_ms
 from flowpoint.control import auth
 from flowpoint.control.archive import JOB_ID, archive_path, read_archive
-from flowpoint.control.registry import JobEntry, JobRegistry
 from flowpoint.control.relay import EndpointGone, get_json, relay
 from flowpoint.control.rest import jobs
 from flowpoint.control.rest_server import ApiError, RawJson, Request, RestServer
+from flowpoint.driver.registry import JobEntry, JobRegistry
 from flowpoint.errors import ConfigurationError
 
 DEFAULT_PORT = 8081  # Flink's REST and web UI port

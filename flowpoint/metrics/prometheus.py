@@ -84,7 +84,7 @@ def user_metric_name(identifier: str) -> str:
 class MonitoredJob:
     """A job on the endpoint: its client, and when it was submitted and (once) ended."""
 
-    client: Any  # flowpoint.runtime.job.JobClient
+    client: Any  # flowpoint.driver.job.JobClient
     job_id: str
     job_name: str
     started_ms: float = field(default_factory=lambda: time.time() * 1000)

@@ -65,7 +65,7 @@ class SparkAdapter(ABC):
         """Cancel the Spark work of flowpoint job ``job_id`` (from any thread)."""
 
     @abstractmethod
-    def epoch_executor(self, graph: Any, plans: dict, job_id: str) -> Any:
+    def epoch_launcher(self, graph: Any, plans: dict, job_id: str) -> Any:
         """The executor of one job's epochs: ``run_epoch(spec, source_reads, slices) -> [TaskAck]``,
         ``spark_jobs``, ``close()``."""
 
@@ -75,7 +75,7 @@ class SparkAdapter(ABC):
         process at ``control_host`` (None: it can, if the slots are there)."""
 
     @abstractmethod
-    def continuous_executor(self, job_id: str, description: str) -> Any:
+    def continuous_launcher(self, job_id: str, description: str) -> Any:
         """The executor of a continuous job's runs: ``start(run, spec, plans, slices)`` runs every
         slot at once as one barrier Spark job, ``done``, ``error``, ``wait()``, ``cancel()``,
         ``close()``."""

@@ -1,5 +1,5 @@
 """The classic adapter: a SparkSession with a SparkContext in this process (RDDs, barrier mode,
-broadcast variables, accumulators; ``epoch_executor.py``, ``continuous_executor.py``,
+broadcast variables, accumulators; ``epoch_launcher.py``, ``continuous_launcher.py``,
 ``state_jobs.py``, ``state_frames.py``, ``locality.py``)."""
 
 from __future__ import annotations
@@ -44,24 +44,24 @@ class ClassicAdapter(SparkAdapter):
     def cancel_job_group(self, job_id: str) -> None:
         self.sc.cancelJobGroup(job_id)
 
-    def epoch_executor(self, graph: Any, plans: dict, job_id: str) -> Any:
-        from flowpoint.spark.epoch_executor import SparkEpochExecutor
+    def epoch_launcher(self, graph: Any, plans: dict, job_id: str) -> Any:
+        from flowpoint.spark.epoch_launcher import SparkEpochLauncher
 
-        return SparkEpochExecutor(self.spark, graph, plans, job_id)
+        return SparkEpochLauncher(self.spark, graph, plans, job_id)
 
     def continuous_refusal(self, control_host: str) -> str | None:
         return None  # (Spark's executors reach its driver, which this process is)
 
-    def continuous_executor(self, job_id: str, description: str) -> Any:
-        from flowpoint.spark.continuous_executor import SparkContinuousExecutor
+    def continuous_launcher(self, job_id: str, description: str) -> Any:
+        from flowpoint.spark.continuous_launcher import SparkContinuousLauncher
 
-        return SparkContinuousExecutor(self.spark, job_id, description)
+        return SparkContinuousLauncher(self.spark, job_id, description)
 
     def slots_available(self) -> int:
         """``SparkContext.maxNumConcurrentTasks``: the number Spark's scheduler checks a barrier
         stage against (the cores of ``local[N]``, or of the executors registered now). Not
         ``defaultParallelism``, which is at least 2 on a cluster whatever its cores."""
-        from flowpoint.spark.continuous_executor import max_concurrent_tasks
+        from flowpoint.spark.continuous_launcher import max_concurrent_tasks
 
         try:
             return max_concurrent_tasks(self.sc)

@@ -62,8 +62,8 @@ def savepoint_task(location: StateLocation, savepoint_uri: str):
     options = location.options
 
     def action(item: StatePartition, tables: dict, kinds: dict, schemas: dict) -> list:
+        from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
         from flowpoint.checkpoint.savepoint import write_part
-        from flowpoint.checkpoint.storage import CheckpointStorageAccess
 
         access = CheckpointStorageAccess(savepoint_uri, options)
         out = []

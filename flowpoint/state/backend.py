@@ -170,7 +170,7 @@ class PartitionBackend:
 
 
 def _storage(target: CheckpointTarget, options: tuple) -> Any:
-    from flowpoint.checkpoint.storage import CheckpointStorageAccess
+    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 
     return CheckpointStorageAccess(target.job_dir_uri, dict(options))
 

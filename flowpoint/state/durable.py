@@ -49,7 +49,7 @@ def local_path(uri: str) -> str:
 
 def _access(root: str, options: tuple) -> Any:
     """This worker's storage client of ``root`` (built once per root and options, LRU)."""
-    from flowpoint.checkpoint.storage import CheckpointStorageAccess
+    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 
     clients = worker().cache("durable.storage-access", _ACCESS_CLIENTS)
     return clients.get_or_create((root, options), lambda: CheckpointStorageAccess(root, dict(options)))

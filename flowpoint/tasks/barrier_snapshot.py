@@ -217,8 +217,8 @@ class BarrierSnapshot:
     def _savepoint_parts(self, uri: str) -> list:
         """This partition's canonical savepoint parts of its committed state (the parts a Spark
         state job writes on the epoch runtime, flowpoint/spark/state_jobs.py)."""
+        from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
         from flowpoint.checkpoint.savepoint import write_part
-        from flowpoint.checkpoint.storage import CheckpointStorageAccess
         from flowpoint.state.backend import state_schemas
         from flowpoint.state.keygroups import key_group_range_for_operator
 

@@ -79,7 +79,7 @@ def write_channel_state(entries: list[Entry], target: CheckpointTarget, options:
     data = pickle.dumps(entries, protocol=5)
     rel = f"chk-{target.checkpoint_id}/channel-{partition_name}.pkl"
     if not target.inline:
-        from flowpoint.checkpoint.storage import CheckpointStorageAccess
+        from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 
         CheckpointStorageAccess(target.job_dir_uri, dict(options)).write_bytes(rel, data)
     handle = PartHandle(rel, len(data), "channel", hashlib.sha256(data).hexdigest(), data=data if target.inline else None)
@@ -92,9 +92,9 @@ def read_channel_state(plan: Any, partition: int, files: tuple[RestoredChannelFi
     channel's in the order they were sent: the receivers' recorded frames (sent first), then the
     senders' unsent ones. Watermark items stay in place when ``keep_marks`` (the channels are the
     same as at the cut)."""
+    from flowpoint.checkpoint.filesystem import read_uri_bytes
     from flowpoint.checkpoint.integrity import check_bytes
     from flowpoint.checkpoint.integrity import decode as decode_file
-    from flowpoint.checkpoint.storage import read_uri_bytes
 
     out: list = []
     uid = plan.head_uid

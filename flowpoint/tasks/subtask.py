@@ -508,7 +508,7 @@ class Subtask(SourceReading, BarrierSnapshot):
 def _portable(e: BaseException) -> BaseException:
     """The error as the driver can unpickle it (a user's exception class may not import there),
     with the task's traceback as text in ``trace``: the failure log has it, the terminal only
-    the error's message (runtime/failure_report.py)."""
+    the error's message (driver/failure_report.py)."""
     if getattr(e, "trace", None) is None:
         with contextlib.suppress(AttributeError, TypeError):
             e.trace = "".join(traceback.format_exception(type(e), e, e.__traceback__))  # type: ignore[attr-defined]

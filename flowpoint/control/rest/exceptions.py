@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowpoint.runtime.history import KEEP
+from flowpoint.driver.history import KEEP
 
 
 def _entry(r: Any) -> dict:

@@ -23,7 +23,7 @@ class JobSnapshot:
     now_ms: int
     pid: int
     timestamps: dict[str, int]  # job status -> when the job first reached it
-    plan: Any  # flowpoint.runtime.plan_view.PlanView
+    plan: Any  # flowpoint.driver.plan_view.PlanView
     metrics: dict[str, Any]  # uid -> flowpoint.metrics.store.OperatorMetrics
     accumulated: dict[int, list[tuple[float, float, float]]]  # stage -> per subtask busy, backpressured, idle ms
     runtime: str

@@ -6,6 +6,6 @@ process, so every Spark job is a DataFrame query (docs/deployment.md, "Spark Con
   of Arrow batches: ``dest`` the partition a row goes to (``repartitionById``), ``edge`` the
   job graph edge of a record batch, or a task slice or an acknowledgement; ``blob`` flowpoint's
   own encoding of it;
-- :mod:`epoch_executor`: one epoch as one DataFrame query of ``mapInArrow`` stages;
+- :mod:`epoch_launcher`: one epoch as one DataFrame query of ``mapInArrow`` stages;
 - :mod:`adapter`: the :class:`~flowpoint.spark.adapter.SparkAdapter` of a Connect session.
 """

@@ -4,12 +4,12 @@ This process is a Spark Connect client, not Spark's driver: it has no SparkConte
 broadcast variable, accumulator, job group, status tracker or web UI address. What differs from
 the classic adapter:
 
-- epochs: ``connect/epoch_executor.py`` (``mapInArrow`` stages, ``repartitionById``
+- epochs: ``connect/epoch_launcher.py`` (``mapInArrow`` stages, ``repartitionById``
   exchanges, acknowledgements as rows); a stateful partition does not prefer the host that
   holds its state (Spark Connect has no way to ask for a task's location): on several hosts a
   partition that moves rebuilds its state from durable storage, correct at that cost;
 - the continuous runtime runs its slots as one ``mapInArrow(..., barrier=True)`` query
-  (``connect/continuous_executor.py``), once a Spark task has shown that it reaches this process
+  (``connect/continuous_launcher.py``), once a Spark task has shown that it reaches this process
   (``connect/reach.py``): a Connect client is not Spark's driver, and the server's executors
   need not reach it;
 - state jobs (savepoints, ``get_keyed_state``, ``state_reader``) run one ``mapInArrow`` task
@@ -95,13 +95,13 @@ class ConnectAdapter(SparkAdapter):
     def cancel_job_group(self, job_id: str) -> None:
         self.spark.interruptTag(_tag(job_id))
 
-    def epoch_executor(self, graph: Any, plans: dict, job_id: str) -> Any:
+    def epoch_launcher(self, graph: Any, plans: dict, job_id: str) -> Any:
         from pyspark.sql.connect.dataframe import DataFrame
 
-        from flowpoint.spark.connect.epoch_executor import ConnectEpochExecutor
+        from flowpoint.spark.connect.epoch_launcher import ConnectEpochLauncher
 
         frames.check_repartition_by_id(DataFrame)
-        return ConnectEpochExecutor(self.spark, graph, plans, job_id, _tag(job_id))
+        return ConnectEpochLauncher(self.spark, graph, plans, job_id, _tag(job_id))
 
     def continuous_refusal(self, control_host: str) -> str | None:
         """None when a Spark task reached this process at ``control_host`` (measured once per
@@ -120,10 +120,10 @@ class ConnectAdapter(SparkAdapter):
             "give an address of this host they reach with execution.continuous.control-host, or run in epochs"
         )
 
-    def continuous_executor(self, job_id: str, description: str) -> Any:
-        from flowpoint.spark.connect.continuous_executor import ConnectContinuousExecutor
+    def continuous_launcher(self, job_id: str, description: str) -> Any:
+        from flowpoint.spark.connect.continuous_launcher import ConnectContinuousLauncher
 
-        return ConnectContinuousExecutor(self.spark, job_id, description, _tag(job_id))
+        return ConnectContinuousLauncher(self.spark, job_id, description, _tag(job_id))
 
     def slots_available(self) -> int:
         """The partitions Spark gives a range without a count (its default parallelism: the

@@ -87,7 +87,7 @@ def _make_task(plans_key: tuple[str, str], stage_id: int, plans_bc: Any, spec: E
     return task
 
 
-class SparkEpochExecutor:
+class SparkEpochLauncher:
     def __init__(self, spark: Any, graph: JobGraph, plans: dict[int, StagePlan], job_id: str):
         self.spark = spark
         self.sc = spark.sparkContext

@@ -4,7 +4,7 @@ one row per slot (``spark.range(0, slots, 1, slots)``: partition ``i`` holds slo
 Spark runs the tasks of a barrier ``mapInArrow`` stage all at once, as the classic adapter's
 ``rdd.barrier()`` job, and gives each its ``BarrierTaskContext`` (its attempt, ``getTaskInfos``
 for the host its data channel listens on); the slots then run exactly as on a classic session
-(:func:`~flowpoint.spark.continuous_executor.run_barrier_slot`). The run's description travels
+(:func:`~flowpoint.spark.continuous_launcher.run_barrier_slot`). The run's description travels
 in the function's closure (Spark Connect has no broadcast variables); the query carries the
 job's tag and the run's, so cancelling either interrupts it (``interruptTag``).
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowpoint.spark.continuous_executor import BarrierRun, run_barrier_slot
+from flowpoint.spark.continuous_launcher import BarrierRun, run_barrier_slot
 
 
 def _slot_task(payload: bytes):
@@ -32,7 +32,7 @@ def _slot_task(payload: bytes):
     return task
 
 
-class ConnectContinuousExecutor(BarrierRun):
+class ConnectContinuousLauncher(BarrierRun):
     def __init__(self, spark: Any, job_id: str, description: str, job_tag: str):
         super().__init__(job_id, description)
         self.spark = spark

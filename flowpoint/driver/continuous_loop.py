@@ -1,10 +1,10 @@
 """The continuous loop: the driver of a continuous run (docs/architecture.md, section 4b).
 
 One Spark job in barrier execution mode runs the whole run (the adapter's continuous executor);
-its slots connect to the driver's control channels (runtime/slot_control.py). The loop never
+its slots connect to the driver's control channels (driver/slot_control.py). The loop never
 touches records. It
 
-* has the source tasks read (runtime/source_assignment.py: planned reads at most two ahead per
+* has the source tasks read (driver/source_assignment.py: planned reads at most two ahead per
   task, so a slow pipeline slows the sources; Kafka splits read open);
 * injects barrier ``n`` at the sources, in the same ordered control stream as the reads, so the
   split positions of the cut are the ends of the reads assigned before it (or, for open splits,
@@ -29,25 +29,25 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.clock import now_ms
+from flowpoint.driver.epoch_loop import notify_checkpoint_complete
+from flowpoint.driver.restarts import CommittedLoop
+from flowpoint.driver.slot_control import SlotControl, check_slots, control_host, slot_error
+from flowpoint.driver.source_assignment import SourceAssignment
 from flowpoint.errors import JobExecutionError
-from flowpoint.runtime.epoch_loop import notify_checkpoint_complete
-from flowpoint.runtime.restarts import CommittedLoop
-from flowpoint.runtime.slot_control import SlotControl, check_slots, control_host, slot_error
-from flowpoint.runtime.source_assignment import SourceAssignment
 from flowpoint.tasks.barrier_snapshot import Barrier
 from flowpoint.tasks.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
 
 if TYPE_CHECKING:
     import threading
 
+    from flowpoint.driver.checkpoint_coordinator import CheckpointCoordinator
+    from flowpoint.driver.committed import CommittedState
+    from flowpoint.driver.progress import Progress
+    from flowpoint.driver.restarts import RestartManager
+    from flowpoint.driver.savepoints import SavepointService
+    from flowpoint.driver.splits import SplitPlanner
+    from flowpoint.driver.working_files import WorkingFiles
     from flowpoint.graph.jobgraph import JobGraph
-    from flowpoint.runtime.checkpointing import CheckpointCoordinator
-    from flowpoint.runtime.committed import CommittedState
-    from flowpoint.runtime.progress import Progress
-    from flowpoint.runtime.restarts import RestartManager
-    from flowpoint.runtime.savepoints import SavepointService
-    from flowpoint.runtime.splits import SplitPlanner
-    from flowpoint.runtime.working_files import WorkingFiles
 
 log = logging.getLogger("flowpoint")
 
@@ -70,7 +70,7 @@ class ContinuousLoop(CommittedLoop):
     def __init__(
         self, graph: JobGraph, config: Any, *, state: CommittedState, splits: SplitPlanner, savepoints: SavepointService,
         restarts: RestartManager, checkpoints: CheckpointCoordinator | None, files: WorkingFiles, progress: Progress,
-        executor: Any, cancel: threading.Event, plans: dict, adapter: Any, job_name: str, settings: Any,
+        launcher: Any, cancel: threading.Event, plans: dict, adapter: Any, job_name: str, settings: Any,
     ) -> None:
         self.graph = graph
         self.config = config
@@ -81,7 +81,7 @@ class ContinuousLoop(CommittedLoop):
         self.checkpoints = checkpoints
         self.files = files
         self.progress = progress
-        self.executor = executor  # runs one run on Spark (the adapter's continuous_executor)
+        self.launcher = launcher  # runs one run on Spark (the adapter's continuous_launcher)
         self.cancel = cancel
         self.plans = plans
         self.adapter = adapter  # the session's SparkAdapter (flowpoint/spark/adapter.py)
@@ -120,7 +120,7 @@ class ContinuousLoop(CommittedLoop):
                 watermarks=dict(st.watermarks), splits=self.splits.counts(), generators=dict(st.generators), restored=st.restored_uids,
                 aligned=not at_least_once(self.settings), unaligned=self.unaligned,
             )
-            self.executor.start(self.restarts.restarts, spec, self.plans, task_slices(self.graph, self.state))
+            self.launcher.start(self.restarts.restarts, spec, self.plans, task_slices(self.graph, self.state))
             self.control.await_slots(self._check, self._handle)
             self._send_peers()
             self._loop()
@@ -134,9 +134,9 @@ class ContinuousLoop(CommittedLoop):
             # them at once instead of after the grace
             told = bool(self.control.controls)
             self.control.close()
-            if not self.executor.wait(0) and not (told and self.executor.wait(_END_GRACE_S)):
-                self.executor.cancel()
-                self.executor.wait(30)
+            if not self.launcher.wait(0) and not (told and self.launcher.wait(_END_GRACE_S)):
+                self.launcher.cancel()
+                self.launcher.wait(30)
 
     def _send_peers(self) -> None:
         """Once every slot has said where its data channels listen, tell every slot all the
@@ -160,7 +160,7 @@ class ContinuousLoop(CommittedLoop):
     def _check(self) -> None:
         """The run cannot go on: cancelled, or its Spark job ended."""
         self._check_cancel()
-        if self.executor.done.is_set() and not self.finished:
+        if self.launcher.done.is_set() and not self.finished:
             raise self._spark_failure()
 
     def _check_cancel(self) -> None:
@@ -173,7 +173,7 @@ class ContinuousLoop(CommittedLoop):
         reported = self.control.reported_failure(_REPORT_WAIT_S)
         if reported is not None:  # the slot's own error keeps its class and details
             return reported
-        e = self.executor.error
+        e = self.launcher.error
         if e is None:
             return JobExecutionError("the continuous run's Spark job ended before the job finished")
         return spark_failure(e, self.epoch)
@@ -393,8 +393,8 @@ class ContinuousLoop(CommittedLoop):
                 self.control.broadcast(("notify", done, aborted))
         self.control.broadcast(("finish",))
         self.finished = True
-        self.executor.wait(60)
-        if self.executor.error is not None:
+        self.launcher.wait(60)
+        if self.launcher.error is not None:
             # the final barrier committed: the job's output and state are final. A restart now
             # would restore the last checkpoint and undo that commit (a lost executor's failure
             # often reaches Spark's scheduler only after the job's end), so it is reported, not

@@ -16,22 +16,22 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from flowpoint.checkpoint.directory import commit_unit
 from flowpoint.checkpoint.signing import Keyring
-from flowpoint.checkpoint.store import commit_unit
 from flowpoint.clock import now_ms
-from flowpoint.runtime.history import JobHistory
-from flowpoint.runtime.restore import RestoredJob, plan_restore
-from flowpoint.runtime.resume import restore_point
+from flowpoint.driver.history import JobHistory
+from flowpoint.driver.restore import RestoredJob, plan_restore
+from flowpoint.driver.resume import restore_point
 
 if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
 
     from flowpoint.checkpoint.metadata import CheckpointMetadata
+    from flowpoint.driver.checkpoint_coordinator import CheckpointCoordinator
+    from flowpoint.driver.progress import Progress
+    from flowpoint.driver.working_files import WorkingFiles
     from flowpoint.graph.jobgraph import JobGraph
-    from flowpoint.runtime.checkpointing import CheckpointCoordinator
-    from flowpoint.runtime.progress import Progress
-    from flowpoint.runtime.working_files import WorkingFiles
 
 log = logging.getLogger("flowpoint")
 

@@ -20,6 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.checkpoint.directory import CheckpointStore, commit_unit
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.metadata import (
     ChannelStateFile,
     CheckpointMetadata,
@@ -29,8 +31,6 @@ from flowpoint.checkpoint.metadata import (
     SubtaskState,
 )
 from flowpoint.checkpoint.parts import writes_native_files
-from flowpoint.checkpoint.storage import CheckpointStorageAccess
-from flowpoint.checkpoint.store import CheckpointStore, commit_unit
 from flowpoint.clock import now_ms
 from flowpoint.errors import CheckpointError
 from flowpoint.state.backend import (

@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.runtime.restore import split_position
+from flowpoint.driver.restore import split_position
 
 if TYPE_CHECKING:
+    from flowpoint.driver.splits import SplitPlanner
     from flowpoint.graph.jobgraph import JobGraph
-    from flowpoint.runtime.splits import SplitPlanner
     from flowpoint.tasks.protocol import TaskAck
 
 AHEAD = 2  # unfinished read assignments per source task

@@ -16,22 +16,22 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.checkpoint.directory import commit_unit
 from flowpoint.checkpoint.signing import Keyring
-from flowpoint.checkpoint.store import commit_unit
 from flowpoint.clock import now_ms
+from flowpoint.driver.checkpoint_coordinator import CheckpointStats, apply_declared
 from flowpoint.errors import CheckpointError
-from flowpoint.runtime.checkpointing import CheckpointStats, apply_declared
 from flowpoint.state.keygroups import key_group_range_for_operator
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from flowpoint.driver.checkpoint_coordinator import CheckpointCoordinator
+    from flowpoint.driver.committed import CommittedState
+    from flowpoint.driver.progress import Progress
+    from flowpoint.driver.splits import SplitPlanner
+    from flowpoint.driver.working_files import WorkingFiles
     from flowpoint.graph.jobgraph import JobGraph
-    from flowpoint.runtime.checkpointing import CheckpointCoordinator
-    from flowpoint.runtime.committed import CommittedState
-    from flowpoint.runtime.progress import Progress
-    from flowpoint.runtime.splits import SplitPlanner
-    from flowpoint.runtime.working_files import WorkingFiles
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.runtime.restore import split_position
+from flowpoint.driver.restore import split_position
 
 if TYPE_CHECKING:
     from flowpoint.checkpoint.metadata import SplitPosition

@@ -1,5 +1,5 @@
 """One epoch as one DataFrame query on a Spark Connect session (the classic adapter's
-``epoch_executor.py`` without RDDs, broadcast variables or accumulators).
+``epoch_launcher.py`` without RDDs, broadcast variables or accumulators).
 
 Per stage: the stage's input is a local DataFrame of its partitions' task slices (a source
 stage's also carry the partitions' split reads), unioned with, per upstream stage, the rows of
@@ -100,7 +100,7 @@ def _stage_task(plan_key: tuple[str, int, str], plan_blob: bytes, spec: EpochSpe
     return task
 
 
-class ConnectEpochExecutor:
+class ConnectEpochLauncher:
     def __init__(self, spark: Any, graph: JobGraph, plans: dict[int, StagePlan], job_id: str, tag: str):
         self.spark = spark
         self.graph = graph

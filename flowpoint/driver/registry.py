@@ -10,7 +10,7 @@ An entry that says RUNNING but whose process is gone (killed, crashed, the machi
 is *stale*: readers see it as ``LOST`` and :meth:`JobRegistry.mark_lost` records that.
 
 An entry also records the job's identity for ``flowpoint run --resume``
-(``flowpoint.runtime.resume``): its ``fingerprint`` (operator uids and max parallelism), and
+(``flowpoint.driver.resume``): its ``fingerprint`` (operator uids and max parallelism), and
 ``resumed_from``, the run whose checkpoint or savepoint it restored. Entries that record a resume
 outlive the week of other ended entries (the newest ``KEEP_RESUMES`` are kept), so that a run
 resumed by one that finished is never resumed again.
@@ -88,7 +88,7 @@ class JobEntry:
     last_checkpoint_path: str | None = None
     end_time_ms: int | None = None
     updated_ms: int = 0
-    fingerprint: str | None = None  # the job's operator uids and max parallelism (flowpoint.runtime.resume)
+    fingerprint: str | None = None  # the job's operator uids and max parallelism (flowpoint.driver.resume)
     resumed_from: str | None = None  # the job id whose checkpoint or savepoint this run restored
     resumed_checkpoint_id: int | None = None
 

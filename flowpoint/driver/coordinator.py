@@ -1,7 +1,7 @@
 """The coordinator: one job's driver (docs/architecture.md, sections 4 and 4b).
 
-It builds the services every loop shares (runtime/splits.py, committed.py, savepoints.py,
-restarts.py, working_files.py, progress.py and the checkpoint coordinator of checkpointing.py),
+It builds the services every loop shares (driver/splits.py, committed.py, savepoints.py,
+restarts.py, working_files.py, progress.py and the checkpoint coordinator of checkpoint_coordinator.py),
 picks the loop that runs the job (:meth:`Coordinator._loop_for`), and runs it in the job's
 thread; other threads cancel the job, ask for savepoints and read its progress through a
 read-only view (:meth:`Coordinator.view`). It never touches records.
@@ -16,33 +16,33 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.signing import Keyring
-from flowpoint.errors import ConfigurationError, FlowpointError, JobExecutionError
-from flowpoint.runtime import failure_report
-from flowpoint.runtime.checkpointing import CheckpointCoordinator
-from flowpoint.runtime.committed import CommittedState
-from flowpoint.runtime.epoch_loop import EpochLoop
-from flowpoint.runtime.history import failure_record
-from flowpoint.runtime.job_status import (
+from flowpoint.driver import failure_report
+from flowpoint.driver.checkpoint_coordinator import CheckpointCoordinator
+from flowpoint.driver.committed import CommittedState
+from flowpoint.driver.epoch_loop import EpochLoop
+from flowpoint.driver.history import failure_record
+from flowpoint.driver.job_status import (
     JobExecutionResult,
     JobProgress,
     JobStatus,
     SplitProgress,
     new_job_id,
 )
-from flowpoint.runtime.plan_view import plan_view
-from flowpoint.runtime.progress import Progress, on_terminal, total_records
-from flowpoint.runtime.restarts import RepeatedFailures, RestartManager
-from flowpoint.runtime.resume import job_fingerprint
-from flowpoint.runtime.savepoints import SavepointService, state_partitions
-from flowpoint.runtime.splits import SplitPlanner
-from flowpoint.runtime.working_files import WorkingFiles
+from flowpoint.driver.plan_view import plan_view
+from flowpoint.driver.progress import Progress, on_terminal, total_records
+from flowpoint.driver.restarts import RepeatedFailures, RestartManager
+from flowpoint.driver.resume import job_fingerprint
+from flowpoint.driver.savepoints import SavepointService, state_partitions
+from flowpoint.driver.splits import SplitPlanner
+from flowpoint.driver.working_files import WorkingFiles
+from flowpoint.errors import ConfigurationError, FlowpointError, JobExecutionError
 from flowpoint.spark.adapter_choice import adapter_for
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps
 
 if TYPE_CHECKING:
+    from flowpoint.driver.description import JobDescription
+    from flowpoint.driver.restore import RestoredJob
     from flowpoint.graph.jobgraph import JobGraph
-    from flowpoint.runtime.description import JobDescription
-    from flowpoint.runtime.restore import RestoredJob
 
 log = logging.getLogger("flowpoint")
 
@@ -71,7 +71,7 @@ class Coordinator:
         self.ended_ms: int | None = None  # wall-clock time the job ended
         self._started = 0.0
         self._ended = 0.0
-        self._executor: Any = None
+        self._launcher: Any = None
         # the services every loop shares
         self._progress = Progress(self.config)
         self._files = WorkingFiles(self.config, self.job_id, spark)
@@ -158,7 +158,7 @@ class Coordinator:
         return list(self._savepoints.history)
 
     def exception_history(self) -> list:
-        """The job's failures, oldest first (runtime/history.py), the one that failed the job
+        """The job's failures, oldest first (driver/history.py), the one that failed the job
         included, also when it came before the restart loop (e.g. a restore that failed)."""
         history = self._restarts.history
         records = history.failures()
@@ -172,7 +172,7 @@ class Coordinator:
 
     def spark_jobs(self) -> list[tuple[int, tuple[int, ...]]]:
         """``(epoch, ids of the Spark jobs it ran)`` of the recent epochs (epoch runtime)."""
-        return list(getattr(self._executor, "spark_jobs", ()))
+        return list(getattr(self._launcher, "spark_jobs", ()))
 
     def result(self) -> JobExecutionResult:
         return JobExecutionResult(
@@ -186,8 +186,8 @@ class Coordinator:
             return
         self._cancel.set()
         self.status = JobStatus.CANCELLING
-        executor = self._executor
-        if executor is not None and not self.continuous:  # a continuous loop sees the flag within milliseconds
+        launcher = self._launcher
+        if launcher is not None and not self.continuous:  # a continuous loop sees the flag within milliseconds
             try:
                 self.adapter.cancel_job_group(self.job_id)
             except Exception:  # noqa: BLE001 - the job may already be between epochs
@@ -216,7 +216,7 @@ class Coordinator:
         chosen = str(self.config.get("execution.runtime")).lower()
         if self.graph.batch or chosen == "epoch":
             return "epoch"
-        from flowpoint.runtime.slot_control import control_host, most_slots, slot_shortage
+        from flowpoint.driver.slot_control import control_host, most_slots, slot_shortage
 
         refusal = self.adapter.continuous_refusal(control_host(self.adapter, self.config))
         if chosen == "continuous":
@@ -246,11 +246,11 @@ class Coordinator:
         """The loop that runs the job, as ``execution.runtime`` chooses: epochs or continuous."""
         services = {
             "state": self._state, "splits": self._splits, "savepoints": self._savepoints, "restarts": self._restarts,
-            "checkpoints": self.checkpoints, "files": self._files, "progress": self._progress, "executor": self._executor,
+            "checkpoints": self.checkpoints, "files": self._files, "progress": self._progress, "launcher": self._launcher,
             "cancel": self._cancel,
         }
         if self.continuous:
-            from flowpoint.runtime.continuous_loop import ContinuousLoop
+            from flowpoint.driver.continuous_loop import ContinuousLoop
 
             loop: Any = ContinuousLoop(self.graph, self.config, **services, plans=plans, adapter=self.adapter, job_name=self.job_name, settings=self.settings)
         else:
@@ -280,9 +280,9 @@ class Coordinator:
             self.runtime = self._choose_runtime()
             self._progress.unit = "segment" if self.continuous else "epoch"
             if self.continuous:
-                self._executor = self.adapter.continuous_executor(self.job_id, f"flowpoint {self.job_name} (continuous)")
+                self._launcher = self.adapter.continuous_launcher(self.job_id, f"flowpoint {self.job_name} (continuous)")
             else:
-                self._executor = self.adapter.epoch_executor(self.graph, plans, self.job_id)
+                self._launcher = self.adapter.epoch_launcher(self.graph, plans, self.job_id)
             self.adapter.start_job_group(self.job_id, f"flowpoint job {self.job_name}")
             atexit.register(self._files.remove_durable_state)
             first = restore.checkpoint_id + 1 if restore else 1
@@ -375,8 +375,8 @@ class Coordinator:
                 self.checkpoints.shutdown(self.status.value)
             except Exception:  # noqa: BLE001
                 log.exception("checkpoint shutdown of job %s failed", self.job_id)
-        if self._executor is not None:
-            self._executor.close()
+        if self._launcher is not None:
+            self._launcher.close()
             self._files.remove_local_state()
             old = self._restarts.predecessor
             if self._files.remove_leftovers_of(old):

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess, split_uri
 from flowpoint.checkpoint.metadata import (
     METADATA_FILE,
     CheckpointMetadata,
@@ -34,7 +35,6 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
-from flowpoint.checkpoint.storage import CheckpointStorageAccess, split_uri
 from flowpoint.checkpoint.verification import verify_sizes
 from flowpoint.errors import CheckpointError
 
@@ -400,7 +400,7 @@ def resolve_restore_path(path: str, options: Mapping[str, Any] | None = None, se
     (the parent of ``chk-<n>``) for a checkpoint, the savepoint directory itself for a savepoint.
     ``_metadata`` is checked against its checksum, and every file it names to exist with its
     recorded size (CorruptStateError naming the file otherwise); the files' contents are checked
-    by :func:`flowpoint.runtime.restore.plan_restore` (every restore, restarts included).
+    by :func:`flowpoint.driver.restore.plan_restore` (every restore, restarts included).
 
     On a local filesystem, the directory and every directory its files are read from (the job
     directory, ``shared/``) must be safe from other users (:meth:`CheckpointStorageAccess.check_trusted`;

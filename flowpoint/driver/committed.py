@@ -5,7 +5,7 @@ state of every watermark generator; CheckpointedFunction state; the kinds and sc
 were declared with; operator metrics; how many records the sources produced. A loop commits the
 acknowledgements of one unit of work (an epoch; in the continuous runtime, the work up to a
 checkpoint) with :meth:`CommittedState.accept` and :meth:`CommittedState.commit`; the numbers
-it commits under are its own. Source positions are the split planner's (runtime/splits.py).
+it commits under are its own. Source positions are the split planner's (driver/splits.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from flowpoint.metrics.store import MetricStore, OperatorInfo
 from flowpoint.state.committed_chain import CommittedChain
 
 if TYPE_CHECKING:
+    from flowpoint.driver.restore import RestoredJob
     from flowpoint.graph.jobgraph import JobGraph
-    from flowpoint.runtime.restore import RestoredJob
     from flowpoint.tasks.protocol import TaskAck
 
 log = logging.getLogger("flowpoint")

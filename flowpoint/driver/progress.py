@@ -6,7 +6,7 @@ Every line goes to standard error with the prefix ``[flowpoint]``; ``execution.p
 * negative: nothing at all;
 * a bounded job whose sources know their total (``Source.total_records``), on a terminal
   (standard error is a TTY, ``TERM`` is not ``dumb``, and no ``print()`` sink writes to a
-  terminal too): a progress bar, redrawn in place (runtime/progress_bar.py), instead of a line
+  terminal too): a progress bar, redrawn in place (driver/progress_bar.py), instead of a line
   per epoch;
 * otherwise a throughput line per committed epoch (0), or at most one per interval (positive);
 * with a ``listener`` (a Jupyter notebook's status display, flowpoint/control/notebook.py): no
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.runtime.progress_bar import ERASE_LINE, BarTicker, bar_line, terminal_width
+from flowpoint.driver.progress_bar import ERASE_LINE, BarTicker, bar_line, terminal_width
 
 if TYPE_CHECKING:
     from flowpoint.graph.jobgraph import JobGraph
@@ -116,7 +116,7 @@ class Progress:
         self.say(f"{self.unit} {epoch}: {records:,} records in {seconds:.2f} s ({rate:,.0f} records/s); total {total:,}")
 
     def checkpoint_completed(self, stats: Any) -> None:
-        """Checkpoint ``stats`` (runtime/checkpointing.CheckpointStats) completed: one line."""
+        """Checkpoint ``stats`` (driver/checkpointing.CheckpointStats) completed: one line."""
         interval = self._interval()
         now = time.monotonic()
         if interval < 0 or (interval and (now - self._last_checkpoint) * 1000 < interval):

@@ -8,16 +8,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.driver.job_status import JobExecutionResult, JobProgress, JobStatus
 from flowpoint.errors import (
     ConfigurationError,
     FlowpointError,
     JobCancelledError,
     JobExecutionError,
 )
-from flowpoint.runtime.job_status import JobExecutionResult, JobProgress, JobStatus
 
 if TYPE_CHECKING:
-    from flowpoint.runtime.coordinator import Coordinator
+    from flowpoint.driver.coordinator import Coordinator
 
 log = logging.getLogger("flowpoint")
 
@@ -87,7 +87,7 @@ class JobClient:
         return self._coordinator.current_watermark()
 
     def get_checkpoint_stats(self) -> list:
-        """Checkpoints triggered so far (:class:`~flowpoint.runtime.checkpointing.CheckpointStats`)."""
+        """Checkpoints triggered so far (:class:`~flowpoint.driver.checkpoint_coordinator.CheckpointStats`)."""
         return self._coordinator.checkpoint_stats()
 
     def is_done(self) -> bool:
@@ -119,7 +119,7 @@ class JobClient:
 
     def get_plan(self) -> Any:
         """The job's vertices (chains of operators), operators and edges
-        (:class:`flowpoint.runtime.plan_view.PlanView`)."""
+        (:class:`flowpoint.driver.plan_view.PlanView`)."""
         return self._coordinator.plan
 
     def get_end_time_ms(self) -> int | None:
@@ -143,7 +143,7 @@ class JobClient:
         return self._coordinator.savepoint_stats()
 
     def get_exception_history(self) -> list:
-        """The job's failures, oldest first (:class:`flowpoint.runtime.history.FailureRecord`)."""
+        """The job's failures, oldest first (:class:`flowpoint.driver.history.FailureRecord`)."""
         return self._coordinator.exception_history()
 
     def get_restore_history(self) -> list:

@@ -3,7 +3,7 @@
 ``--resume`` (``execution.state-recovery.from-latest``) restores the newest retained checkpoint of
 *this job's* previous run under ``state.checkpoints.dir``. A job is known by its name and its
 :func:`job_fingerprint` (its operators' uids and max parallelism, from the job graph), which every
-run records in its job registry entry (``flowpoint.control.registry``), together with the run
+run records in its job registry entry (``flowpoint.driver.registry``), together with the run
 whose checkpoint or savepoint it restored (``resumed_from``). The previous run is the one run that:
 
 - has a checkpoint ``chk-<n>`` with a ``_metadata`` under the checkpoints directory, the newest
@@ -46,9 +46,9 @@ from flowpoint.errors import CheckpointError, CorruptStateError
 
 if TYPE_CHECKING:
     from flowpoint.checkpoint.metadata import CheckpointMetadata
-    from flowpoint.control.registry import JobEntry, JobRegistry
+    from flowpoint.driver.registry import JobEntry, JobRegistry
+    from flowpoint.driver.restore import RestoredJob
     from flowpoint.graph.jobgraph import JobGraph
-    from flowpoint.runtime.restore import RestoredJob
 
 log = logging.getLogger("flowpoint")
 
@@ -117,9 +117,9 @@ class Restored:
 
 def restore_point(config: Any, settings: Any, graph: JobGraph, plan: Plan) -> Restored | None:
     """The restore a new run starts from (``plan`` maps and verifies one checkpoint, as
-    :func:`flowpoint.runtime.restore.plan_restore`); None: start from the beginning."""
+    :func:`flowpoint.driver.restore.plan_restore`); None: start from the beginning."""
     from flowpoint.api.storage_options import storage_options
-    from flowpoint.checkpoint.store import resolve_restore_path
+    from flowpoint.checkpoint.directory import resolve_restore_path
 
     options = storage_options(config)
     path = config.get("execution.savepoint.path")
@@ -136,7 +136,7 @@ def restore_point(config: Any, settings: Any, graph: JobGraph, plan: Plan) -> Re
     if not settings.checkpoints_dir:
         msg = "--resume needs the checkpoints directory of the previous run: set state.checkpoints.dir (flowpoint.yaml or -D)"
         raise CheckpointError(msg)
-    from flowpoint.control.registry import JobRegistry, registry_dir
+    from flowpoint.driver.registry import JobRegistry, registry_dir
 
     registry = JobRegistry(registry_dir(config))
     run = choose_run(settings.checkpoints_dir, options, graph, registry, str(by_id) if by_id else None)
@@ -149,9 +149,9 @@ def restore_point(config: Any, settings: Any, graph: JobGraph, plan: Plan) -> Re
 
 def scan_runs(root: str, options: dict, registry: JobRegistry) -> list[Run]:
     """Every job directory under ``root`` with at least one ``chk-<n>/_metadata``, oldest first."""
+    from flowpoint.checkpoint.directory import CHK_PATTERN
+    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
     from flowpoint.checkpoint.metadata import read_metadata
-    from flowpoint.checkpoint.storage import CheckpointStorageAccess
-    from flowpoint.checkpoint.store import CHK_PATTERN
 
     access = CheckpointStorageAccess(root, options)
     access.check_trusted("checkpoint directory", SETTING)
@@ -292,7 +292,7 @@ def _run_by_id(runs: list[Run], prefix: str, root: str, graph: JobGraph, registr
 
 
 def restore_run(run: Run, options: dict, plan: Plan, fallback: bool) -> Restored:
-    from flowpoint.checkpoint.store import resolve_restore_path
+    from flowpoint.checkpoint.directory import resolve_restore_path
 
     skipped: list[str] = []
     for n, checkpoint_id in enumerate(run.checkpoints):

@@ -6,9 +6,9 @@ the last completed checkpoint. A task attempt that Spark retries on its own (a s
 refuses to run, so records never flow through a half-restarted run.
 
 :class:`BarrierRun` is what both adapters share (a thread per run, its outcome, waiting);
-:class:`SparkContinuousExecutor` submits the run as a barrier RDD job of a classic session
+:class:`SparkContinuousLauncher` submits the run as a barrier RDD job of a classic session
 (the run's description in a broadcast variable); the Spark Connect adapter's
-(``connect/continuous_executor.py``) as a ``mapInArrow(..., barrier=True)`` query.
+(``connect/continuous_launcher.py``) as a ``mapInArrow(..., barrier=True)`` query.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _slot_task(payload_bc: Any):
     return task
 
 
-class SparkContinuousExecutor(BarrierRun):
+class SparkContinuousLauncher(BarrierRun):
     def __init__(self, spark: Any, job_id: str, description: str):
         super().__init__(job_id, description)
         self.sc = spark.sparkContext

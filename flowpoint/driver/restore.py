@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess, read_uri_bytes
 from flowpoint.checkpoint.metadata import CheckpointMetadata, SplitPosition
 from flowpoint.checkpoint.parts import RestoredFile, can_restore_checkpoint, writes_native_files
 from flowpoint.checkpoint.signing import Keyring, default_keyring
-from flowpoint.checkpoint.storage import CheckpointStorageAccess, read_uri_bytes
 from flowpoint.checkpoint.values import NotData, load_user, to_data
 from flowpoint.checkpoint.verification import verify_state_files
 from flowpoint.errors import CheckpointError, SerializationError

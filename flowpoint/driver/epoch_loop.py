@@ -4,8 +4,8 @@ For every epoch it plans how far each source split advances, runs the epoch on S
 commits it: only when every task of the epoch succeeded do the new split positions, the tasks'
 state files and the sinks' output become the base of the next epoch. Between epochs it
 completes and triggers checkpoints and takes savepoints. It never touches records; the
-services it drives (runtime/splits.py, committed.py, savepoints.py, restarts.py,
-checkpointing.py) are those of every loop.
+services it drives (driver/splits.py, committed.py, savepoints.py, restarts.py,
+checkpoint_coordinator.py) are those of every loop.
 """
 
 from __future__ import annotations
@@ -14,29 +14,29 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.clock import now_ms
+from flowpoint.driver.restarts import CommittedLoop
 from flowpoint.errors import CheckpointError
-from flowpoint.runtime.restarts import CommittedLoop
 from flowpoint.tasks.protocol import EpochSpec, TaskSlice
 
 if TYPE_CHECKING:
     import threading
 
+    from flowpoint.driver.checkpoint_coordinator import CheckpointCoordinator
+    from flowpoint.driver.committed import CommittedState
+    from flowpoint.driver.progress import Progress
+    from flowpoint.driver.restarts import RestartManager
+    from flowpoint.driver.restore import RestoredJob
+    from flowpoint.driver.savepoints import SavepointService
+    from flowpoint.driver.splits import SplitPlanner
+    from flowpoint.driver.working_files import WorkingFiles
     from flowpoint.graph.jobgraph import JobGraph, Node
-    from flowpoint.runtime.checkpointing import CheckpointCoordinator
-    from flowpoint.runtime.committed import CommittedState
-    from flowpoint.runtime.progress import Progress
-    from flowpoint.runtime.restarts import RestartManager
-    from flowpoint.runtime.restore import RestoredJob
-    from flowpoint.runtime.savepoints import SavepointService
-    from flowpoint.runtime.splits import SplitPlanner
-    from flowpoint.runtime.working_files import WorkingFiles
 
 
 class EpochLoop(CommittedLoop):
     def __init__(
         self, graph: JobGraph, config: Any, *, state: CommittedState, splits: SplitPlanner, savepoints: SavepointService,
         restarts: RestartManager, checkpoints: CheckpointCoordinator | None, files: WorkingFiles, progress: Progress,
-        executor: Any, cancel: threading.Event,
+        launcher: Any, cancel: threading.Event,
     ):
         self.graph = graph
         self.config = config
@@ -47,7 +47,7 @@ class EpochLoop(CommittedLoop):
         self.checkpoints = checkpoints
         self.files = files
         self.progress = progress
-        self.executor = executor  # runs one epoch on Spark (flowpoint/spark/epoch_executor.py)
+        self.launcher = launcher  # runs one epoch on Spark (flowpoint/spark/epoch_launcher.py)
         self.cancel = cancel
         self.epoch = 0  # the epoch running, else the last one committed
         self._checkpointed_epoch = 0
@@ -126,7 +126,7 @@ class EpochLoop(CommittedLoop):
             self.splits.counts(), dict(st.generators), st.restored_uids,
         )
         t0 = time.monotonic()
-        acks = self.executor.run_epoch(spec, reads, slices)
+        acks = self.launcher.run_epoch(spec, reads, slices)
         accepted = st.accept(acks, f"epoch {self.epoch}")
         st.commit_chains(accepted)
         self.splits.advance(new_positions)
