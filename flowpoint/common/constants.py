@@ -2,12 +2,7 @@
 (docs/pyflink.md).
 """
 
-#: Long.MAX_VALUE
-MAX_LONG_VALUE = 0x7FFFFFFFFFFFFFFF
-#: Long.MIN_VALUE
-MIN_LONG_VALUE = -MAX_LONG_VALUE - 1
-#: The tag of the main output.
-DEFAULT_OUTPUT_TAG = ""
-
+from flowpoint.api.functions import DEFAULT_OUTPUT_TAG
+from flowpoint.api.time import MAX_LONG_VALUE, MIN_LONG_VALUE
 
 __all__ = ["DEFAULT_OUTPUT_TAG", "MAX_LONG_VALUE", "MIN_LONG_VALUE"]

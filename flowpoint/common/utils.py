@@ -3,10 +3,8 @@
 what to use instead (:mod:`flowpoint.refused`).
 """
 
-from flowpoint.refused import JAVA_WRAPPER, refusing
+from flowpoint.refused import JAVA_OBJECT, refusing
 
 __all__ = []
 
-__getattr__ = refusing(
-    __name__, {"JavaObjectWrapper": JAVA_WRAPPER.but("the flowpoint object itself")}
-)
+__getattr__ = refusing(__name__, {"JavaObjectWrapper": JAVA_OBJECT})

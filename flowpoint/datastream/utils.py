@@ -3,18 +3,8 @@
 what to use instead (:mod:`flowpoint.refused`).
 """
 
-from abc import ABC, abstractmethod
-from typing import Any
-
+from flowpoint.api.types import ResultTypeQueryable
 from flowpoint.refused import HADOOP, JAVA_PROPERTIES, JAVA_VALUES, refusing
-
-
-class ResultTypeQueryable(ABC):
-    """Something that knows the type of what it produces (a deserialization schema, a source)."""
-
-    @abstractmethod
-    def get_produced_type(self) -> Any: ...
-
 
 __all__ = ["ResultTypeQueryable"]
 
