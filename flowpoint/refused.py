@@ -120,6 +120,7 @@ KAFKA_SEMANTIC = LEGACY.but("DeliveryGuarantee with KafkaSink.builder().set_deli
 
 HADOOP = JAVA_WRAPPER.but("local paths and file:// URIs (FileSource, FileSink)")
 JAVA_PROPERTIES = JAVA_WRAPPER.but("a dict of properties (KafkaSource.builder().set_properties(...))")
+JAVA_OBJECT = JAVA_WRAPPER.but("the flowpoint object itself")
 JAVA_VALUES = JAVA_WRAPPER.but("the values themselves: flowpoint hands functions Python values")
 TABLE_API = Refusal("flowpoint provides PyFlink's DataStream API, not its Table API or SQL",
                     "the DataStream API (flowpoint.datastream), with Row and Types.ROW_NAMED for structured records")

@@ -64,6 +64,24 @@ class RetryPredicate(AsyncRetryPredicate):
         return self._exception_predicate
 
 
+# PyFlink's ``pyflink.datastream.async_retry_predicates``: predicates for a RetryPredicate
+
+
+def empty_result_predicate(result: list | None) -> bool:
+    """Retry when the call returned nothing."""
+    return result is None or len(result) == 0
+
+
+def has_exception_predicate(error: BaseException | None) -> bool:
+    """Retry when the call raised."""
+    return error is not None
+
+
+def exception_type_predicate(error: BaseException | None, expected_error_type: type) -> bool:
+    """Retry when the call raised ``expected_error_type``."""
+    return isinstance(error, expected_error_type)
+
+
 class AsyncRetryStrategy(Generic[OUT]):
     @abstractmethod
     def can_retry(self, current_attempts: int) -> bool: ...

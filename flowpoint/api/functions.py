@@ -223,6 +223,10 @@ class Partitioner(Function):
     def partition(self, key: Any, num_partitions: int) -> int: ...
 
 
+#: The tag of the main output (PyFlink's ``pyflink.common.constants``).
+DEFAULT_OUTPUT_TAG = ""
+
+
 class OutputTag:
     """Names a side output: ``ctx.output(tag, value)`` and ``stream.get_side_output(tag)``."""
 

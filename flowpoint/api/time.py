@@ -11,6 +11,11 @@ from dataclasses import dataclass
 MIN_WATERMARK = -(1 << 63)  # Long.MIN_VALUE: no event time has passed yet
 MAX_WATERMARK = (1 << 63) - 1  # Long.MAX_VALUE: the end of input (every window fires)
 
+#: Long.MAX_VALUE (PyFlink's ``pyflink.common.constants``)
+MAX_LONG_VALUE = 0x7FFFFFFFFFFFFFFF
+#: Long.MIN_VALUE (PyFlink's ``pyflink.common.constants``)
+MIN_LONG_VALUE = -MAX_LONG_VALUE - 1
+
 
 @dataclass(frozen=True)
 class Duration:

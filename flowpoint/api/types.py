@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,13 @@ class TypeInformation:
 
     def __hash__(self) -> int:
         return hash(repr(self))
+
+
+class ResultTypeQueryable(ABC):
+    """Something that knows the type of what it produces (a deserialization schema, a source)."""
+
+    @abstractmethod
+    def get_produced_type(self) -> Any: ...
 
 
 @dataclass(frozen=True, eq=False)
