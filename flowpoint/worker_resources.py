@@ -1,8 +1,8 @@
 """What one Python worker process keeps between tasks: its caches and its clients.
 
 An executor's Python worker outlives its tasks, so it keeps what is costly to build again: the
-working state of the partitions it held (state/working.py), storage clients and the files it
-wrote lately (state/durable.py), decoded stage plans (spark/epoch_launcher.py and
+working state of the partitions it held (partition/working.py), storage clients and the files it
+wrote lately (partition/durable.py), decoded stage plans (spark/epoch_launcher.py and
 spark/connect/epoch_launcher.py), parsed CSV files (connectors/files.py), Kafka consumers
 (connectors/kafka/reader.py) and RocksDB's shared block cache (state/rocksdb.py). A continuous
 slot runs several subtasks as threads of one such process (docs/architecture.md, section 4b),

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from flowpoint.errors import CorruptStateError
+from flowpoint.partition.protocol import CheckpointTarget
 from flowpoint.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from flowpoint.tasks.batches import KeyedBatch, decode, encode
 from flowpoint.tasks.channel_state import (
@@ -20,7 +21,6 @@ from flowpoint.tasks.channel_state import (
     write_channel_state,
 )
 from flowpoint.tasks.input_gate import InputGate
-from flowpoint.tasks.protocol import CheckpointTarget
 
 MAXP = 128
 

@@ -26,8 +26,8 @@ from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.metadata import read_metadata
 from flowpoint.checkpoint.savepoint import load_operator_state
 from flowpoint.errors import CorruptStateError
+from flowpoint.partition.working import ChangeTracker
 from flowpoint.state.key_identity import user_key
-from flowpoint.state.working import ChangeTracker
 
 KEYS = 600
 
@@ -77,7 +77,7 @@ class Churn(KeyedProcessFunction):
             # as if the partitions moved to other workers: every worker process that meets these
             # records forgets the partitions it holds, once; the next epoch rebuilds them from the
             # durable state, with no record of the keys changed since the last checkpoint
-            from flowpoint.state.working import task_states
+            from flowpoint.partition.working import task_states
 
             cache = task_states()
             if cache.__dict__.get("dropped_for") != self.flag:
@@ -302,8 +302,8 @@ class Partition:
     """One partition's committed history, its checkpoints, and the workers it runs on."""
 
     def __init__(self, tmp_path, ratio: float = 100.0, parts: int = 3) -> None:
-        from flowpoint.state.committed_chain import CommittedChain
-        from flowpoint.tasks.protocol import StateLocation
+        from flowpoint.partition.committed_chain import CommittedChain
+        from flowpoint.partition.protocol import StateLocation
 
         self.tmp = tmp_path
         self.location = StateLocation("job/run-0", str(tmp_path / "local"), str(tmp_path / "durable"), "hashmap", changelog=True, changelog_max_ratio=ratio, changelog_max_parts=parts)
@@ -315,8 +315,8 @@ class Partition:
         self.checkpoints: dict[int, tuple[list, dict]] = {}  # id -> (files, the state they hold)
 
     def backend(self, worker: str):
-        from flowpoint.state.backend import HashMapPartitionBackend
-        from flowpoint.state.working import TaskStateCache
+        from flowpoint.partition.backend import HashMapPartitionBackend
+        from flowpoint.partition.working import TaskStateCache
 
         if worker not in self.workers:
             self.workers[worker] = HashMapPartitionBackend(self.location, 128, TaskStateCache())
@@ -325,7 +325,7 @@ class Partition:
     def run(self, worker: str, writes: dict, checkpoint: int | None = None, complete: bool = True, compact: bool = False):
         """One epoch on ``worker``: the checkpoint's snapshot first (of the committed state), then
         the writes (value None: clear), committed; the checkpoint completes if ``complete``."""
-        from flowpoint.tasks.protocol import CheckpointTarget, TaskSlice
+        from flowpoint.partition.protocol import CheckpointTarget, TaskSlice
 
         backend = self.backend(worker)
         self.epoch += 1
@@ -354,7 +354,7 @@ class Partition:
         (part,) = write()
         self.checkpoints[checkpoint] = (part.files, snapshot_state)
         if complete:
-            from flowpoint.state.backend import chain_entry, is_chain
+            from flowpoint.partition.backend import chain_entry, is_chain
 
             assert is_chain(part.files)
             key, value = chain_entry(part, checkpoint)
@@ -462,10 +462,10 @@ def test_a_partition_without_changes_lists_the_same_parts_and_uploads_nothing(tm
 
 def test_two_keyed_operators_in_one_partition_each_get_their_own_chain(tmp_path):
     from flowpoint.checkpoint.parts import apply_part, load_part
-    from flowpoint.state.backend import HashMapPartitionBackend, chain_entry
-    from flowpoint.state.committed_chain import CommittedChain
-    from flowpoint.state.working import TaskStateCache
-    from flowpoint.tasks.protocol import CheckpointTarget, StateLocation, TaskSlice
+    from flowpoint.partition.backend import HashMapPartitionBackend, chain_entry
+    from flowpoint.partition.committed_chain import CommittedChain
+    from flowpoint.partition.protocol import CheckpointTarget, StateLocation, TaskSlice
+    from flowpoint.partition.working import TaskStateCache
 
     location = StateLocation("job/run-0", str(tmp_path / "local"), str(tmp_path / "durable"), "hashmap", changelog=True, changelog_max_ratio=100.0)
     backend = HashMapPartitionBackend(location, 128, TaskStateCache())

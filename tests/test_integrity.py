@@ -41,7 +41,7 @@ from flowpoint.errors import (
     JobExecutionError,
     SerializationError,
 )
-from flowpoint.state.working import load_restored
+from flowpoint.partition.working import load_restored
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENTS = 2_000

@@ -1,37 +1,32 @@
-"""The package's layers (CONTRIBUTING.md, "The layers"): a module imports modules of its own
-layer and the layers below it, never one above, counting every import (module level,
-function level and under ``TYPE_CHECKING``). Import circles: only the stream classes' loop and
-one type-only pair are left.
+"""The package's layers (CONTRIBUTING.md, "The layers"): the ``layers`` contract in pyproject.toml,
+which ``lint-imports`` checks in .ci/run. Here: every module is in exactly one of its layers, no
+import goes up (counting imports in functions and under ``TYPE_CHECKING``, as lint-imports
+does), the contracts are kept, and no import circle is left but the stream classes' loop and one
+type-only pair.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "flowpoint"
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
-# bottom first; a module belongs to the layer of its longest matching prefix
-LAYERS = [
-    ("ground", ["flowpoint.errors", "flowpoint.clock", "flowpoint.version", "flowpoint.private_files", "flowpoint.refused",
-                "flowpoint.worker_resources", "flowpoint.home", "flowpoint.pickles", "flowpoint.metrics.group", "flowpoint.metrics.metricbase"]),
-    ("user types", ["flowpoint.api.types", "flowpoint.api.row", "flowpoint.api.typed_values", "flowpoint.api.state",
-                    "flowpoint.api.state_ttl", "flowpoint.api.functions", "flowpoint.api.time", "flowpoint.api.watermarks",
-                    "flowpoint.api.windows", "flowpoint.api.triggers", "flowpoint.api.evictors", "flowpoint.api.aggregates",
-                    "flowpoint.api.broadcast_state", "flowpoint.api.collecting", "flowpoint.api.operator_state",
-                    "flowpoint.api.config", "flowpoint.api.storage_options", "flowpoint.api.serializer"]),
-    ("state", ["flowpoint.state"]),
-    ("snapshot storage", ["flowpoint.checkpoint"]),
-    ("working state", ["flowpoint.state.working", "flowpoint.state.backend", "flowpoint.state.committed_chain", "flowpoint.state.durable",
-                       "flowpoint.tasks.protocol"]),
-    ("job graph", ["flowpoint.graph"]),
-    ("task code", ["flowpoint.tasks", "flowpoint.connectors", "flowpoint.metrics"]),
-    ("spark adapter", ["flowpoint.spark", "flowpoint.python_deps"]),
-    ("driver", ["flowpoint.driver", "flowpoint.driver.registry"]),  # the job registry: --resume reads it
-    ("control plane", ["flowpoint.control", "flowpoint.launcher"]),
-    ("api", ["flowpoint.api", "flowpoint.datastream", "flowpoint.common", "flowpoint.table", "flowpoint.state_io", "flowpoint.testing"]),
-    ("cli", ["flowpoint.cli", "flowpoint"]),
-]
+ROOT = Path(__file__).resolve().parent.parent / "flowpoint"
+CONFIG = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["importlinter"]
+CONTRACT = next(c for c in CONFIG["contracts"] if c["type"] == "layers")
+# bottom first: each layer a list of modules (a module is in it with everything below it)
+LAYERS = [[m.strip() for m in layer.split(":")] for layer in reversed(CONTRACT["layers"])]
+# package __init__ modules that cannot be listed (a layer holding one would hold its whole
+# package): each is in the layer of the module named
+UNLISTED = {"flowpoint": "flowpoint.cli", "flowpoint.api": "flowpoint.api.environment",
+            "flowpoint.metrics": "flowpoint.metrics.group"}
 
 ALLOWED_CIRCLES = [
     # the stream classes refer to each other by design
@@ -64,13 +59,19 @@ def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
     return edges
 
 
+def layers_of(module: str) -> list[int]:
+    """The layers (bottom first) that hold ``module``."""
+    module = UNLISTED.get(module, module)
+    return [i for i, layer in enumerate(LAYERS) if any(module == m or module.startswith(m + ".") for m in layer)]
+
+
 def layer(module: str) -> int:
-    best = (-1, -1)
-    for i, (_name, prefixes) in enumerate(LAYERS):
-        for p in prefixes:
-            if (module == p or module.startswith(p + ".")) and len(p) > best[1]:
-                best = (i, len(p))
-    return best[0]
+    found = layers_of(module)
+    return found[0] if len(found) == 1 else -1
+
+
+def name(i: int) -> str:
+    return " : ".join(LAYERS[i]) if len(LAYERS[i]) < 3 else f"{LAYERS[i][0]} : ... ({len(LAYERS[i])} parts)"
 
 
 def test_no_import_goes_up_a_layer():
@@ -81,11 +82,20 @@ def test_no_import_goes_up_a_layer():
             if layer(t) > layer(m):
                 up.add((m, t))
     assert not up, "imports that go up a layer (CONTRIBUTING.md, 'The layers'):\n" + "\n".join(
-        f"  {m} ({LAYERS[layer(m)][0]}) -> {t} ({LAYERS[layer(t)][0]})" for m, t in sorted(up))
+        f"  {m} ({name(layer(m))}) -> {t} ({name(layer(t))})" for m, t in sorted(up))
 
 
-def test_every_module_has_a_layer():
-    assert [m for m in modules() if layer(m) < 0] == []
+def test_every_module_is_in_exactly_one_layer():
+    """A new module needs a layer: its package's, or a line in pyproject.toml's contract."""
+    assert {m: layers_of(m) for m in modules() if len(layers_of(m)) != 1} == {}
+
+
+def test_lint_imports_keeps_every_contract():
+    """What .ci/run runs; here so that the fast loop sees a broken layer too."""
+    exe = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+    proc = subprocess.run([exe, "--no-cache"], cwd=ROOT.parent, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout
 
 
 def test_no_import_circle_but_the_stream_classes():

@@ -51,10 +51,10 @@ class Partition:
     checkpoints and a model of its committed state."""
 
     def __init__(self, tmp_path, interval_ms: int = 600_000) -> None:
-        from flowpoint.state.backend import RocksDBPartitionBackend
-        from flowpoint.state.committed_chain import CommittedChain
-        from flowpoint.state.working import TaskStateCache
-        from flowpoint.tasks.protocol import StateLocation
+        from flowpoint.partition.backend import RocksDBPartitionBackend
+        from flowpoint.partition.committed_chain import CommittedChain
+        from flowpoint.partition.protocol import StateLocation
+        from flowpoint.partition.working import TaskStateCache
 
         self.tmp = tmp_path
         self.location = StateLocation(
@@ -95,7 +95,7 @@ class Partition:
     def checkpoint(self, cid: int, complete: bool = True) -> list[str]:
         """A checkpoint of the committed state; its kinds of files (``sst`` and ``private``
         folded into ``m``: a materialization)."""
-        from flowpoint.tasks.protocol import CheckpointTarget
+        from flowpoint.partition.protocol import CheckpointTarget
 
         write = self.backend.snapshot(self.ts, ["op"], 0, CheckpointTarget(cid, str(self.tmp / "ck")), dict(self.shared))
         state = {"v": dict(self.model["v"]), "m": {k: dict(x) for k, x in self.model["m"].items()}}
@@ -188,7 +188,7 @@ def test_a_declined_checkpoint_s_changes_go_into_the_next_part(tmp_path):
 
 
 def test_the_chain_materializes_after_the_interval_and_when_its_parts_outgrow_it(tmp_path, monkeypatch):
-    import flowpoint.state.backend as backend_module
+    import flowpoint.partition.backend as backend_module
 
     clock = [1_000_000]
     monkeypatch.setattr(backend_module, "now_ms", lambda: clock[0])
@@ -214,7 +214,7 @@ def test_the_chain_materializes_after_the_interval_and_when_its_parts_outgrow_it
 
 
 def test_another_db_lineage_or_a_rewrite_in_place_materializes(tmp_path):
-    from flowpoint.state.backend import ROCKSDB_CHAIN_PREFIX
+    from flowpoint.partition.backend import ROCKSDB_CHAIN_PREFIX
 
     p = Partition(tmp_path)
     p.segment({i: i for i in range(100)})
@@ -257,8 +257,8 @@ def test_on_epochs_the_deltas_a_task_catches_up_with_are_in_the_next_part(tmp_pa
     """The epoch runtime commits differently: a task writes its epoch's delta file, and the
     next acquire applies the committed deltas to the DB (RocksDBKeyedStateBackend.apply, which
     records them). A checkpoint is taken at the start of an epoch, of the committed state."""
-    from flowpoint.state.committed_chain import CommittedChain
-    from flowpoint.tasks.protocol import CheckpointTarget, TaskSlice
+    from flowpoint.partition.committed_chain import CommittedChain
+    from flowpoint.partition.protocol import CheckpointTarget, TaskSlice
 
     p = Partition(tmp_path)
     backend, chain, model, kinds = p.backend, CommittedChain(), {}, {}

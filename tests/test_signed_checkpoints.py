@@ -270,7 +270,7 @@ def test_what_seal_signs_verifies_and_a_changed_field_does_not():
 
 def test_a_swapped_working_state_file_is_refused_before_it_is_unpickled(tmp_path):
     from flowpoint.errors import StateNotFoundError
-    from flowpoint.state import durable
+    from flowpoint.partition import durable
 
     marker = str(tmp_path / "code-ran")
     uri = f"file://{tmp_path}/durable/job/run-0/stage-1/part-0/delta-00000004-t.pkl"
@@ -288,8 +288,8 @@ def test_a_swapped_working_state_file_is_refused_before_it_is_unpickled(tmp_path
 def test_a_working_state_file_of_the_wrong_shape_fails_naming_it():
     import types
 
-    from flowpoint.state.backend import HashMapPartitionBackend, PartitionBackend
-    from flowpoint.state.committed_chain import CommittedFile
+    from flowpoint.partition.backend import HashMapPartitionBackend, PartitionBackend
+    from flowpoint.partition.committed_chain import CommittedFile
 
     path = "file:///w/durable/run/stage-1/part-0/delta-00000004-t.pkl"
     for payload, expected in ((0, "holds a int, not a base or delta"), (("delta", {"counting": {"count": 5}}), "not (puts, deletes)")):

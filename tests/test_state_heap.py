@@ -1,5 +1,5 @@
 """Unit tests of the heap keyed-state backend (flowpoint/state/heap.py) and the per-worker task
-state cache (flowpoint/state/working.py). No Spark: these run in milliseconds."""
+state cache (flowpoint/partition/working.py). No Spark: these run in milliseconds."""
 
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ from flowpoint.errors import (
     StateAccessError,
     StateNotFoundError,
 )
-from flowpoint.state import durable
-from flowpoint.state.backend import HashMapPartitionBackend
-from flowpoint.state.committed_chain import CommittedChain, CommittedFile
+from flowpoint.partition import durable
+from flowpoint.partition.backend import HashMapPartitionBackend
+from flowpoint.partition.committed_chain import CommittedChain, CommittedFile
+from flowpoint.partition.protocol import StateLocation, TaskSlice, TaskStateAck
+from flowpoint.partition.working import TaskStateCache
+from flowpoint.pickles import dumps
 from flowpoint.state.heap import HeapKeyedStateBackend
 from flowpoint.state.key_identity import KeyedStateMap
-from flowpoint.state.working import TaskStateCache
-from flowpoint.pickles import dumps
-from flowpoint.tasks.protocol import StateLocation, TaskSlice, TaskStateAck
 
 # -- helpers ---------------------------------------------------------------------------------
 

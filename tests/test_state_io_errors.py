@@ -14,8 +14,8 @@ import time
 import pytest
 
 from flowpoint.errors import CheckpointError, StateIOError
+from flowpoint.partition import durable
 from flowpoint.spark.failures import is_recoverable, task_error
-from flowpoint.state import durable
 
 
 def _disk_full(monkeypatch):

@@ -340,8 +340,8 @@ def _pickled_part(tables):
 
 
 def test_a_hashmap_checkpoint_part_restores_named_tuples_by_field_name(point):
+    from flowpoint.partition.working import load_restored
     from flowpoint.state.compatibility import recorded_states
-    from flowpoint.state.working import load_restored
 
     old = point(OLD_FIELDS)
     f = _pickled_part({"v": {"a": old("a", 3, 9)}, "l": {"a": [old("a", 1, 7), old("a", 2, 8)]}, "m": {"a": {"u": old("u", 5, 1)}}})

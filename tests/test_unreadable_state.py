@@ -22,10 +22,10 @@ from flowpoint.checkpoint.savepoint import SCHEMA, decode_rows
 from flowpoint.checkpoint.signing import Keyring, seal
 from flowpoint.checkpoint.values import PickledValue, load_user
 from flowpoint.errors import CorruptStateError, StateDecodeError
+from flowpoint.partition.backend import PartitionBackend
+from flowpoint.partition.committed_chain import CommittedFile
+from flowpoint.partition.working import load_restored
 from flowpoint.spark.failures import is_recoverable, task_error
-from flowpoint.state.backend import PartitionBackend
-from flowpoint.state.committed_chain import CommittedFile
-from flowpoint.state.working import load_restored
 
 NOT_A_PICKLE = b"\x80\x05this is no pickle"
 

@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-from flowpoint.state import durable
-from flowpoint.state.working import TaskStateCache, task_states
+from flowpoint.partition import durable
+from flowpoint.partition.working import TaskStateCache, task_states
 from flowpoint.worker_resources import BoundedCache, ClientPool, worker
 
 THREADS = 16
@@ -442,8 +442,8 @@ def _open_files_under(path) -> int:
 
 
 def _rocksdb_partition(tmp_path, cache: TaskStateCache, job: str):
-    from flowpoint.state.backend import RocksDBPartitionBackend
-    from flowpoint.tasks.protocol import StateLocation
+    from flowpoint.partition.backend import RocksDBPartitionBackend
+    from flowpoint.partition.protocol import StateLocation
 
     location = StateLocation(f"{job}/run-0", str(tmp_path / "local"), str(tmp_path / "durable"), "rocksdb")
     return RocksDBPartitionBackend(location, 128, cache)
@@ -468,7 +468,7 @@ def test_an_evicted_or_dropped_rocksdb_task_state_closes_its_db_unless_a_task_ho
     its files and LOCK are released, so the directory opens again at once. One that a task
     holds stays open until that task releases it."""
     pytest.importorskip("rocksdict")
-    from flowpoint.state.committed_chain import CommittedChain
+    from flowpoint.partition.committed_chain import CommittedChain
 
     cache = TaskStateCache()
     idle_backend = _rocksdb_partition(tmp_path, cache, "idle-job")
@@ -505,7 +505,7 @@ def test_an_acquire_that_fails_closes_the_dbs_it_opened(tmp_path):
     opened, so the next attempt (in any process) finds the DB's LOCK free."""
     pytest.importorskip("rocksdict")
     from flowpoint.errors import FlowpointError
-    from flowpoint.state.committed_chain import CommittedChain, CommittedFile
+    from flowpoint.partition.committed_chain import CommittedChain, CommittedFile
 
     cache = TaskStateCache()
     backend = _rocksdb_partition(tmp_path, cache, "job")

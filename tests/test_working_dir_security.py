@@ -21,17 +21,17 @@ from untrusted import Planted, mode
 from flowpoint import StreamExecutionEnvironment
 from flowpoint.connectors.sinks import CollectSink
 from flowpoint.errors import ConfigurationError, InsecurePathError
-from flowpoint.private_files import write_private
-from flowpoint.state import durable
-from flowpoint.state.backend import partition_backend
-from flowpoint.state.working import (
+from flowpoint.partition import durable
+from flowpoint.partition.backend import partition_backend
+from flowpoint.partition.protocol import StateLocation
+from flowpoint.partition.working import (
     JobLock,
     claim_leftovers,
     default_working_dir,
     ensure_working_dir,
     lock_path,
 )
-from flowpoint.tasks.protocol import StateLocation
+from flowpoint.private_files import write_private
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture
@@ -200,7 +200,7 @@ def test_a_held_lock_is_not_claimed_a_killed_holders_is(tmp_path):
     assert not claim_leftovers(root, "b" * 32)  # no lock file: nothing known, nothing claimed
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import sys, time; from flowpoint.state.working import JobLock; JobLock({root!r}, 'c' * 32); "
+        [sys.executable, "-c", f"import sys, time; from flowpoint.partition.working import JobLock; JobLock({root!r}, 'c' * 32); "
          "print('held', flush=True); time.sleep(600)"],
         stdout=subprocess.PIPE, text=True, cwd=REPO,
     )

@@ -2,8 +2,8 @@
 the state reader): which files a restore starts from (:class:`RestoredFile`), HashMap parts
 (full snapshots and changelogs), and a RocksDB checkpoint's native files made into a DB.
 
-Snapshot storage: below the task code that writes and loads working state (state/working.py,
-state/backend.py), above the state kinds and backends it decodes into.
+Snapshot storage: below the task code that writes and loads working state (partition/working.py,
+partition/backend.py), above the state kinds and backends it decodes into.
 """
 
 from __future__ import annotations

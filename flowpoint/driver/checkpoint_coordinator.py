@@ -33,15 +33,15 @@ from flowpoint.checkpoint.metadata import (
 from flowpoint.checkpoint.parts import writes_native_files
 from flowpoint.clock import now_ms
 from flowpoint.errors import CheckpointError
-from flowpoint.state.backend import (
+from flowpoint.partition.backend import (
     ROCKSDB_CHAIN_PREFIX,
     chain_entry,
     is_chain,
     is_rocksdb_chain,
     shared_key,
 )
+from flowpoint.partition.protocol import CheckpointTarget, OperatorPart
 from flowpoint.state.keygroups import key_group_range_for_operator
-from flowpoint.tasks.protocol import CheckpointTarget, OperatorPart
 
 if TYPE_CHECKING:
     from flowpoint.checkpoint.settings import CheckpointSettings

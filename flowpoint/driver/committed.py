@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.errors import CheckpointError, JobExecutionError
 from flowpoint.metrics.store import MetricStore, OperatorInfo
-from flowpoint.state.committed_chain import CommittedChain
+from flowpoint.partition.committed_chain import CommittedChain
 
 if TYPE_CHECKING:
     from flowpoint.driver.restore import RestoredJob
     from flowpoint.graph.jobgraph import JobGraph
-    from flowpoint.tasks.protocol import TaskAck
+    from flowpoint.partition.protocol import TaskAck
 
 log = logging.getLogger("flowpoint")
 

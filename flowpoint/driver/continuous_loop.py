@@ -34,8 +34,8 @@ from flowpoint.driver.restarts import CommittedLoop
 from flowpoint.driver.slot_control import SlotControl, check_slots, control_host, slot_error
 from flowpoint.driver.source_assignment import SourceAssignment
 from flowpoint.errors import JobExecutionError
+from flowpoint.partition.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
 from flowpoint.tasks.barrier_snapshot import Barrier
-from flowpoint.tasks.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
 
 if TYPE_CHECKING:
     import threading

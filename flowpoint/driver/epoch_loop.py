@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from flowpoint.clock import now_ms
 from flowpoint.driver.restarts import CommittedLoop
 from flowpoint.errors import CheckpointError
-from flowpoint.tasks.protocol import EpochSpec, TaskSlice
+from flowpoint.partition.protocol import EpochSpec, TaskSlice
 
 if TYPE_CHECKING:
     import threading
@@ -139,7 +139,7 @@ class EpochLoop(CommittedLoop):
         self.progress.committed(self.epoch, st.records_read - before, time.monotonic() - t0, st.records_read)
 
     def _slices(self, compaction_bytes: int) -> dict[int, list[TaskSlice]]:
-        """Each partition's own share of the epoch (see flowpoint/tasks/protocol.py)."""
+        """Each partition's own share of the epoch (see flowpoint/partition/protocol.py)."""
         cp = self.checkpoints
         operator_state = self.state.operator_state
         out: dict[int, list[TaskSlice]] = {}

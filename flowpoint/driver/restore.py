@@ -30,7 +30,7 @@ from flowpoint.checkpoint.signing import Keyring, default_keyring
 from flowpoint.checkpoint.values import NotData, load_user, to_data
 from flowpoint.checkpoint.verification import verify_state_files
 from flowpoint.errors import CheckpointError, SerializationError
-from flowpoint.state.committed_chain import CommittedChain
+from flowpoint.partition.committed_chain import CommittedChain
 from flowpoint.state.compatibility import schema_json
 from flowpoint.state.keygroups import key_group_range_for_operator
 

@@ -19,7 +19,7 @@ from flowpoint.driver.restore import split_position
 if TYPE_CHECKING:
     from flowpoint.driver.splits import SplitPlanner
     from flowpoint.graph.jobgraph import JobGraph
-    from flowpoint.tasks.protocol import TaskAck
+    from flowpoint.partition.protocol import TaskAck
 
 AHEAD = 2  # unfinished read assignments per source task
 

@@ -2,7 +2,7 @@
 
 Working state lives per run (``<job id>/run-<n>``; a restart begins run n+1 from a checkpoint)
 in executor-local directories under ``state.working.dir`` and, durable, under the durable root
-(flowpoint/state/durable.py). The driver holds the job's lock file in its working directory
+(flowpoint/partition/durable.py). The driver holds the job's lock file in its working directory
 while the job runs; a run that restored another run's checkpoint removes what that run left
 behind if its process died without removing it.
 """
@@ -14,8 +14,9 @@ import logging
 import os
 from typing import Any
 
-from flowpoint.state import durable
-from flowpoint.state.working import (
+from flowpoint.partition import durable
+from flowpoint.partition.protocol import StateLocation
+from flowpoint.partition.working import (
     JobLock,
     claim_leftovers,
     ensure_working_dir,
@@ -23,7 +24,6 @@ from flowpoint.state.working import (
     remove_job_dir,
     resolve_working_dir,
 )
-from flowpoint.tasks.protocol import StateLocation
 
 log = logging.getLogger("flowpoint")
 
@@ -34,7 +34,7 @@ class WorkingFiles:
         self.job_id = job_id
         self.spark = spark
         # state.working.dir, else a per-user default that each process (driver, executor) finds
-        # itself; created private (0700) and checked when the job starts (state/working.py)
+        # itself; created private (0700) and checked when the job starts (partition/working.py)
         self.configured = config.get("state.working.dir") or None
         self.working_dir = resolve_working_dir(self.configured)
         self.durable_root = ""
@@ -133,7 +133,7 @@ class WorkingFiles:
 
 
 def durable_root(config: Any, settings: Any, job_id: str, working_dir: str, cluster: bool = False) -> str:
-    """Where committed working state is durable (see flowpoint/state/durable.py):
+    """Where committed working state is durable (see flowpoint/partition/durable.py):
     ``state.working.remote-dir``; else, under the checkpoint directory when it is remote or the
     job runs on a cluster (Flink's rule: every process sees the checkpoint directory, a
     ``file://`` one on a cluster being a shared mount); else the local working directory."""

@@ -24,11 +24,11 @@ from pyspark import AccumulatorParam, StorageLevel, TaskContext
 
 from flowpoint.errors import JobExecutionError
 from flowpoint.graph.jobgraph import JobGraph
+from flowpoint.partition.protocol import EpochSpec, TaskAck, TaskSlice
 from flowpoint.spark.locality import StateLocality, destination
 from flowpoint.spark.tasks_common import executor_id, spark_failure  # noqa: F401 - spark_failure: the continuous loop's too
 from flowpoint.spark.ui import group_job_ids
 from flowpoint.tasks.plan import StagePlan
-from flowpoint.tasks.protocol import EpochSpec, TaskAck, TaskSlice
 from flowpoint.tasks.stage_task import run_stage_task
 from flowpoint.worker_resources import BoundedCache, worker
 

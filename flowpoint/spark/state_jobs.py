@@ -15,8 +15,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from flowpoint.state.committed_chain import CommittedChain
-from flowpoint.tasks.protocol import StateLocation
+from flowpoint.partition.committed_chain import CommittedChain
+from flowpoint.partition.protocol import StateLocation
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def _run(sc: Any, items: list[StatePartition], task: Any, description: str) -> l
 
 def _with_state(location: StateLocation, action: Any):
     def task(iterator: Any):
-        from flowpoint.state.backend import partition_backend, state_schemas
+        from flowpoint.partition.backend import partition_backend, state_schemas
 
         out = []
         for item in iterator:
@@ -110,7 +110,7 @@ def remove_task(location: StateLocation, job_id: str):
     local_dir = location.local_dir
 
     def task(iterator: Any):
-        from flowpoint.state.working import resolve_working_dir, task_states
+        from flowpoint.partition.working import resolve_working_dir, task_states
 
         list(iterator)
         task_states().drop(job_id)

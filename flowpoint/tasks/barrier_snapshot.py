@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from flowpoint.clock import now_ms
+from flowpoint.partition.protocol import TaskAck
 from flowpoint.state.compatibility import declared_states
 from flowpoint.tasks.channel_state import data_items, write_channel_state
 from flowpoint.tasks.pickling import unpicklable_sink_payload
-from flowpoint.tasks.protocol import TaskAck
 from flowpoint.tasks.state_values import unpicklable_operator_state_error
 
 
@@ -219,7 +219,7 @@ class BarrierSnapshot:
         state job writes on the epoch runtime, flowpoint/spark/state_jobs.py)."""
         from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
         from flowpoint.checkpoint.savepoint import write_part
-        from flowpoint.state.backend import state_schemas
+        from flowpoint.partition.backend import state_schemas
         from flowpoint.state.keygroups import key_group_range_for_operator
 
         head = self.plan.ops[self.plan.head]

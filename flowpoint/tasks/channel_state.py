@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from flowpoint.partition.protocol import CheckpointTarget, PartHandle
 from flowpoint.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from flowpoint.tasks.batches import KeyedBatch, decode, encode
-from flowpoint.tasks.protocol import CheckpointTarget, PartHandle
 
 
 @dataclass(frozen=True)

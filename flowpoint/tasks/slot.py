@@ -18,11 +18,11 @@ import threading
 import time
 from typing import Any
 
+from flowpoint.partition.protocol import ContinuousSpec, TaskSlice
 from flowpoint.tasks.channels import Channel, ChannelError, ChannelServer, connect
 from flowpoint.tasks.credits import CreditedChannel, LocalOutput
 from flowpoint.tasks.input_gate import GateClosed, InputGate
 from flowpoint.tasks.plan import StagePlan
-from flowpoint.tasks.protocol import ContinuousSpec, TaskSlice
 from flowpoint.tasks.subtask import Subtask, SubtaskFailed
 
 log = logging.getLogger("flowpoint")

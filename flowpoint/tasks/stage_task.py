@@ -22,16 +22,16 @@ from flowpoint.errors import FlowpointError, UserFunctionError
 from flowpoint.metrics.group import MetricGroup
 from flowpoint.metrics.report import ChainMeter
 from flowpoint.metrics.system import add_process_figures
-from flowpoint.state.backend import partition_backend
+from flowpoint.partition.backend import partition_backend
+from flowpoint.partition.protocol import EpochSpec, OperatorPart, TaskAck, TaskSlice
+from flowpoint.partition.working import TaskState
 from flowpoint.state.compatibility import declared_states
-from flowpoint.state.working import TaskState
 from flowpoint.tasks.batches import KeyedBatch, decode, num_records
 from flowpoint.tasks.context import TaskRuntimeContext
 from flowpoint.tasks.event_time import InputWatermarks, TimestampsOp
 from flowpoint.tasks.operators import EXCHANGE_WRITERS, ExchangeWriter, Operator, SinkOp, SourceOp
 from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.plan import StagePlan
-from flowpoint.tasks.protocol import EpochSpec, OperatorPart, TaskAck, TaskSlice
 from flowpoint.tasks.registry import operator_class
 from flowpoint.tasks.state_values import unpicklable_operator_state_error, unpicklable_state_error
 

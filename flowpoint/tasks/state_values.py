@@ -18,7 +18,7 @@ from flowpoint.state.key_identity import user_key
 from flowpoint.tasks.pickling import pickle_error
 
 if TYPE_CHECKING:
-    from flowpoint.state.working import TaskState
+    from flowpoint.partition.working import TaskState
     from flowpoint.tasks.plan import StagePlan
 
 

@@ -19,7 +19,7 @@ are generated every ``pipeline.auto-watermark-interval`` ms.
 
 At barrier ``n`` (the end of segment ``n``) a subtask commits its keyed state in place, takes
 the checkpoint's synchronous part, hands the asynchronous part (writing the files) to a
-thread, and acknowledges with a :class:`~flowpoint.tasks.protocol.TaskAck` once the files
+thread, and acknowledges with a :class:`~flowpoint.partition.protocol.TaskAck` once the files
 are written: the same acknowledgement an epoch's task sends, so the driver completes a
 checkpoint the same way on both runtimes.
 """
@@ -41,13 +41,13 @@ from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.clock import now_ms
 from flowpoint.errors import FlowpointError
 from flowpoint.metrics.system import add_process_figures
-from flowpoint.state.backend import partition_backend
+from flowpoint.partition.backend import partition_backend
+from flowpoint.partition.protocol import ContinuousSpec, EpochSpec, TaskSlice
 from flowpoint.tasks.barrier_snapshot import Barrier, BarrierSnapshot
 from flowpoint.tasks.channel_state import data_items, read_channel_state
 from flowpoint.tasks.input_gate import CONTROL, InputGate
 from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.plan import StagePlan
-from flowpoint.tasks.protocol import ContinuousSpec, EpochSpec, TaskSlice
 from flowpoint.tasks.source_reading import SourceReading
 from flowpoint.tasks.stage_task import ChainRuntime, feed, input_channels, keyed_uids
 

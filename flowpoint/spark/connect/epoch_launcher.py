@@ -27,6 +27,7 @@ import cloudpickle
 
 from flowpoint.errors import JobExecutionError
 from flowpoint.graph.jobgraph import JobGraph
+from flowpoint.partition.protocol import EpochSpec, TaskAck, TaskSlice
 from flowpoint.pickles import dumps
 from flowpoint.spark.connect.frames import (
     ACK,
@@ -39,7 +40,6 @@ from flowpoint.spark.connect.frames import (
 )
 from flowpoint.spark.tasks_common import spark_failure
 from flowpoint.tasks.plan import StagePlan
-from flowpoint.tasks.protocol import EpochSpec, TaskAck, TaskSlice
 from flowpoint.worker_resources import worker
 
 _PLANS = 64  # (job, stage) plans a worker keeps decoded

@@ -34,13 +34,16 @@ from typing import Any
 from flowpoint import private_files
 from flowpoint.checkpoint.parts import RestoredFile, restore_native
 from flowpoint.clock import now_ms
-from flowpoint.pickles import dumps
-from flowpoint.state import durable, rocksdb_changelog
-from flowpoint.state.committed_chain import CommittedChain, CommittedFile, TaskStateAck
-from flowpoint.state.compatibility import infer_kind, recorded_states, sample_value_class
-from flowpoint.state.heap import puts_and_deletes
-from flowpoint.state.key_identity import key_table
-from flowpoint.state.working import (
+from flowpoint.partition import durable
+from flowpoint.partition.committed_chain import CommittedChain, CommittedFile, TaskStateAck
+from flowpoint.partition.protocol import (
+    CheckpointTarget,
+    OperatorPart,
+    PartHandle,
+    StateLocation,
+    TaskSlice,
+)
+from flowpoint.partition.working import (
     ChangeTracker,
     TaskState,
     TaskStateCache,
@@ -49,13 +52,11 @@ from flowpoint.state.working import (
     partition_dir,
     task_states,
 )
-from flowpoint.tasks.protocol import (
-    CheckpointTarget,
-    OperatorPart,
-    PartHandle,
-    StateLocation,
-    TaskSlice,
-)
+from flowpoint.pickles import dumps
+from flowpoint.state import rocksdb_changelog
+from flowpoint.state.compatibility import infer_kind, recorded_states, sample_value_class
+from flowpoint.state.heap import puts_and_deletes
+from flowpoint.state.key_identity import key_table
 
 BACKENDS = ("hashmap", "rocksdb")
 

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from typing import Any
 
 from flowpoint.checkpoint.parts import RestoredFile, apply_part, load_part, read_uri, restored_loads
-from flowpoint.state.committed_chain import CommittedChain
+from flowpoint.partition.committed_chain import CommittedChain
 from flowpoint.worker_resources import worker
 
 log = logging.getLogger("flowpoint")

@@ -1,6 +1,6 @@
 """What the driver committed of one partition's working state, and what a task reports of the
 files it wrote: the committed chain (a base, deltas, or a restored checkpoint's files) that the
-task brings its working state to (state/working.py, state/backend.py)."""
+task brings its working state to (partition/working.py, partition/backend.py)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowpoint.errors import FlowpointError
-from flowpoint.state.committed_chain import CommittedChain, TaskStateAck
+from flowpoint.partition.committed_chain import CommittedChain, TaskStateAck
 
 
 @dataclass(frozen=True)
