@@ -23,7 +23,16 @@ import runpy
 import sys
 from typing import Any
 
-from flowpoint.errors import ConfigurationError, FlowpointError, JobScriptSyntaxError
+from flowpoint.api.config import STRICT_KEY, check_key, parse_option
+from flowpoint.api.environment import PlanPrinted, print_plan_instead_of_running, set_cli_defaults
+from flowpoint.checkpoint.directory import list_checkpoints
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
+from flowpoint.errors import (
+    CheckpointError,
+    ConfigurationError,
+    FlowpointError,
+    JobScriptSyntaxError,
+)
 from flowpoint.version import __version__
 
 MAIN_EXAMPLES = """examples:
@@ -260,8 +269,6 @@ def _control_commands(sub: Any) -> None:
 def _dynamic_settings(items: list[str]) -> dict:
     """``-D key=value`` settings. Their keys are checked strictly unless ``-D config.strict=false``:
     an unknown key (other than ``spark.*`` and filesystem options) or a misspelt one is an error."""
-    from flowpoint.api.config import STRICT_KEY, check_key, parse_option
-
     settings: dict = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -358,7 +365,6 @@ def _compiles(error: BaseException) -> bool:
 
 
 def run_script(script: str, argv: list[str], settings: dict) -> None:
-    from flowpoint.api.environment import set_cli_defaults
     from flowpoint.python_deps import prepare_python_dependencies
 
     path = os.path.abspath(script)
@@ -388,7 +394,6 @@ def _driver_and_executor_path(path: str) -> None:
 def run_module(module: str, argv: list[str], settings: dict) -> None:
     """``run -pym MODULE``: as ``python -m MODULE args`` (the module found on the Python path,
     which -pyfs extends)."""
-    from flowpoint.api.environment import set_cli_defaults
     from flowpoint.python_deps import prepare_python_dependencies
 
     set_cli_defaults(prepare_python_dependencies(settings))
@@ -415,8 +420,6 @@ def run_module(module: str, argv: list[str], settings: dict) -> None:
 def info_command(args: argparse.Namespace) -> int:
     """``flowpoint info job.py``: the script runs up to its first execute(), which prints the
     plan instead of submitting the job."""
-    from flowpoint.api.environment import PlanPrinted, print_plan_instead_of_running
-
     settings = _dynamic_settings(args.dynamic)
     if args.parallelism is not None:
         if args.parallelism < 1:
@@ -472,10 +475,6 @@ def _local_time(ms: int | None) -> str:
 def list_checkpoints_command(job_dir: str) -> int:
     """``flowpoint checkpoints DIR/JOB-ID``: a table of the job's checkpoints."""
     import re
-
-    from flowpoint.checkpoint.directory import list_checkpoints
-    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-    from flowpoint.errors import CheckpointError
 
     infos = list_checkpoints(job_dir)
     if not infos:

@@ -22,7 +22,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from flowpoint import private_files
 from flowpoint.errors import ConfigurationError
+from flowpoint.home import home_dir
 
 
 class PythonDependencyError(ConfigurationError):
@@ -46,8 +48,6 @@ def zip_directory(directory: str) -> str:
     refuses a second file of the same name from another path). The folder is the user's own
     (0700, owner checked): another local user who created it first could swap the zip, whose code
     the executors run, so such a folder is refused by name."""
-    from flowpoint import private_files
-
     src = Path(directory).resolve()
     tag = hashlib.sha256(str(src).encode()).hexdigest()[:16]
     out_dir = Path(private_files.private_dir(
@@ -75,8 +75,6 @@ def install_requirements(requirements: str) -> str:
         msg = f"python.requirements (-pyreq): requirements file {requirements!r} cannot be read: {e.strerror or e}"
         raise PythonDependencyError(msg) from None
     digest = hashlib.sha256(content + str(path).encode()).hexdigest()[:16]
-    from flowpoint import private_files
-    from flowpoint.home import home_dir
 
     # 0700 whatever the umask: the job imports this code (an open home is refused, naming it)
     target = home_dir("python-requirements", "the python.requirements directory") / digest

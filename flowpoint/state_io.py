@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowpoint.checkpoint.filesystem import split_uri
 from flowpoint.checkpoint.savepoint import (
     STATE_KINDS,
     OperatorSnapshot,
@@ -167,8 +168,6 @@ class StateWriter:
     def write(self, path: str) -> str:
         """Write the savepoint into directory ``path`` (created; it must not exist yet, or be an
         existing directory to create ``savepoint-<id>-<hex>`` in when it ends with '/')."""
-        from flowpoint.checkpoint.filesystem import split_uri
-
         job_id = new_job_id()
         if str(path).endswith("/"):
             target, dirname = str(path), savepoint_dir_name(job_id)

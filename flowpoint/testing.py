@@ -30,12 +30,17 @@ from typing import Any, NamedTuple
 
 import cloudpickle
 
+from flowpoint.api.environment import StreamExecutionEnvironment
 from flowpoint.api.watermarks import Watermark
 from flowpoint.errors import ConfigurationError, FlowpointError, InvalidKeyError
+from flowpoint.state.heap import HeapKeyedStateBackend
 from flowpoint.state.key_identity import keyed_state_maps
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
 from flowpoint.tasks.context import TaskRuntimeContext
+from flowpoint.tasks.keyed_process import KeyedProcessOp
+from flowpoint.tasks.operators import KEYED_OPERATORS
 from flowpoint.tasks.plan import OpSpec
+from flowpoint.tasks.window_operator import WindowOperator
 
 
 class Record(NamedTuple):
@@ -55,10 +60,6 @@ class HarnessSnapshot:
 
 
 def _operator_classes() -> dict[str, Any]:
-    from flowpoint.tasks.keyed_process import KeyedProcessOp
-    from flowpoint.tasks.operators import KEYED_OPERATORS
-    from flowpoint.tasks.window_operator import WindowOperator
-
     return {**KEYED_OPERATORS, "keyed_process": KeyedProcessOp, "window": WindowOperator}
 
 
@@ -147,7 +148,6 @@ class KeyedOperatorHarness:
             if tables:
                 b.restore(tables)
             return b
-        from flowpoint.state.heap import HeapKeyedStateBackend
 
         b = HeapKeyedStateBackend(self.spec.name)
         if tables:
@@ -269,8 +269,6 @@ class KeyedOperatorHarness:
 def _build(pipeline: Callable[[Any], Any], max_parallelism: int) -> tuple[OpSpec, Any]:
     """The operator spec of the pipeline's last operator, shipped (pickled) as to an executor,
     and the key selector of the key_by feeding it."""
-    from flowpoint.api.environment import StreamExecutionEnvironment
-
     env = StreamExecutionEnvironment({"parallelism.default": 1})
     stream = pipeline(env.from_collection([]))
     t = getattr(stream, "_t", None)

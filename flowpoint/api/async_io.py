@@ -21,6 +21,7 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from flowpoint.api.datastream import DataStream
 from flowpoint.api.functions import Function, RuntimeContextAware
 from flowpoint.api.time import Duration, to_millis
 from flowpoint.errors import ConfigurationError, JobGraphError
@@ -198,8 +199,6 @@ class AsyncDataStream:
     @staticmethod
     def _add(data_stream: DataStream, async_function: AsyncFunction, timeout: Duration | int, strategy: AsyncRetryStrategy,
              capacity: int, output_type: TypeInformation | None, ordered: bool) -> DataStream:
-        from flowpoint.api.datastream import DataStream
-
         if not isinstance(async_function, AsyncFunction):
             msg = f"AsyncDataStream needs an AsyncFunction (with async def async_invoke(self, value)); got {type(async_function).__name__}"
             raise JobGraphError(msg)

@@ -18,9 +18,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from flowpoint.api.broadcast_state import BroadcastState, ReadOnlyBroadcastState
+from flowpoint.api.datastream import DataStream, KeyedStream
 from flowpoint.api.functions import Function, RuntimeContextAware, TimerService
 from flowpoint.api.state import MapStateDescriptor
 from flowpoint.errors import JobGraphError
+from flowpoint.graph.transformation import Transformation
 
 if TYPE_CHECKING:
     from flowpoint.api.datastream import DataStream
@@ -131,9 +133,6 @@ class BroadcastConnectedStream:
         self.broadcast = broadcast
 
     def process(self, func: BroadcastProcessFunction, output_type: Any = None) -> DataStream:
-        from flowpoint.api.datastream import DataStream, KeyedStream
-        from flowpoint.graph.transformation import Transformation
-
         keyed = isinstance(self.main, KeyedStream)
         wanted = KeyedBroadcastProcessFunction if keyed else BroadcastProcessFunction
         if not isinstance(func, BroadcastProcessFunction) or (keyed != isinstance(func, KeyedBroadcastProcessFunction)):

@@ -40,6 +40,7 @@ from flowpoint.api.state_backends import (
     checkpoint_storage_from_config,
     checkpoint_storage_kind,
 )
+from flowpoint.api.time import Duration
 from flowpoint.checkpoint.settings import CheckpointSettings
 from flowpoint.errors import ConfigurationError
 
@@ -184,8 +185,6 @@ class CheckpointConfig:
     set_aligned_checkpoint_timeout = set_alignment_timeout
 
     def get_alignment_timeout(self) -> Any:
-        from flowpoint.api.time import Duration
-
         return Duration.of_millis(self._config.get("execution.checkpointing.aligned-checkpoint-timeout"))
 
     get_aligned_checkpoint_timeout = get_alignment_timeout

@@ -18,6 +18,7 @@ from flowpoint.api.co_functions import (
     _KeyedCoFlatMap,
     _KeyedCoMap,
 )
+from flowpoint.api.datastream import DataStream, KeyedStream
 from flowpoint.api.types import TypeInformation
 from flowpoint.errors import JobGraphError
 from flowpoint.graph.transformation import Transformation
@@ -33,8 +34,6 @@ class ConnectedStreams:
 
     @property
     def _keyed(self) -> bool:
-        from flowpoint.api.datastream import KeyedStream
-
         keyed = [isinstance(s, KeyedStream) for s in (self.stream1, self.stream2)]
         if keyed[0] != keyed[1]:
             msg = "connect(): both streams must be keyed or neither; use connect(...).key_by(key_selector1, key_selector2)"
@@ -71,8 +70,6 @@ class ConnectedStreams:
         return self._add("co_process", "Co-Process", func, output_type)
 
     def _add(self, kind: str, name: str, function: Any, output_type: TypeInformation | None) -> DataStream:
-        from flowpoint.api.datastream import DataStream
-
         env = self.stream1._env
         t = Transformation(kind=kind, name=name, inputs=[self.stream1._t, self.stream2._t], function=function, output_type=output_type)
         t.options["input_types"] = [self.stream1._t.output_type, self.stream2._t.output_type]

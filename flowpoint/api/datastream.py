@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.api import windowed_stream
 from flowpoint.api.functions import (
     FieldKeySelector,
     FilterFunction,
@@ -26,7 +27,11 @@ from flowpoint.api.functions import (
     SinkFunctionWrapper,
     wrap,
 )
-from flowpoint.api.types import TypeInformation
+from flowpoint.api.row import Row
+from flowpoint.api.types import TupleType, TypeInformation
+from flowpoint.api.watermarks import WatermarkStrategy
+from flowpoint.connectors.sinks import CollectSink, FunctionSink, PrintSink
+from flowpoint.connectors.sinks import Sink as SinkBase
 from flowpoint.errors import ConfigurationError, JobGraphError
 from flowpoint.graph.transformation import Transformation
 
@@ -147,8 +152,6 @@ class DataStream:
         """Give records event timestamps and the stream watermarks (seed 000). Runs one watermark
         generator per source split when chained to the source, else one per parallel instance;
         watermarks from upstream are replaced, except the end of input."""
-        from flowpoint.api.watermarks import WatermarkStrategy
-
         if not isinstance(watermark_strategy, WatermarkStrategy):
             msg = (
                 f"assign_timestamps_and_watermarks() needs a WatermarkStrategy (e.g. WatermarkStrategy"
@@ -174,13 +177,9 @@ class DataStream:
 
     def window_all(self, window_assigner: Any) -> Any:
         """Non-keyed windows: all records in one task (parallelism 1), as in Flink (seed 003)."""
-        from flowpoint.api import windowed_stream
-
         return windowed_stream.window_all(self, window_assigner)
 
     def count_window_all(self, size: int, slide: int | None = None) -> Any:
-        from flowpoint.api import windowed_stream
-
         return windowed_stream.count_window_all(self, size, slide)
 
     def key_by(self, key_selector: KeySelector | Any, key_type: TypeInformation | None = None) -> KeyedStream:
@@ -255,7 +254,6 @@ class DataStream:
         if not field_indexes or not all(isinstance(i, int) and not isinstance(i, bool) for i in field_indexes):
             msg = f"project() takes field positions (ints); got {field_indexes!r}"
             raise ConfigurationError(msg)
-        from flowpoint.api.types import TupleType
 
         in_type = self.get_type()
         out_type = TupleType([in_type.field_types[i] for i in field_indexes]) if isinstance(in_type, TupleType) else None
@@ -264,13 +262,9 @@ class DataStream:
     # -- sinks ---------------------------------------------------------------------------------
 
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
-        from flowpoint.connectors.sinks import PrintSink
-
         return self.sink_to(PrintSink(sink_identifier, type_info=self.get_type()), name="Print to Std. Out")
 
     def sink_to(self, sink: Sink, name: str | None = None) -> DataStreamSink:
-        from flowpoint.connectors.sinks import Sink as SinkBase
-
         if not isinstance(sink, SinkBase):
             msg = f"sink_to() needs a flowpoint Sink (FileSink, CollectSink, ...); got {type(sink).__name__}"
             if hasattr(sink, "build"):
@@ -282,8 +276,6 @@ class DataStream:
         return DataStreamSink(self._env, t)
 
     def add_sink(self, sink_func: SinkFunction | Any) -> DataStreamSink:
-        from flowpoint.connectors.sinks import FunctionSink
-
         fn = wrap(sink_func, SinkFunction, SinkFunctionWrapper, "add_sink")
         return self.sink_to(FunctionSink(fn), name="Sink")
 
@@ -291,8 +283,6 @@ class DataStream:
         """Run the job and iterate over this stream's records (PyFlink's ``execute_and_collect``);
         with ``limit``, as PyFlink: a list of the first ``limit`` records, the job cancelled once
         they came (or all of them, if the job ends first)."""
-        from flowpoint.connectors.sinks import CollectSink
-
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             msg = f"execute_and_collect(limit=...) needs a non-negative int; got {limit!r}"
             raise ConfigurationError(msg)
@@ -330,8 +320,6 @@ class KeyedStream(DataStream):
     def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None):
         """As PyFlink's on a keyed stream: each record as ``Row(f0=key, f1=value)`` (PyFlink's
         keyed stream carries its records so)."""
-        from flowpoint.api.row import Row
-
         class WithKey(KeyedProcessFunction):
             def process_element(self, value: Any, ctx: Any) -> Any:
                 yield Row(f0=ctx.get_current_key(), f1=value)
@@ -424,14 +412,10 @@ class KeyedStream(DataStream):
 
     def window(self, window_assigner: Any) -> Any:
         """Keyed windows: ``.window(TumblingEventTimeWindows.of(Time.minutes(1)))``."""
-        from flowpoint.api import windowed_stream
-
         return windowed_stream.window(self, window_assigner)
 
     def count_window(self, size: int, slide: int | None = None) -> Any:
         """Windows of ``size`` records per key (sliding by ``slide`` records if given)."""
-        from flowpoint.api import windowed_stream
-
         return windowed_stream.count_window(self, size, slide)
 
     # map/flat_map/filter on a KeyedStream run keyed (their functions may use keyed state)

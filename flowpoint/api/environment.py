@@ -10,7 +10,11 @@ import logging
 import os
 from typing import Any
 
-from flowpoint.api.checkpointing import CheckpointConfig, CheckpointingMode
+from flowpoint.api.checkpointing import (
+    CheckpointConfig,
+    CheckpointingMode,
+    resolve_checkpoint_settings,
+)
 from flowpoint.api.config import STRICT_KEY, Configuration, set_cli_strict
 from flowpoint.api.config_file import get_conf_path, job_path_from_argv, load_config_file
 from flowpoint.api.datastream import DataStream
@@ -18,6 +22,8 @@ from flowpoint.api.execution_mode import RuntimeExecutionMode
 from flowpoint.api.restart import (
     FallbackRestartStrategyConfiguration,
     RestartStrategyConfiguration,
+    resolve_repeated_failure,
+    resolve_restart_backoff,
     restart_strategy_from_config,
 )
 from flowpoint.api.state_backends import StateBackend, state_backend_from_config
@@ -499,8 +505,6 @@ class StreamExecutionEnvironment:
 
     def _description(self, graph: Any) -> Any:
         """The job as the driver runs it: the graph and this environment's settings, resolved."""
-        from flowpoint.api.checkpointing import resolve_checkpoint_settings
-        from flowpoint.api.restart import resolve_repeated_failure, resolve_restart_backoff
         from flowpoint.driver.description import JobDescription
 
         description = JobDescription(graph, self.get_configuration(), None, None, None, self.get_config().get_global_job_parameters())

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from flowpoint.api.row import get_field
+from flowpoint.errors import JobGraphError
 
 if TYPE_CHECKING:
     from flowpoint.api.state import (
@@ -390,7 +391,6 @@ def wrap(function: Any, base: type, wrapper: type, method: str) -> Any:
         return function
     if callable(function):
         return wrapper(function)
-    from flowpoint.errors import JobGraphError
 
     msg = f"expected a {base.__name__} or a callable for {method}; got {type(function).__name__}: {function!r:.80}"
     raise JobGraphError(msg)

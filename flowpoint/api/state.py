@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 from flowpoint.api.functions import AggregateFunction, ReduceFunction, ReduceFunctionWrapper
+from flowpoint.api.state_ttl import StateTtlConfig
 from flowpoint.api.types import TypeInformation
 from flowpoint.errors import ConfigurationError
 
@@ -42,8 +43,6 @@ class StateDescriptor:
     def enable_time_to_live(self, ttl_config: Any) -> None:
         """Expire this state's values ``ttl`` after their last write (or read): see
         :class:`~flowpoint.api.state_ttl.StateTtlConfig`."""
-        from flowpoint.api.state_ttl import StateTtlConfig
-
         if not isinstance(ttl_config, StateTtlConfig):
             msg = f"enable_time_to_live() on state {self.name!r} needs a StateTtlConfig (StateTtlConfig.new_builder(Time.seconds(...)).build()); got {ttl_config!r:.80}"
             raise ConfigurationError(msg)

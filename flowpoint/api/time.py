@@ -8,6 +8,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from flowpoint.errors import ConfigurationError
+
 MIN_WATERMARK = -(1 << 63)  # Long.MIN_VALUE: no event time has passed yet
 MAX_WATERMARK = (1 << 63) - 1  # Long.MAX_VALUE: the end of input (every window fires)
 
@@ -79,7 +81,6 @@ def to_millis(value: Duration | int, what: str = "a duration") -> int:
         return value.milliseconds
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    from flowpoint.errors import ConfigurationError
 
     msg = f"{what} must be a Duration (Duration.of_seconds(10)) or milliseconds (int); got {value!r}"
     raise ConfigurationError(msg)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from flowpoint.api.row import get_field
 from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK, Duration, to_millis
 from flowpoint.errors import ConfigurationError
 
@@ -93,8 +94,6 @@ class FieldTimestampAssigner(TimestampAssigner):
         self.field = field
 
     def extract_timestamp(self, value: Any, record_timestamp: int | None) -> int:
-        from flowpoint.api.row import get_field
-
         return get_field(value, self.field)
 
     def __repr__(self) -> str:

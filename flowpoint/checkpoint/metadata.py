@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.integrity import CHECKSUM_FIELD, is_sha256, metadata_checksum
+from flowpoint.checkpoint.signing import SIGNATURE_FIELD, default_keyring, signed_digest
 from flowpoint.checkpoint.values import NotData, from_data, to_data, user_to_data
 from flowpoint.errors import CheckpointError, CorruptStateError
 
@@ -293,8 +294,6 @@ class CheckpointMetadata:
         """The file's text: the JSON object signed with ``keyring``'s key (``metadata_hmac``;
         default: this installation's, checkpoint/signing.py), then ``metadata_sha256`` over its
         canonical form."""
-        from flowpoint.checkpoint.signing import SIGNATURE_FIELD, default_keyring
-
         self.validate()
         d = self.to_dict()
         d[SIGNATURE_FIELD] = (keyring or default_keyring()).sign(d)
@@ -379,7 +378,6 @@ class CheckpointMetadata:
         elif claimed != metadata_checksum(data):
             msg = f"checkpoint metadata does not match its {CHECKSUM_FIELD}: the file is corrupt or was changed"
             raise CorruptStateError(msg)
-        from flowpoint.checkpoint.signing import SIGNATURE_FIELD, signed_digest
 
         meta = cls.from_dict({k: v for k, v in data.items() if k not in (CHECKSUM_FIELD, SIGNATURE_FIELD)})
         meta.signature = data.get(SIGNATURE_FIELD)

@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowpoint import private_files
+from flowpoint.checkpoint.filesystem import read_uri_bytes
+from flowpoint.checkpoint.integrity import check_bytes, decode
 from flowpoint.errors import io_errors
 from flowpoint.state import rocksdb_changelog
+from flowpoint.state.compatibility import restoring_loads
 from flowpoint.state.keygroups import assign_to_key_group
 
 
@@ -59,8 +62,6 @@ def restored_loads(f: RestoredFile) -> Callable[[bytes], Any]:
     """How the values of restored file ``f`` are unpickled: ``pickle.loads``, or an unpickler
     that rebuilds named tuples whose class changed fields since they were written, by field name
     (state/compatibility.py), when ``_metadata`` recorded such a class for one of its states."""
-    from flowpoint.state.compatibility import restoring_loads
-
     if not f.value_classes:
         return pickle.loads
     return restoring_loads(json.loads(text) for _name, text in f.value_classes)
@@ -69,8 +70,6 @@ def restored_loads(f: RestoredFile) -> Callable[[bytes], Any]:
 def load_part(data: bytes, uri: str, uid: str, loads: Callable[[bytes], Any] = pickle.loads) -> Any:
     """Unpickle a verified HashMap checkpoint part (with ``loads``: :func:`restored_loads`); a
     file that does not unpickle is a StateDecodeError naming it (no restart can fix it)."""
-    from flowpoint.checkpoint.integrity import decode
-
     return decode(loads, data, uri, uid, "checkpoint file")  # the job's own state, verified by its checksum
 
 
@@ -104,8 +103,6 @@ def apply_part(into: dict[str, dict[Any, Any]], changelog: bool, payload: Any, k
 
 def read_uri(uri: str, options: dict | None = None) -> bytes:
     """The bytes of a file in checkpoint storage (any URI the storage layer opens)."""
-    from flowpoint.checkpoint.filesystem import read_uri_bytes
-
     return read_uri_bytes(uri, options)
 
 
@@ -114,7 +111,6 @@ def restore_native(path: str, files: list[RestoredFile], options: dict) -> list[
     each checked against its recorded size and SHA-256 first (CorruptStateError naming it).
     Returns the changelog parts among them (``[(uri, bytes)]``, in order) for the caller to
     replay on the opened DB (:func:`flowpoint.state.rocksdb_changelog.replay`)."""
-    from flowpoint.checkpoint.integrity import check_bytes
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
     parent = os.path.dirname(path)

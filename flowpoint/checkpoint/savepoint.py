@@ -47,14 +47,18 @@ import pyarrow.parquet as pq
 
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess, split_uri
 from flowpoint.checkpoint.integrity import (
+    CHECKSUM_FIELD,
     check_bytes,
     check_tables,
     check_values,
     corrupt,
+    metadata_checksum,
     undecodable,
 )
 from flowpoint.checkpoint.metadata import (
+    FORMAT_VERSION,
     METADATA_FILE,
+    OLD_FORMAT_VERSIONS,
     CheckpointMetadata,
     OperatorState,
     SplitPosition,
@@ -63,6 +67,7 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
+from flowpoint.checkpoint.signing import default_keyring
 from flowpoint.clock import now_ms
 from flowpoint.errors import (
     CheckpointError,
@@ -368,8 +373,6 @@ def native_savepoint(checkpoint_uri: str, target: str, job_id: str, options: Map
     gone (retention removed it) before every file was copied; the incomplete savepoint is removed.
     The checkpoint's signature is verified (``keyring``) and every file checked against its
     SHA-256 as it is copied: the savepoint is signed anew, so it must not sign what others wrote."""
-    from flowpoint.checkpoint.signing import default_keyring
-
     keyring = keyring or default_keyring()
     chk = CheckpointStorageAccess(checkpoint_uri, options)
     meta = read_metadata(chk, "")
@@ -491,9 +494,6 @@ def snapshot_kind(data: bytes) -> tuple[str, Any, set[str]]:
     """``(kind, checkpoint id, paths of the files it lists)`` of a ``_metadata`` file of any
     format version this code knows, without decoding any value (disposing needs no more). Its
     checksum must match if it has one (format version 2); CheckpointError otherwise."""
-    from flowpoint.checkpoint.integrity import CHECKSUM_FIELD, metadata_checksum
-    from flowpoint.checkpoint.metadata import FORMAT_VERSION, OLD_FORMAT_VERSIONS
-
     try:
         d = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:

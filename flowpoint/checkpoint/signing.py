@@ -52,6 +52,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowpoint.checkpoint.integrity import CHECKSUM_FIELD, canonical_bytes, metadata_checksum
 from flowpoint.errors import ConfigurationError, InsecurePathError, UntrustedStateError
 
 log = logging.getLogger("flowpoint")
@@ -70,8 +71,6 @@ TRUST_FLAG = "--trust-savepoint-from-others"
 def signed_digest(d: dict[str, Any]) -> bytes:
     """SHA-256 of ``_metadata``'s canonical form without its checksum and signature: what the
     signature covers."""
-    from flowpoint.checkpoint.integrity import CHECKSUM_FIELD, canonical_bytes
-
     return hashlib.sha256(canonical_bytes({k: v for k, v in d.items() if k not in (CHECKSUM_FIELD, SIGNATURE_FIELD)})).digest()
 
 
@@ -291,8 +290,6 @@ def seal(d: dict[str, Any], keyring: Keyring | None = None) -> dict[str, Any]:
     """``d`` (a ``_metadata`` object) signed with ``keyring``'s key (default: this
     installation's) and checksummed as flowpoint writes it: for the owner's own tools and
     tests that edit a ``_metadata`` file."""
-    from flowpoint.checkpoint.integrity import CHECKSUM_FIELD, metadata_checksum
-
     out = {k: v for k, v in d.items() if k not in (CHECKSUM_FIELD, SIGNATURE_FIELD)}
     out[SIGNATURE_FIELD] = (keyring or default_keyring()).sign(out)
     out[CHECKSUM_FIELD] = metadata_checksum(out)

@@ -32,6 +32,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
+from flowpoint.checkpoint.integrity import decode
 from flowpoint.errors import CheckpointError
 
 TUPLE = "__tuple__"
@@ -160,6 +161,5 @@ def load_user(value: Any, uri: str | None = None, what: str = "a pickled value i
         return value
     if uri is None:
         return value.load()
-    from flowpoint.checkpoint.integrity import decode
 
     return decode(pickle.loads, value.data, uri, None, what)

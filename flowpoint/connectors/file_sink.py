@@ -62,6 +62,7 @@ import pyarrow.parquet as pq
 
 from flowpoint import private_files
 from flowpoint.api.row import Row
+from flowpoint.api.typed_values import java_to_string
 from flowpoint.api.types import RowType, TupleType, rows_to_arrow
 from flowpoint.connectors.files import (
     FileFormat,
@@ -582,8 +583,6 @@ class FileSink(Sink):
     def to_string(self) -> Any:
         """How ``simple_string_encoder`` writes a value: Java's ``toString`` of the stream's type,
         as Flink's SimpleStringEncoder does (``str`` for an untyped stream)."""
-        from flowpoint.api.typed_values import java_to_string
-
         return java_to_string(self.input_type)
 
     def create_writer(self, subtask_index: int, parallelism: int, context: Any) -> SinkWriter:

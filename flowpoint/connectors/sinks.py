@@ -17,6 +17,8 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Any
 
+from flowpoint.api.typed_values import printer
+
 
 class SinkWriter(ABC):
     @abstractmethod
@@ -100,8 +102,6 @@ class PrintSink(Sink):
         self.type_info = type_info  # decides the text of a value, as in PyFlink (typed_values.printer)
 
     def create_writer(self, subtask_index: int, parallelism: int, context: Any) -> SinkWriter:
-        from flowpoint.api.typed_values import printer
-
         return _ListWriter(printer(self.type_info))
 
     def _prefix(self, subtask: int, parallelism: int) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from flowpoint.api.types import TypeInformation
+from flowpoint.api.watermarks import Watermark
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,6 @@ class SourceContext:
         self._timestamps.append(int(timestamp))
 
     def emit_watermark(self, watermark: Any) -> None:
-        from flowpoint.api.watermarks import Watermark
-
         if not isinstance(watermark, Watermark):
             watermark = Watermark(int(watermark))
         self._flush()

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from flowpoint.control import auth
+from flowpoint.control.archive import read_archive
 from flowpoint.driver.registry import JobEntry, JobNotFoundError, JobRegistry
 from flowpoint.errors import FlowpointError
 
@@ -159,8 +160,6 @@ class ControlClient:
         raise FlowpointError(msg)
 
     def _archived(self, path: str) -> dict:
-        from flowpoint.control.archive import read_archive
-
         archive = read_archive(self.registry, self.job_id)
         answer = (archive or {}).get("routes", {}).get(path)
         if answer is None:

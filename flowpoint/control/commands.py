@@ -7,6 +7,9 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from flowpoint.checkpoint.directory import commit_unit
+from flowpoint.checkpoint.savepoint import describe, dispose_savepoint
+from flowpoint.control.auth import TokenMissingError, read_token
 from flowpoint.control.client import ControlClient
 from flowpoint.driver.registry import LOST, JobEntry, JobRegistry
 
@@ -87,8 +90,6 @@ def dashboard_links(entries: list[JobEntry]) -> list[str]:
     """The signed-in dashboard link of each running job with an endpoint: its URL with the
     control token, which only the job's user can read (the job's own output shows the URL
     without it). None when there is no token file (no endpoint to sign in to)."""
-    from flowpoint.control.auth import TokenMissingError, read_token
-
     running = [e for e in entries if not e.ended and e.endpoint]
     if not running:
         return []
@@ -161,8 +162,6 @@ def savepoint_command(job_id: str, target_directory: str | None, format_type: st
 
 
 def dispose_command(path: str) -> int:
-    from flowpoint.checkpoint.savepoint import dispose_savepoint
-
     print(f"Disposing savepoint '{path}'.")
     left = dispose_savepoint(path)
     print(f"Savepoint '{path}' disposed.")
@@ -197,8 +196,6 @@ def cancel_command(job_id: str, registry: JobRegistry | None = None) -> int:
 
 def format_description(d: dict[str, Any]) -> str:
     """The summary ``flowpoint inspect`` prints for ``describe(path)``."""
-    from flowpoint.checkpoint.directory import commit_unit
-
     kind = str(d.get("kind") or "snapshot")
     lines = [f"{kind.capitalize()} {d.get('path')}"]
     job = f"{d.get('job_id')} ({d.get('job_name')!r})" if d.get("job_name") else str(d.get("job_id"))
@@ -240,7 +237,5 @@ def format_description(d: dict[str, Any]) -> str:
 
 
 def inspect_command(path: str) -> int:
-    from flowpoint.checkpoint.savepoint import describe
-
     print(format_description(describe(path)))
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.api.operator_state import redistribute
 from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.errors import CheckpointError, JobExecutionError
 from flowpoint.metrics.store import MetricStore, OperatorInfo
@@ -226,8 +227,6 @@ def restored_input_marks(saved: dict[str, Any], graph: JobGraph) -> dict[str, di
 def restored_operator_state(saved: dict[str, dict], graph: JobGraph, allow_non_restored: bool = False) -> dict[str, dict]:
     """CheckpointedFunction state from a checkpoint or savepoint, by uid, redistributed over the
     operator's parallelism now (list state split evenly, union list state to every instance)."""
-    from flowpoint.api.operator_state import redistribute
-
     by_uid: dict[str, dict[int, dict]] = {}
     for key, states in saved.items():
         uid, index = key.rsplit(":", 1)

@@ -35,6 +35,7 @@ from flowpoint.driver.slot_control import SlotControl, check_slots, control_host
 from flowpoint.driver.source_assignment import SourceAssignment
 from flowpoint.errors import JobExecutionError
 from flowpoint.partition.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
+from flowpoint.spark.tasks_common import spark_failure
 from flowpoint.tasks.barrier_snapshot import Barrier
 
 if TYPE_CHECKING:
@@ -168,8 +169,6 @@ class ContinuousLoop(CommittedLoop):
             raise _Cancelled
 
     def _spark_failure(self) -> BaseException:
-        from flowpoint.spark.tasks_common import spark_failure
-
         reported = self.control.reported_failure(_REPORT_WAIT_S)
         if reported is not None:  # the slot's own error keeps its class and details
             return reported

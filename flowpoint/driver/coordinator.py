@@ -15,6 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.api.storage_options import storage_options
 from flowpoint.checkpoint.signing import Keyring
 from flowpoint.driver import failure_report
 from flowpoint.driver.checkpoint_coordinator import CheckpointCoordinator
@@ -38,6 +39,7 @@ from flowpoint.driver.working_files import WorkingFiles
 from flowpoint.errors import ConfigurationError, FlowpointError, JobExecutionError
 from flowpoint.spark.adapter_choice import adapter_for
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps
+from flowpoint.tasks.plan import build_stage_plans
 
 if TYPE_CHECKING:
     from flowpoint.driver.description import JobDescription
@@ -259,9 +261,6 @@ class Coordinator:
         return loop
 
     def run(self) -> None:
-        from flowpoint.api.storage_options import storage_options
-        from flowpoint.tasks.plan import build_stage_plans
-
         self._started = time.monotonic()
         try:
             d = self.description

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.clock import now_ms
+from flowpoint.connectors.source import Source as SourceBase
 from flowpoint.driver.restarts import CommittedLoop
 from flowpoint.errors import CheckpointError
 from flowpoint.partition.protocol import EpochSpec, TaskSlice
@@ -175,8 +176,6 @@ class EpochLoop(CommittedLoop):
 
 def notify_checkpoint_complete(graph: JobGraph, meta: Any) -> None:
     """A checkpoint completed: the sinks commit what it covers; sources that listen hear its cut."""
-    from flowpoint.connectors.source import Source as SourceBase
-
     for node in graph.sinks():
         node.t.sink.notify_checkpoint_complete(meta.checkpoint_id)
     for node in graph.sources():

@@ -21,6 +21,7 @@ import traceback
 
 from flowpoint import private_files
 from flowpoint.errors import UserFunctionError
+from flowpoint.home import home_dir
 
 log = logging.getLogger("flowpoint")
 
@@ -30,8 +31,6 @@ KEEP = 100  # failure logs kept in the logs directory, the newest
 def logs_dir() -> str:
     """``$FLOWPOINT_HOME/logs`` (``~/.flowpoint/logs``), created private to the user (0700); one
     open to others is refused (``flowpoint.home.home_dir``)."""
-    from flowpoint.home import home_dir
-
     return str(home_dir("logs", "the log directory"))
 
 

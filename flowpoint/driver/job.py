@@ -8,8 +8,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.checkpoint.savepoint import native_savepoint, resolve_target
 from flowpoint.driver.job_status import JobExecutionResult, JobProgress, JobStatus
 from flowpoint.errors import (
+    CheckpointError,
     ConfigurationError,
     FlowpointError,
     JobCancelledError,
@@ -169,9 +171,6 @@ class JobClient:
         return self._coordinator.savepoint(target_directory, stop=False, drain=False)
 
     def _native_savepoint(self, target_directory: str | None, attempts: int = 3) -> str:
-        from flowpoint.checkpoint.savepoint import native_savepoint, resolve_target
-        from flowpoint.errors import CheckpointError
-
         c = self._coordinator
         target = resolve_target(target_directory, c.config)
         for attempt in range(attempts):
@@ -189,8 +188,6 @@ class JobClient:
         barrier at once) and wait for it: its id and path. ``full``: it references no file of an
         earlier (incremental) checkpoint. CheckpointError when checkpointing is not enabled or
         the checkpoint fails."""
-        from flowpoint.errors import CheckpointError
-
         c = self._coordinator
         if not c.settings.enabled:
             msg = f"cannot trigger a checkpoint of job {c.job_id} ({c.job_name!r}): checkpointing is not enabled (execution.checkpointing.interval)"

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.connectors.sinks import PrintSink
 from flowpoint.driver.progress_bar import ERASE_LINE, BarTicker, bar_line, terminal_width
 
 if TYPE_CHECKING:
@@ -184,8 +185,6 @@ def total_records(graph: JobGraph) -> int | None:
 def on_terminal(graph: JobGraph, stream: Any = None) -> bool:
     """Standard error (``stream``) is a terminal a bar may be drawn on: not ``TERM=dumb``, and
     no ``print()`` sink of the job writes to a terminal (its lines would cut through the bar)."""
-    from flowpoint.connectors.sinks import PrintSink
-
     stream = stream if stream is not None else sys.stderr
     try:
         if not stream.isatty() or os.environ.get("TERM") == "dumb":

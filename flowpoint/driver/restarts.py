@@ -22,6 +22,7 @@ from flowpoint.clock import now_ms
 from flowpoint.driver.history import JobHistory
 from flowpoint.driver.restore import RestoredJob, plan_restore
 from flowpoint.driver.resume import restore_point
+from flowpoint.spark.failures import failure_identity, is_recoverable
 
 if TYPE_CHECKING:
     import threading
@@ -39,8 +40,6 @@ log = logging.getLogger("flowpoint")
 def restartable(error: BaseException) -> bool:
     """Failures a restart can get past. A non-recoverable error (a wrong job, configuration, key,
     state use or value; a missing state file) fails the job at once with its message."""
-    from flowpoint.spark.failures import is_recoverable
-
     return is_recoverable(error)
 
 
@@ -60,8 +59,6 @@ class RepeatedFailures:
 
     def count(self, error: BaseException) -> int:
         """How many failures in a row, this one included, were this one (1: a new failure)."""
-        from flowpoint.spark.failures import failure_identity
-
         identity = failure_identity(error)
         self._count = self._count + 1 if identity is not None and identity == self._last else 1
         self._last = identity

@@ -33,6 +33,7 @@ from flowpoint.errors import CheckpointError, SerializationError
 from flowpoint.partition.committed_chain import CommittedChain
 from flowpoint.state.compatibility import schema_json
 from flowpoint.state.keygroups import key_group_range_for_operator
+from flowpoint.tasks.channel_state import RestoredChannelFile
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -184,8 +185,6 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
 
 def _channel_state(meta: CheckpointMetadata, base: str, graph: JobGraph, where: str, allow_non_restored: bool) -> dict[str, tuple]:
     """Each receiving stage's channel state files (unaligned checkpoints: tasks/channel_state.py)."""
-    from flowpoint.tasks.channel_state import RestoredChannelFile
-
     heads = {graph.nodes[s.head].uid for s in graph.stages}
     out: dict[str, list] = {}
     for f in meta.channel_state:

@@ -42,6 +42,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.api.storage_options import storage_options
+from flowpoint.checkpoint.directory import CHK_PATTERN, resolve_restore_path
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
+from flowpoint.checkpoint.metadata import read_metadata
+from flowpoint.driver.registry import JobRegistry, registry_dir
 from flowpoint.errors import CheckpointError, CorruptStateError
 
 if TYPE_CHECKING:
@@ -118,9 +123,6 @@ class Restored:
 def restore_point(config: Any, settings: Any, graph: JobGraph, plan: Plan) -> Restored | None:
     """The restore a new run starts from (``plan`` maps and verifies one checkpoint, as
     :func:`flowpoint.driver.restore.plan_restore`); None: start from the beginning."""
-    from flowpoint.api.storage_options import storage_options
-    from flowpoint.checkpoint.directory import resolve_restore_path
-
     options = storage_options(config)
     path = config.get("execution.savepoint.path")
     by_id = config.get("execution.state-recovery.from-job")
@@ -136,7 +138,6 @@ def restore_point(config: Any, settings: Any, graph: JobGraph, plan: Plan) -> Re
     if not settings.checkpoints_dir:
         msg = "--resume needs the checkpoints directory of the previous run: set state.checkpoints.dir (flowpoint.yaml or -D)"
         raise CheckpointError(msg)
-    from flowpoint.driver.registry import JobRegistry, registry_dir
 
     registry = JobRegistry(registry_dir(config))
     run = choose_run(settings.checkpoints_dir, options, graph, registry, str(by_id) if by_id else None)
@@ -149,10 +150,6 @@ def restore_point(config: Any, settings: Any, graph: JobGraph, plan: Plan) -> Re
 
 def scan_runs(root: str, options: dict, registry: JobRegistry) -> list[Run]:
     """Every job directory under ``root`` with at least one ``chk-<n>/_metadata``, oldest first."""
-    from flowpoint.checkpoint.directory import CHK_PATTERN
-    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-    from flowpoint.checkpoint.metadata import read_metadata
-
     access = CheckpointStorageAccess(root, options)
     access.check_trusted("checkpoint directory", SETTING)
     if not access.exists(""):
@@ -292,8 +289,6 @@ def _run_by_id(runs: list[Run], prefix: str, root: str, graph: JobGraph, registr
 
 
 def restore_run(run: Run, options: dict, plan: Plan, fallback: bool) -> Restored:
-    from flowpoint.checkpoint.directory import resolve_restore_path
-
     skipped: list[str] = []
     for n, checkpoint_id in enumerate(run.checkpoints):
         try:

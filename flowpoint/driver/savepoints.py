@@ -17,10 +17,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.directory import commit_unit
+from flowpoint.checkpoint.savepoint import (
+    assemble_operator,
+    complete_savepoint,
+    create_savepoint_dir,
+    discard_incomplete,
+    resolve_target,
+)
 from flowpoint.checkpoint.signing import Keyring
 from flowpoint.clock import now_ms
 from flowpoint.driver.checkpoint_coordinator import CheckpointStats, apply_declared
 from flowpoint.errors import CheckpointError
+from flowpoint.spark.adapter_choice import adapter_for
+from flowpoint.spark.state_jobs import StatePartition
 from flowpoint.state.keygroups import key_group_range_for_operator
 
 if TYPE_CHECKING:
@@ -79,8 +88,6 @@ class SavepointService:
     def request(self, target_directory: str | None, stop: bool, drain: bool, refusal: Callable[[], str | None]) -> Future:
         """Queue a savepoint; ``refusal`` says why the job cannot take one any more (or None),
         asked under the lock that :meth:`close` holds while the job ends."""
-        from flowpoint.checkpoint.savepoint import resolve_target
-
         target = resolve_target(target_directory, self.config)
         request = SavepointRequest(target, stop, drain, Future())
         with self._lock:
@@ -142,8 +149,6 @@ class SavepointService:
     def write(self, target: str, epoch: int, stop: bool = False) -> str:
         """Every stateful task writes its canonical part (a Spark job over the partitions, run
         where their state is); the driver writes ``_metadata`` from the parts' entries."""
-        from flowpoint.spark.adapter_choice import adapter_for
-
         t0, trigger_ms = time.perf_counter(), now_ms()
         access = self.create(target)
         return self.complete(
@@ -153,8 +158,6 @@ class SavepointService:
 
     def create(self, target: str) -> Any:
         """The new savepoint's directory (its access), below ``target``."""
-        from flowpoint.checkpoint.savepoint import create_savepoint_dir
-
         return create_savepoint_dir(target, self.job_id, self.files.location().options)
 
     def complete(self, access: Any, written: Callable[[], list], epoch: int, sources: list, t0: float, trigger_ms: int, stop: bool = False) -> str:
@@ -163,12 +166,6 @@ class SavepointService:
         ``epoch`` with the split positions ``sources``; an incomplete savepoint is removed.
         ``stop``: the savepoint of a stop-with-savepoint. Its stats (completed or failed) go
         to :attr:`history`."""
-        from flowpoint.checkpoint.savepoint import (
-            assemble_operator,
-            complete_savepoint,
-            discard_incomplete,
-        )
-
         cid = self._next_savepoint_id()
         stats = CheckpointStats(cid, epoch, trigger_ms, kind="stop" if stop else "savepoint")
         self.history.append(stats)
@@ -222,8 +219,6 @@ def _completed(stats: CheckpointStats, operators: list, path: str, t0: float) ->
 
 def state_partitions(graph: JobGraph, state: CommittedState, only_uid: str | None = None) -> list:
     """Every stateful (stage, partition) with its committed chain, for a state job."""
-    from flowpoint.spark.state_jobs import StatePartition
-
     items = []
     for stage in graph.stages:
         uids = tuple(graph.nodes[n].uid for n in stage.nodes if graph.nodes[n].keyed)

@@ -24,6 +24,8 @@ from flowpoint.partition.working import (
     remove_job_dir,
     resolve_working_dir,
 )
+from flowpoint.spark.adapter_choice import adapter_for
+from flowpoint.state.rocksdb import RocksDBMemory
 
 log = logging.getLogger("flowpoint")
 
@@ -65,8 +67,6 @@ class WorkingFiles:
 
     def location(self) -> StateLocation:
         """Where this run's working state lives (shipped to every task)."""
-        from flowpoint.state.rocksdb import RocksDBMemory
-
         s = self.settings
         return StateLocation(
             self.run_key, self.working_dir if self.configured else "", self.durable_root, s.backend,
@@ -153,7 +153,6 @@ def _on_a_cluster(spark: Any) -> bool:
     """Executors on other hosts: any master but ``local*`` (``local-cluster`` runs on this host)."""
     if spark is None:
         return False
-    from flowpoint.spark.adapter_choice import adapter_for
 
     return adapter_for(spark).on_a_cluster()
 
@@ -169,8 +168,6 @@ def _check_remote_dir(config: Any, root: str, options: dict) -> None:
 
 
 def _warn_unshared(spark: Any, root: str) -> None:
-    from flowpoint.spark.adapter_choice import adapter_for
-
     adapter = adapter_for(spark)
     master = adapter.describe()
     if durable.is_local(root) and adapter.on_a_cluster():

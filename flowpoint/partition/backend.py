@@ -32,6 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from flowpoint import private_files
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
+from flowpoint.checkpoint.integrity import check_tables, decode, misshapen
 from flowpoint.checkpoint.parts import RestoredFile, restore_native
 from flowpoint.clock import now_ms
 from flowpoint.partition import durable
@@ -55,7 +57,7 @@ from flowpoint.partition.working import (
 from flowpoint.pickles import dumps
 from flowpoint.state import rocksdb_changelog
 from flowpoint.state.compatibility import infer_kind, recorded_states, sample_value_class
-from flowpoint.state.heap import puts_and_deletes
+from flowpoint.state.heap import HeapKeyedStateBackend, puts_and_deletes
 from flowpoint.state.key_identity import key_table
 
 BACKENDS = ("hashmap", "rocksdb")
@@ -110,8 +112,6 @@ class PartitionBackend:
     def load(self, f: CommittedFile, what: str, stage_id: int, partition: int) -> Any:
         """The unpickled contents of a committed durable file (:meth:`read`); StateDecodeError
         naming it when it matches its checksum but does not unpickle."""
-        from flowpoint.checkpoint.integrity import decode, misshapen
-
         data = self.read(f, what, stage_id, partition)
         payload = decode(pickle.loads, data, f.path or "", None, f"working {what}", durable.RESTORE_HINT)
         if not (type(payload) is tuple and len(payload) == 2 and payload[0] in ("base", "delta") and isinstance(payload[1], dict) and all(isinstance(u, str) for u in payload[1])):
@@ -171,8 +171,6 @@ class PartitionBackend:
 
 
 def _storage(target: CheckpointTarget, options: tuple) -> Any:
-    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-
     return CheckpointStorageAccess(target.job_dir_uri, dict(options))
 
 
@@ -194,13 +192,9 @@ class HashMapPartitionBackend(PartitionBackend):
     kind = "hashmap"
 
     def new_operator_backend(self, ts: TaskState, uid: str, name: str) -> Any:
-        from flowpoint.state.heap import HeapKeyedStateBackend
-
         return HeapKeyedStateBackend(name, uid=uid)
 
     def _apply_file(self, ts: TaskState, f: CommittedFile, what: str, stage_id: int, partition: int) -> None:
-        from flowpoint.checkpoint.integrity import check_tables
-
         kind, per_uid = self.load(f, what, stage_id, partition)
         for uid, data in per_uid.items():
             check_tables(data, kind != "base", f.path or "", uid, None, f"working {what}")

@@ -23,6 +23,7 @@ import os
 import shutil
 from typing import Any
 
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.errors import StateNotFoundError, io_errors
 from flowpoint.private_files import write_private
 from flowpoint.worker_resources import BoundedCache, worker
@@ -49,8 +50,6 @@ def local_path(uri: str) -> str:
 
 def _access(root: str, options: tuple) -> Any:
     """This worker's storage client of ``root`` (built once per root and options, LRU)."""
-    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-
     clients = worker().cache("durable.storage-access", _ACCESS_CLIENTS)
     return clients.get_or_create((root, options), lambda: CheckpointStorageAccess(root, dict(options)))
 

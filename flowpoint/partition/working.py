@@ -30,8 +30,10 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from flowpoint.checkpoint.integrity import check_bytes, check_tables
 from flowpoint.checkpoint.parts import RestoredFile, apply_part, load_part, read_uri, restored_loads
 from flowpoint.partition.committed_chain import CommittedChain
+from flowpoint.private_files import private_dir
 from flowpoint.worker_resources import worker
 
 log = logging.getLogger("flowpoint")
@@ -253,8 +255,6 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options:
     """A checkpoint's full snapshots merged per operator uid, each file keeping only its key
     groups: ``{uid: {state name: {key: value}}}``. Each file is checked against its recorded
     size and SHA-256 before it is decoded (CorruptStateError naming it otherwise)."""
-    from flowpoint.checkpoint.integrity import check_bytes, check_tables
-
     merged: dict[str, dict[str, dict[Any, Any]]] = {}
     for f in files:
         data = f.data if f.data is not None else read_uri(f.uri, options)
@@ -318,8 +318,6 @@ def ensure_working_dir(configured: str | None) -> str:
     :class:`~flowpoint.errors.InsecurePathError` naming it if another user owns it or can write
     it. The default location is also made unreadable by others; a configured one keeps its
     mode (what flowpoint creates in it is 0700/0600)."""
-    from flowpoint.private_files import private_dir
-
     what = "working directory (state.working.dir)" if configured else "default working directory"
     return private_dir(resolve_working_dir(configured), what, tighten=not configured)
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from flowpoint.spark.state_frames import rows_to_dataframe
+
 
 class SparkAdapter(ABC):
     """What the driver needs of Spark. ``spark`` is the session itself (for the user)."""
@@ -116,8 +118,6 @@ class SparkAdapter(ABC):
         """A savepoint's operator state as a DataFrame of this session."""
 
     def rows_dataframe(self, rows: list[tuple], with_state_name: bool) -> Any:
-        from flowpoint.spark.state_frames import rows_to_dataframe
-
         return rows_to_dataframe(self.spark, rows, with_state_name)
 
     # -- shipping code ----------------------------------------------------------------------------

@@ -7,6 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from flowpoint.spark.adapter import SparkAdapter
+from flowpoint.spark.continuous_launcher import SparkContinuousLauncher, max_concurrent_tasks
+from flowpoint.spark.session import ship_python_dependencies, ship_python_files
+from flowpoint.spark.state_frames import keyed_state_dataframe, keyed_state_tables
+from flowpoint.spark.state_jobs import read_keyed_state, remove_local_state, write_savepoint_parts
+from flowpoint.spark.ui import group_job_ids, spark_ui_url
 
 
 class ClassicAdapter(SparkAdapter):
@@ -29,13 +34,9 @@ class ClassicAdapter(SparkAdapter):
         return not self.master().startswith("local")
 
     def ui_url(self) -> str | None:
-        from flowpoint.spark.ui import spark_ui_url
-
         return spark_ui_url(self.spark)
 
     def spark_job_ids(self, group: str) -> set[int]:
-        from flowpoint.spark.ui import group_job_ids
-
         return group_job_ids(self.sc, group)
 
     def start_job_group(self, job_id: str, description: str) -> None:
@@ -53,16 +54,12 @@ class ClassicAdapter(SparkAdapter):
         return None  # (Spark's executors reach its driver, which this process is)
 
     def continuous_launcher(self, job_id: str, description: str) -> Any:
-        from flowpoint.spark.continuous_launcher import SparkContinuousLauncher
-
         return SparkContinuousLauncher(self.spark, job_id, description)
 
     def slots_available(self) -> int:
         """``SparkContext.maxNumConcurrentTasks``: the number Spark's scheduler checks a barrier
         stage against (the cores of ``local[N]``, or of the executors registered now). Not
         ``defaultParallelism``, which is at least 2 on a cluster whatever its cores."""
-        from flowpoint.spark.continuous_launcher import max_concurrent_tasks
-
         try:
             return max_concurrent_tasks(self.sc)
         except Exception:  # noqa: BLE001 - a Spark without it: its default parallelism
@@ -80,36 +77,22 @@ class ClassicAdapter(SparkAdapter):
         return str(self.sc.getConf().get("spark.driver.host", "127.0.0.1"))
 
     def write_savepoint_parts(self, location: Any, items: list, savepoint_uri: str) -> list:
-        from flowpoint.spark.state_jobs import write_savepoint_parts
-
         return write_savepoint_parts(self.sc, location, items, savepoint_uri)
 
     def read_keyed_state(self, location: Any, items: list, uid: str) -> dict:
-        from flowpoint.spark.state_jobs import read_keyed_state
-
         return read_keyed_state(self.sc, location, items, uid)
 
     def remove_local_state(self, location: Any, job_id: str) -> int:
-        from flowpoint.spark.state_jobs import remove_local_state
-
         return remove_local_state(self.sc, location, job_id, max(2, 2 * self.default_parallelism()))
 
     def savepoint_tables(self, access: Any, op: Any) -> dict:
-        from flowpoint.spark.state_frames import keyed_state_tables
-
         return keyed_state_tables(self.spark, access, op)
 
     def savepoint_dataframe(self, access: Any, op: Any, kinds: dict, state_name: str | None) -> Any:
-        from flowpoint.spark.state_frames import keyed_state_dataframe
-
         return keyed_state_dataframe(self.spark, access, op, kinds, state_name)
 
     def ship_python_dependencies(self, config: Any) -> None:
-        from flowpoint.spark.session import ship_python_dependencies
-
         ship_python_dependencies(self.spark, config)
 
     def ship_python_files(self, files: str | None) -> None:
-        from flowpoint.spark.session import ship_python_files
-
         ship_python_files(self.spark, files)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from flowpoint.errors import ConfigurationError
+from flowpoint.python_deps import DRIVER_ONLY_PATHS, check_archives, executor_py_files
 from flowpoint.spark.adapter import is_connect_session
 from flowpoint.spark.jvm_output import start_driver_jvm
 from flowpoint.spark.versions import check_spark_version
@@ -44,8 +45,6 @@ LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 def _python_path() -> str:
     """The driver's import path, so executors' Python workers import the same modules (but not
     the driver's paths of python.files/python.requirements: executors import what Spark shipped)."""
-    from flowpoint.python_deps import DRIVER_ONLY_PATHS
-
     existing = [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x and x not in DRIVER_ONLY_PATHS]
     here = [p for p in sys.path if p and os.path.isdir(p) and p not in DRIVER_ONLY_PATHS]
     return os.pathsep.join(dict.fromkeys([*existing, *here]))
@@ -381,8 +380,6 @@ def _check_versions(spark: Any) -> None:
 def ship_python_dependencies(spark: Any, config: Any) -> None:
     """``python.files`` (directories zipped), ``python.requirements`` (installed, zipped) and
     ``python.archives`` (``addArchive``: unpacked under their alias) to every executor."""
-    from flowpoint.python_deps import check_archives, executor_py_files
-
     if not hasattr(spark, "sparkContext"):
         return
     files, requirements = config.get("python.files"), config.get("python.requirements")

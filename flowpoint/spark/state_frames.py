@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flowpoint.checkpoint.savepoint import load_subtask_state
 from flowpoint.state.key_identity import user_key
 
 COLUMNS = ("state_name", "key", "namespace", "user_key", "value")
@@ -77,8 +78,6 @@ def state_rows(tables: dict, kinds: dict, state_name: str | None) -> list[tuple]
 
 def _subtask_reader(access: Any, op: Any):
     def read(sub: Any) -> dict:
-        from flowpoint.checkpoint.savepoint import load_subtask_state
-
         return load_subtask_state(access, op, sub)
 
     return read

@@ -15,8 +15,12 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
+from flowpoint.checkpoint.savepoint import write_part
+from flowpoint.partition.backend import partition_backend, state_schemas
 from flowpoint.partition.committed_chain import CommittedChain
 from flowpoint.partition.protocol import StateLocation
+from flowpoint.partition.working import resolve_working_dir, task_states
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,6 @@ def _run(sc: Any, items: list[StatePartition], task: Any, description: str) -> l
 
 def _with_state(location: StateLocation, action: Any):
     def task(iterator: Any):
-        from flowpoint.partition.backend import partition_backend, state_schemas
-
         out = []
         for item in iterator:
             backend = partition_backend(location, item.max_parallelism)
@@ -62,9 +64,6 @@ def savepoint_task(location: StateLocation, savepoint_uri: str):
     options = location.options
 
     def action(item: StatePartition, tables: dict, kinds: dict, schemas: dict) -> list:
-        from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-        from flowpoint.checkpoint.savepoint import write_part
-
         access = CheckpointStorageAccess(savepoint_uri, options)
         out = []
         for uid in item.uids:
@@ -110,8 +109,6 @@ def remove_task(location: StateLocation, job_id: str):
     local_dir = location.local_dir
 
     def task(iterator: Any):
-        from flowpoint.partition.working import resolve_working_dir, task_states
-
         list(iterator)
         task_states().drop(job_id)
         path = os.path.join(resolve_working_dir(local_dir or None), job_id)  # "": this host's default

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from flowpoint.spark.failures import task_error
+
 
 def executor_id() -> str:
     """The executor this task runs on: its Python worker daemon (one per executor), and the
@@ -16,6 +18,4 @@ def spark_failure(e: Exception, epoch: int) -> Exception:
     """The error a failed Spark job raises on the driver: the task's flowpoint error, with its
     class and message, read out of Spark's text (``flowpoint.spark.failures.task_error``);
     else a JobExecutionError (or SerializationError) naming the Python or Spark cause."""
-    from flowpoint.spark.failures import task_error
-
     return task_error(str(e), epoch)

@@ -50,6 +50,8 @@ import pickle
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from flowpoint.api.row import Row
+from flowpoint.api.types import RowType
 from flowpoint.errors import StateAccessError, StateMigrationError
 
 # kinds an inferred kind cannot be: a value that is neither a list nor a dict is not a list or
@@ -85,8 +87,6 @@ def infer_kind(table: Mapping[Any, Any]) -> str:
 
 def declared_schema(descriptor: Any) -> dict | None:
     """The schema a descriptor declares, as data for ``_metadata`` (None: no type declared)."""
-    from flowpoint.api.types import RowType
-
     t = getattr(descriptor, "type_info", None)
     kt = getattr(descriptor, "key_type_info", None)
     if t is None and kt is None:
@@ -155,8 +155,6 @@ def restored_state_migration(operator: str, descriptor: Any, recorded: Recorded 
     """Check state ``descriptor`` against what was restored for it; the function that brings a
     restored value (a list element, a map value) to the declared schema, or None when nothing
     was restored for it. Raises StateMigrationError for a change that cannot be migrated."""
-    from flowpoint.api.types import RowType
-
     name, kind = descriptor.name, descriptor.kind
     check_restored_kind(operator, name, kind, recorded)
     if recorded is None or name.startswith("_"):
@@ -226,8 +224,6 @@ def _describe(schema: dict) -> str:
 def _row_evolution(names: list[str], old_names: list[str]) -> Migration:
     """A Row value with other field names as a Row of ``names``: by name, None for a new field;
     a Row without names (or a plain tuple) is read by the old schema's positions."""
-    from flowpoint.api.row import Row
-
     target = tuple(names)
 
     def evolve(value: Any) -> Any:

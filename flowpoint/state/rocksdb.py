@@ -61,6 +61,7 @@ from flowpoint.state.compatibility import (
 from flowpoint.state.key_identity import CurrentKey, StateKey, state_key
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
 from flowpoint.state.kinds import ABSENT, ATOMIC, immutable, keyed_state
+from flowpoint.worker_resources import worker
 
 _loads = pickle.loads
 _pickle_dumps = pickle.dumps
@@ -255,8 +256,6 @@ def shared_memory(memory: RocksDBMemory) -> tuple[Any, Any]:
     """This worker's (slot's) block cache and write buffer manager for ``memory``: built once per
     setting and worker process (flowpoint/worker_resources.py; a forked worker makes its own)."""
     from rocksdict import Cache, WriteBufferManager
-
-    from flowpoint.worker_resources import worker
 
     def build() -> tuple[Any, Any]:
         cache = Cache(memory.per_slot)

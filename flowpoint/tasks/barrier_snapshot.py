@@ -11,9 +11,13 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
+from flowpoint.checkpoint.savepoint import write_part
 from flowpoint.clock import now_ms
+from flowpoint.partition.backend import state_schemas
 from flowpoint.partition.protocol import TaskAck
 from flowpoint.state.compatibility import declared_states
+from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.tasks.channel_state import data_items, write_channel_state
 from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.state_values import unpicklable_operator_state_error
@@ -217,11 +221,6 @@ class BarrierSnapshot:
     def _savepoint_parts(self, uri: str) -> list:
         """This partition's canonical savepoint parts of its committed state (the parts a Spark
         state job writes on the epoch runtime, flowpoint/spark/state_jobs.py)."""
-        from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-        from flowpoint.checkpoint.savepoint import write_part
-        from flowpoint.partition.backend import state_schemas
-        from flowpoint.state.keygroups import key_group_range_for_operator
-
         head = self.plan.ops[self.plan.head]
         kgr = key_group_range_for_operator(head.max_parallelism, self.plan.parallelism, self.partition)
         tables, kinds = self.backend.committed_tables(self.ts, self.uids)

@@ -31,6 +31,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from flowpoint.checkpoint.filesystem import read_uri_bytes
+from flowpoint.checkpoint.integrity import check_bytes
+from flowpoint.checkpoint.integrity import decode as decode_file
 from flowpoint.partition.protocol import CheckpointTarget, PartHandle
 from flowpoint.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from flowpoint.tasks.batches import KeyedBatch, decode, encode
@@ -92,10 +95,6 @@ def read_channel_state(plan: Any, partition: int, files: tuple[RestoredChannelFi
     channel's in the order they were sent: the receivers' recorded frames (sent first), then the
     senders' unsent ones. Watermark items stay in place when ``keep_marks`` (the channels are the
     same as at the cut)."""
-    from flowpoint.checkpoint.filesystem import read_uri_bytes
-    from flowpoint.checkpoint.integrity import check_bytes
-    from flowpoint.checkpoint.integrity import decode as decode_file
-
     out: list = []
     uid = plan.head_uid
     for f in sorted(files, key=lambda f: not f.writer.startswith(f"{uid}:")):

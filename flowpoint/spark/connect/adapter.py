@@ -24,8 +24,14 @@ import ipaddress
 import socket
 from typing import Any
 
+from flowpoint.python_deps import check_archives, executor_py_files
 from flowpoint.spark.adapter import SparkAdapter
 from flowpoint.spark.connect import frames
+from flowpoint.spark.connect.continuous_launcher import ConnectContinuousLauncher
+from flowpoint.spark.connect.epoch_launcher import ConnectEpochLauncher
+from flowpoint.spark.connect.reach import local_address_towards, unreachable_reason
+from flowpoint.spark.state_frames import _subtask_reader, state_rows
+from flowpoint.spark.state_jobs import merge_tables, read_state_task, remove_task, savepoint_task
 
 
 def _tag(job_id: str) -> str:
@@ -98,8 +104,6 @@ class ConnectAdapter(SparkAdapter):
     def epoch_launcher(self, graph: Any, plans: dict, job_id: str) -> Any:
         from pyspark.sql.connect.dataframe import DataFrame
 
-        from flowpoint.spark.connect.epoch_launcher import ConnectEpochLauncher
-
         frames.check_repartition_by_id(DataFrame)
         return ConnectEpochLauncher(self.spark, graph, plans, job_id, _tag(job_id))
 
@@ -107,8 +111,6 @@ class ConnectAdapter(SparkAdapter):
         """None when a Spark task reached this process at ``control_host`` (measured once per
         session and address: ``connect/reach.py``); else why the server's executors cannot
         open the run's control channels here, and what to do."""
-        from flowpoint.spark.connect.reach import unreachable_reason
-
         if control_host not in self._reach:
             self._reach[control_host] = unreachable_reason(self.spark, control_host)
         reason = self._reach[control_host]
@@ -121,8 +123,6 @@ class ConnectAdapter(SparkAdapter):
         )
 
     def continuous_launcher(self, job_id: str, description: str) -> Any:
-        from flowpoint.spark.connect.continuous_launcher import ConnectContinuousLauncher
-
         return ConnectContinuousLauncher(self.spark, job_id, description, _tag(job_id))
 
     def slots_available(self) -> int:
@@ -143,8 +143,6 @@ class ConnectAdapter(SparkAdapter):
         """127.0.0.1 when the server and its tasks run on this host (a loopback server, a local
         master); the server's ``spark.driver.host`` when the server runs here but its executors
         elsewhere; else the address of this host on the route to the server."""
-        from flowpoint.spark.connect.reach import local_address_towards
-
         if _loopback(self.server_host()):
             if self.master().startswith("local"):
                 return "127.0.0.1"
@@ -160,33 +158,22 @@ class ConnectAdapter(SparkAdapter):
         return frames.run_per_item(self.spark, items, one)
 
     def write_savepoint_parts(self, location: Any, items: list, savepoint_uri: str) -> list:
-        from flowpoint.spark.state_jobs import savepoint_task
-
         return self._per_item(items, savepoint_task(location, savepoint_uri))
 
     def read_keyed_state(self, location: Any, items: list, uid: str) -> dict:
-        from flowpoint.spark.state_jobs import merge_tables, read_state_task
-
         return merge_tables(self._per_item(items, read_state_task(location, uid)))
 
     def remove_local_state(self, location: Any, job_id: str) -> int:
-        from flowpoint.spark.state_jobs import remove_task
-
         tasks = max(2, 2 * self.default_parallelism())
         return sum(self._per_item(list(range(tasks)), remove_task(location, job_id)))
 
     def savepoint_tables(self, access: Any, op: Any) -> dict:
-        from flowpoint.spark.state_frames import _subtask_reader
-        from flowpoint.spark.state_jobs import merge_tables
-
         read = _subtask_reader(access, op)
         return merge_tables(frames.run_per_item(self.spark, list(op.subtasks), lambda sub: [read(sub)]))
 
     def savepoint_dataframe(self, access: Any, op: Any, kinds: dict, state_name: str | None) -> Any:
         """Read by one Spark task per parallel instance; the rows come here and become a
         DataFrame of the session (classic sessions keep them on the executors)."""
-        from flowpoint.spark.state_frames import state_rows
-
         return self.rows_dataframe(state_rows(self.savepoint_tables(access, op), kinds, state_name), state_name is None)
 
     # -- shipping code ----------------------------------------------------------------------------
@@ -195,8 +182,6 @@ class ConnectAdapter(SparkAdapter):
         """``python.files`` (directories zipped) and ``python.requirements`` (installed, zipped) as
         ``addArtifacts(pyfile=True)``, ``python.archives`` as ``addArtifacts(archive=True)``
         (unpacked under their ``#alias``); each once per session."""
-        from flowpoint.python_deps import check_archives, executor_py_files
-
         files, requirements = config.get("python.files"), config.get("python.requirements")
         shipped = executor_py_files(files, requirements) if (files or requirements) else []
         self.ship_python_files(",".join(shipped))

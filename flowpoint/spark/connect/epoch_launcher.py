@@ -38,8 +38,9 @@ from flowpoint.spark.connect.frames import (
     local_frame,
     rows_of,
 )
-from flowpoint.spark.tasks_common import spark_failure
+from flowpoint.spark.tasks_common import executor_id, spark_failure
 from flowpoint.tasks.plan import StagePlan
+from flowpoint.tasks.stage_task import run_stage_task
 from flowpoint.worker_resources import worker
 
 _PLANS = 64  # (job, stage) plans a worker keeps decoded
@@ -61,9 +62,6 @@ def _stage_task(plan_key: tuple[str, int, str], plan_blob: bytes, spec: EpochSpe
 
     def task(iterator: Any) -> Any:
         from pyspark import TaskContext
-
-        from flowpoint.spark.tasks_common import executor_id
-        from flowpoint.tasks.stage_task import run_stage_task
 
         plan = _plan(plan_key, plan_blob)
         stage_id = plan_key[1]

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from flowpoint.errors import ConfigurationError
+from flowpoint.pickles import dumps
 
 SCHEMA = pa.schema([pa.field("dest", pa.int32()), pa.field("edge", pa.int64()), pa.field("blob", pa.binary())])
 DDL = "dest int, edge bigint, blob binary"
@@ -70,8 +71,6 @@ def check_repartition_by_id(df_class: Any) -> None:
 def run_per_item(spark: Any, items: list, task: Callable[[Any], list]) -> list:
     """``task(item)`` for every item, one Spark task each (a DataFrame query of one
     ``mapInArrow``); the concatenated answers. Items and answers travel pickled."""
-    from flowpoint.pickles import dumps
-
     if not items:
         return []
     frame = local_frame(spark, [(i, ACK, dumps(item)) for i, item in enumerate(items)])
@@ -84,8 +83,6 @@ def run_per_item(spark: Any, items: list, task: Callable[[Any], list]) -> list:
 
 def _per_item(task: Callable[[Any], list]):
     def run(iterator: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from flowpoint.pickles import dumps
-
         out = []
         for batch in iterator:
             for dest, _, blob in rows_of(batch):
