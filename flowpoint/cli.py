@@ -92,6 +92,38 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"flowpoint {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _run_command(sub)
+    info = sub.add_parser(
+        "info", help="print a job's execution plan (JSON) without running it",
+        description="Run the job script up to its first execute()/execute_async() and print the job's plan as Flink's\n"
+        "JSON (nodes with id, type, pact, contents, parallelism, predecessors and their ship_strategy) instead of\n"
+        "running it. No Spark application is started.",
+        epilog="examples:\n"
+        "  flowpoint info job.py                      # the plan of job.py\n"
+        "  flowpoint info -p 4 job.py --input in.txt  # with a default parallelism of 4 and the job's own arguments",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    info.add_argument("-p", "--parallelism", type=int, help="default parallelism of the job's operators")
+    info.add_argument("-D", dest="dynamic", action="append", default=[], metavar="key=value", help="a configuration setting (repeatable)")
+    info.add_argument("--conf", metavar="FILE_OR_DIR", help="a flowpoint.yaml file (or the directory holding it)")
+    info.add_argument("script", help="the job's Python file")
+    info.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the job")
+    checkpoints = sub.add_parser(
+        "checkpoints", help="list a job's checkpoints",
+        description="List the checkpoints in a job's checkpoint directory (<state.checkpoints.dir>/<job-id>): "
+        "id, completion time, size, whether complete, path to restore from.",
+        epilog="examples:\n"
+        "  flowpoint checkpoints /tmp/checkpoints/0f4e9a6b2c1d4e5f8a7b6c5d4e3f2a1b\n"
+        "  flowpoint checkpoints s3://bucket/checkpoints/0f4e9a6b2c1d4e5f8a7b6c5d4e3f2a1b",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    checkpoints.add_argument("job_dir", metavar="DIR/JOB-ID", help="the job's checkpoint directory (a path or URI: file://, s3://, hdfs://)")
+    _control_commands(sub)
+    return parser
+
+
+def _run_command(sub: Any) -> None:
+    """`flowpoint run`: Flink's `flink run` options and the job script with its arguments."""
     run = sub.add_parser(
         "run", help="run a job script", description="Run a job script as `python job.py args` would.",
         epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -142,33 +174,6 @@ def _parser() -> argparse.ArgumentParser:
     _python_options(run)
     run.add_argument("script", nargs="?", help="the job's Python file")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the job")
-    info = sub.add_parser(
-        "info", help="print a job's execution plan (JSON) without running it",
-        description="Run the job script up to its first execute()/execute_async() and print the job's plan as Flink's\n"
-        "JSON (nodes with id, type, pact, contents, parallelism, predecessors and their ship_strategy) instead of\n"
-        "running it. No Spark application is started.",
-        epilog="examples:\n"
-        "  flowpoint info job.py                      # the plan of job.py\n"
-        "  flowpoint info -p 4 job.py --input in.txt  # with a default parallelism of 4 and the job's own arguments",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    info.add_argument("-p", "--parallelism", type=int, help="default parallelism of the job's operators")
-    info.add_argument("-D", dest="dynamic", action="append", default=[], metavar="key=value", help="a configuration setting (repeatable)")
-    info.add_argument("--conf", metavar="FILE_OR_DIR", help="a flowpoint.yaml file (or the directory holding it)")
-    info.add_argument("script", help="the job's Python file")
-    info.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the job")
-    checkpoints = sub.add_parser(
-        "checkpoints", help="list a job's checkpoints",
-        description="List the checkpoints in a job's checkpoint directory (<state.checkpoints.dir>/<job-id>): "
-        "id, completion time, size, whether complete, path to restore from.",
-        epilog="examples:\n"
-        "  flowpoint checkpoints /tmp/checkpoints/0f4e9a6b2c1d4e5f8a7b6c5d4e3f2a1b\n"
-        "  flowpoint checkpoints s3://bucket/checkpoints/0f4e9a6b2c1d4e5f8a7b6c5d4e3f2a1b",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    checkpoints.add_argument("job_dir", metavar="DIR/JOB-ID", help="the job's checkpoint directory (a path or URI: file://, s3://, hdfs://)")
-    _control_commands(sub)
-    return parser
 
 
 def _control_commands(sub: Any) -> None:
@@ -219,6 +224,10 @@ def _control_commands(sub: Any) -> None:
     savepoint.add_argument("job_id", nargs="?", metavar="JOB-ID", help=job_help)
     savepoint.add_argument("target", nargs="?", metavar="DIR", help="directory to write savepoint-<id[:6]>-<hex> into")
     savepoint.add_argument("-d", "--dispose", metavar="PATH", help="delete the savepoint at PATH (its directory or _metadata)")
+    _stop_cancel_inspect_ui(sub, job_help, raw)
+
+
+def _stop_cancel_inspect_ui(sub: Any, job_help: str, raw: Any) -> None:
     stop = sub.add_parser(
         "stop", help="take a savepoint of a running job and stop it",
         description="Take a savepoint of a running job, then end it (FINISHED); prints the savepoint's path.",

@@ -285,6 +285,19 @@ def create_savepoint_dir(target: str, job_id: str, options: Mapping[str, Any] | 
     return access
 
 
+def write_parts(access: CheckpointStorageAccess, uids: list[str], index: int, key_group_start: int, key_group_end: int, tables: Mapping[str, Mapping[str, Mapping[Any, Any]]], kinds: Mapping[str, Mapping[str, str]], schemas: Mapping[str, Mapping[str, dict]], max_parallelism: int) -> list[tuple[str, SubtaskState, dict[str, dict[str, Any]]]]:
+    """Every operator's part (:func:`write_part`) of parallel instance ``index`` holding key groups
+    ``key_group_start..key_group_end``: ``[(uid, subtask entry, per-state counts)]``. What a
+    savepoint's task writes on either runtime (a continuous subtask at the savepoint's barrier,
+    a Spark state job between epochs); ``tables``, ``kinds``, ``schemas`` by uid."""
+    out = []
+    for uid in uids:
+        sub, states = write_part(access, uid, index, key_group_start, key_group_end, tables.get(uid, {}), kinds.get(uid, {}),
+                                 max_parallelism, declared=uid in kinds, schemas=schemas.get(uid))
+        out.append((uid, sub, states))
+    return out
+
+
 def write_part(access: CheckpointStorageAccess, uid: str, index: int, key_group_start: int, key_group_end: int, tables: Mapping[str, Mapping[Any, Any]], kinds: Mapping[str, str], max_parallelism: int, declared: bool = False, schemas: Mapping[str, dict] | None = None) -> tuple[SubtaskState, dict[str, dict[str, Any]]]:
     """Write one operator's state of one parallel instance as a Parquet file (run by the task
     that holds the state); returns its subtask entry and per-state counts (and declared

@@ -33,6 +33,7 @@ from flowpoint.driver.epoch_loop import notify_checkpoint_complete
 from flowpoint.driver.restarts import CommittedLoop
 from flowpoint.driver.slot_control import SlotControl, check_slots, control_host, slot_error
 from flowpoint.driver.source_assignment import SourceAssignment
+from flowpoint.driver.unit_commit import commit_unit
 from flowpoint.errors import JobExecutionError
 from flowpoint.partition.protocol import CheckpointTarget, ContinuousSpec, TaskAck, TaskSlice
 from flowpoint.spark.tasks_common import spark_failure
@@ -344,11 +345,8 @@ class ContinuousLoop(CommittedLoop):
         n = flight.barrier.n
         acks = list(flight.acks.values())
         positions = self.sources.cut(flight.planned, acks)
-        accepted = st.accept(acks, f"segment {n}")
-        st.commit_chains({k: a for k, a in accepted.items() if a.state is not None})
-        before = st.records_read
         live = {nd.id for nd in self.graph.sinks() if getattr(nd.t.sink, "continuous_live", False)}
-        st.commit(accepted, n, skip_sinks=live)
+        _, read = commit_unit(st, n, acks, f"segment {n}", live_sinks=live, stateless_chains=False, count_state_tasks=False)
         self.epoch = n
         target = flight.barrier.target
         if target is not None and cp is not None and not flight.expired:
@@ -369,7 +367,7 @@ class ContinuousLoop(CommittedLoop):
             except BaseException as e:  # noqa: BLE001 - reported to the caller; the job goes on
                 request.future.set_exception(e)
         now = time.monotonic()
-        self.progress.committed(n, st.records_read - before, now - self.last_commit, st.records_read)
+        self.progress.committed(n, read, now - self.last_commit, st.records_read)
         self.last_commit = now
         if flight.barrier.final:
             self._finish()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from flowpoint.clock import now_ms
 from flowpoint.connectors.source import Source as SourceBase
 from flowpoint.driver.restarts import CommittedLoop
+from flowpoint.driver.unit_commit import commit_unit
 from flowpoint.errors import CheckpointError
 from flowpoint.partition.protocol import EpochSpec, TaskSlice
 
@@ -128,16 +129,11 @@ class EpochLoop(CommittedLoop):
         )
         t0 = time.monotonic()
         acks = self.launcher.run_epoch(spec, reads, slices)
-        accepted = st.accept(acks, f"epoch {self.epoch}")
-        st.commit_chains(accepted)
-        self.splits.advance(new_positions)
-        before = st.records_read
-        st.commit(accepted, self.epoch)
+        _, read = commit_unit(st, self.epoch, acks, f"epoch {self.epoch}", advance_sources=lambda: self.splits.advance(new_positions))
         if target is not None:
             cp.attach_snapshots(target.checkpoint_id, acks)
-        st.count_state_tasks(acks)
         # the records the sources read (the plan's count is an estimate for files)
-        self.progress.committed(self.epoch, st.records_read - before, time.monotonic() - t0, st.records_read)
+        self.progress.committed(self.epoch, read, time.monotonic() - t0, st.records_read)
 
     def _slices(self, compaction_bytes: int) -> dict[int, list[TaskSlice]]:
         """Each partition's own share of the epoch (see flowpoint/partition/protocol.py)."""

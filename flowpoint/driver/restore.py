@@ -130,34 +130,61 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
             _plan_canonical(op, base, stage, meta.epoch, chains)
             continue
         if writes_native_files(op.backend):
-            if op.parallelism != stage.parallelism:
-                msg = (
-                    f"{where}: operator uid {op.uid!r} was checkpointed by RocksDB with parallelism {op.parallelism}, "
-                    f"the job now runs it with {stage.parallelism}. Restore a RocksDB checkpoint with its own parallelism "
-                    f"(-p {op.parallelism}), or rescale through a savepoint"
+            _plan_native(op, base, stage, meta.epoch, chains, where)
+        else:
+            _plan_heap(op, base, stage, meta.epoch, chains)
+    positions = _positions(meta, graph, where, allow_non_restored, dropped)
+    verify_state_files(CheckpointStorageAccess(job_dir_uri, options), meta)
+    restored_chains = {k: CommittedChain(last_epoch=meta.epoch, restored=tuple(v)) for k, v in chains.items()}
+    sinks = {k: load_user(v, metadata_uri, f"the driver state of sink uid {k!r} in") for k, v in meta.sinks.items()}
+    watermarks = {k: load_user(v, metadata_uri, f"the {k} state in") for k, v in meta.watermarks.items()}
+    return RestoredJob(
+        meta.checkpoint_id, meta.epoch, restored_chains, positions, sinks,
+        int(meta.stats.get("records_read", 0)), sorted(set(dropped)), watermarks,
+        _channel_state(meta, job_dir_uri.rstrip("/"), graph, where, allow_non_restored),
+    )
+
+
+def _plan_native(op: Any, base: str, stage: Any, epoch: int, chains: dict, where: str) -> None:
+    """A RocksDB operator's files: each subtask's DB (and changelog) to the partition of the same
+    index; a RocksDB checkpoint restores only at its own parallelism."""
+    if op.parallelism != stage.parallelism:
+        msg = (
+            f"{where}: operator uid {op.uid!r} was checkpointed by RocksDB with parallelism {op.parallelism}, "
+            f"the job now runs it with {stage.parallelism}. Restore a RocksDB checkpoint with its own parallelism "
+            f"(-p {op.parallelism}), or rescale through a savepoint"
+        )
+        raise CheckpointError(msg)
+    kinds, declared, schemas, classes = _recorded_kinds(op)
+    for sub in op.subtasks:
+        files = tuple((f"{base}/{f.path}", f.local_name or f.path.rsplit("/", 1)[-1], f.size, f.sha256) for f in sub.files)
+        chains.setdefault((stage.id, sub.index), []).append(RestoredFile(op.uid, base, sub.state_size, files=files, epoch=epoch, kinds=kinds, declared=declared, schemas=schemas, value_classes=classes))
+
+
+def _plan_heap(op: Any, base: str, stage: Any, epoch: int, chains: dict) -> None:
+    """A HashMap operator's parts: each new partition reads every part whose key groups overlap
+    its own, filtered to its key groups unless the part lies wholly inside them (any parallelism)."""
+    kinds, declared, schemas, classes = _recorded_kinds(op)
+    for p in range(stage.parallelism):
+        mine = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
+        for sub in op.subtasks:
+            if sub.key_group_end < mine.start or sub.key_group_start > mine.end:
+                continue
+            whole = mine.start <= sub.key_group_start and sub.key_group_end <= mine.end
+            for f in sub.files:  # a full snapshot, then the changelog parts after it, applied in order
+                uri = f"{base}/{f.path}"
+                kg = None if whole else (mine.start, mine.end, stage.max_parallelism)
+                # driver-memory storage (JobManagerCheckpointStorage) is invisible to executors: ship the bytes
+                data = read_uri_bytes(uri) if uri.startswith("memory://") else None
+                fmt = "changelog" if f.kind == "changelog" else "pickle"
+                chains.setdefault((stage.id, p), []).append(
+                    RestoredFile(op.uid, uri, f.size, kg, data, epoch=epoch, format=fmt, kinds=kinds, declared=declared, schemas=schemas, value_classes=classes, sha256=f.sha256)
                 )
-                raise CheckpointError(msg)
-            kinds, declared, schemas, classes = _recorded_kinds(op)
-            for sub in op.subtasks:
-                files = tuple((f"{base}/{f.path}", f.local_name or f.path.rsplit("/", 1)[-1], f.size, f.sha256) for f in sub.files)
-                chains.setdefault((stage.id, sub.index), []).append(RestoredFile(op.uid, base, sub.state_size, files=files, epoch=meta.epoch, kinds=kinds, declared=declared, schemas=schemas, value_classes=classes))
-            continue
-        kinds, declared, schemas, classes = _recorded_kinds(op)
-        for p in range(stage.parallelism):
-            mine = key_group_range_for_operator(stage.max_parallelism, stage.parallelism, p)
-            for sub in op.subtasks:
-                if sub.key_group_end < mine.start or sub.key_group_start > mine.end:
-                    continue
-                whole = mine.start <= sub.key_group_start and sub.key_group_end <= mine.end
-                for f in sub.files:  # a full snapshot, then the changelog parts after it, applied in order
-                    uri = f"{base}/{f.path}"
-                    kg = None if whole else (mine.start, mine.end, stage.max_parallelism)
-                    # driver-memory storage (JobManagerCheckpointStorage) is invisible to executors: ship the bytes
-                    data = read_uri_bytes(uri) if uri.startswith("memory://") else None
-                    fmt = "changelog" if f.kind == "changelog" else "pickle"
-                    chains.setdefault((stage.id, p), []).append(
-                        RestoredFile(op.uid, uri, f.size, kg, data, epoch=meta.epoch, format=fmt, kinds=kinds, declared=declared, schemas=schemas, value_classes=classes, sha256=f.sha256)
-                    )
+
+
+def _positions(meta: CheckpointMetadata, graph: JobGraph, where: str, allow_non_restored: bool, dropped: list[str]) -> dict[tuple[str, int], tuple[Any, Any, bool]]:
+    """Each source split's restored ``(split, position, finished)``; a source uid the job lacks is
+    refused, or with ``allow_non_restored`` added to ``dropped``."""
     positions: dict[tuple[str, int], tuple[Any, Any, bool]] = {}
     sources = {n.uid: n for n in graph.sources()}
     for sp in meta.sources:
@@ -172,15 +199,7 @@ def plan_restore(meta: CheckpointMetadata, job_dir_uri: str, graph: JobGraph, ba
             raise CheckpointError(msg)
         split, position = _decode_position(sources[sp.source_uid], sp, where)
         positions[(sp.source_uid, sp.split_index)] = (split, position, sp.finished)
-    verify_state_files(CheckpointStorageAccess(job_dir_uri, options), meta)
-    restored_chains = {k: CommittedChain(last_epoch=meta.epoch, restored=tuple(v)) for k, v in chains.items()}
-    sinks = {k: load_user(v, metadata_uri, f"the driver state of sink uid {k!r} in") for k, v in meta.sinks.items()}
-    watermarks = {k: load_user(v, metadata_uri, f"the {k} state in") for k, v in meta.watermarks.items()}
-    return RestoredJob(
-        meta.checkpoint_id, meta.epoch, restored_chains, positions, sinks,
-        int(meta.stats.get("records_read", 0)), sorted(set(dropped)), watermarks,
-        _channel_state(meta, job_dir_uri.rstrip("/"), graph, where, allow_non_restored),
-    )
+    return positions
 
 
 def _channel_state(meta: CheckpointMetadata, base: str, graph: JobGraph, where: str, allow_non_restored: bool) -> dict[str, tuple]:

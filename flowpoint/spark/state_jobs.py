@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-from flowpoint.checkpoint.savepoint import write_part
+from flowpoint.checkpoint.savepoint import write_parts
 from flowpoint.partition.backend import partition_backend, state_schemas
 from flowpoint.partition.committed_chain import CommittedChain
 from flowpoint.partition.protocol import StateLocation
@@ -65,14 +65,8 @@ def savepoint_task(location: StateLocation, savepoint_uri: str):
 
     def action(item: StatePartition, tables: dict, kinds: dict, schemas: dict) -> list:
         access = CheckpointStorageAccess(savepoint_uri, options)
-        out = []
-        for uid in item.uids:
-            sub, states = write_part(
-                access, uid, item.partition, item.key_group_start, item.key_group_end, tables.get(uid, {}),
-                kinds.get(uid, {}), item.max_parallelism, declared=uid in kinds, schemas=schemas.get(uid),
-            )
-            out.append((uid, sub, states))
-        return out
+        return write_parts(access, list(item.uids), item.partition, item.key_group_start, item.key_group_end, tables, kinds,
+                           schemas, item.max_parallelism)
 
     return _with_state(location, action)
 

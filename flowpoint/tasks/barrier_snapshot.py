@@ -12,15 +12,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-from flowpoint.checkpoint.savepoint import write_part
+from flowpoint.checkpoint.savepoint import write_parts
 from flowpoint.clock import now_ms
 from flowpoint.partition.backend import state_schemas
 from flowpoint.partition.protocol import TaskAck
-from flowpoint.state.compatibility import declared_states
 from flowpoint.state.keygroups import key_group_range_for_operator
 from flowpoint.tasks.channel_state import data_items, write_channel_state
-from flowpoint.tasks.pickling import unpicklable_sink_payload
-from flowpoint.tasks.state_values import unpicklable_operator_state_error
+from flowpoint.tasks.unit_end import end_unit
 
 
 class Barrier:
@@ -109,25 +107,8 @@ class BarrierSnapshot:
         ack = TaskAck(plan.stage_id, self.partition, barrier.n, self.token, 0)
         ack.records_in, self.records_in = self.records_in, 0
         ack.positions = dict(self.positions)
-        rt.end_epoch(ack)  # TTL cleanup, generator states, watermarks, metrics; flushes the marks
-        ack.report = self.metric_report()  # the counts up to the barrier
-        ack.declared = {uid: declared_states(b) for uid, b in self.ts.backends.items()}
-        if rt.operator_states:
-            operator_state = rt.snapshot_operator_state(barrier.n, now_ms())
-            bad = unpicklable_operator_state_error(plan, operator_state)
-            if bad is not None:
-                raise bad
-            ack.operator_state = operator_state
-        for nid, op in rt.ops.items():
-            if nid in self.live_sinks:
-                self._send_live()
-                continue
-            payload = op.finish(barrier.n)
-            if payload is not None:
-                bad = unpicklable_sink_payload(plan, nid, payload)
-                if bad is not None:
-                    raise bad
-                ack.sink_payloads[nid] = payload
+        end_unit(rt, plan, self.ts.backends, ack, barrier.n, now_ms(), self.metric_report,
+                 live_sinks=self.live_sinks, send_live=self._send_live)
         write = None
         if self.uids:
             self.backend.commit_in_place(self.ts, barrier.n)
@@ -225,12 +206,5 @@ class BarrierSnapshot:
         kgr = key_group_range_for_operator(head.max_parallelism, self.plan.parallelism, self.partition)
         tables, kinds = self.backend.committed_tables(self.ts, self.uids)
         access = CheckpointStorageAccess(uri, self.spec.location.options)
-        out = []
-        for uid in self.uids:
-            schemas = state_schemas(self.ts.backends[uid]) if uid in self.ts.backends else None
-            sub, states = write_part(
-                access, uid, self.partition, kgr.start, kgr.end, tables.get(uid, {}), kinds.get(uid, {}), head.max_parallelism,
-                declared=uid in kinds, schemas=schemas,
-            )
-            out.append((uid, sub, states))
-        return out
+        schemas = {uid: state_schemas(self.ts.backends[uid]) for uid in self.uids if uid in self.ts.backends}
+        return write_parts(access, list(self.uids), self.partition, kgr.start, kgr.end, tables, kinds, schemas, head.max_parallelism)

@@ -25,15 +25,14 @@ from flowpoint.metrics.system import add_process_figures
 from flowpoint.partition.backend import partition_backend
 from flowpoint.partition.protocol import EpochSpec, OperatorPart, TaskAck, TaskSlice
 from flowpoint.partition.working import TaskState
-from flowpoint.state.compatibility import declared_states
 from flowpoint.tasks.batches import KeyedBatch, decode, num_records
 from flowpoint.tasks.context import TaskRuntimeContext
 from flowpoint.tasks.event_time import InputWatermarks, TimestampsOp
 from flowpoint.tasks.operators import EXCHANGE_WRITERS, ExchangeWriter, Operator, SinkOp, SourceOp
-from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.registry import operator_class
-from flowpoint.tasks.state_values import unpicklable_operator_state_error, unpicklable_state_error
+from flowpoint.tasks.state_values import unpicklable_state_error
+from flowpoint.tasks.unit_end import end_unit
 
 __all__ = ["ChainRuntime", "EpochSpec", "TaskAck", "TaskSlice", "run_stage_task"]
 
@@ -296,44 +295,16 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
         rt.set_attempt(attempt)
         rt.notify_checkpoints(spec.checkpoints_completed, spec.checkpoints_aborted)
         watermarks = rt.begin_epoch(spec, [item[0] for item in inputs] if plan.source_reader is not None else [])
-        head = rt.ops[plan.head]
-        if plan.source_reader is not None:
-            reader = plan.source_reader
-            for split_index, split, read_spec, finished in inputs:
-                seq = 0
-                if read_spec is not None:
-                    for seq, data in enumerate(reader.read(split, read_spec), 1):  # noqa: B007
-                        ack.records_in += deliver_source_item(plan, head, (plan.head, split_index, seq), data)
-                rt.end_split_read((plan.head, split_index, seq), finished)
-        else:
-            feed(plan, head, inputs, watermarks)
-            ack.records_in = head.records_in
-            head.records_in = 0
-        rt.end_epoch(ack)
-        ack.report = rt.meter.report(plan.stage_id, partition, busy_ms=(time.perf_counter() - started) * 1000)
-        add_process_figures(ack.report, ts.backends)  # the worker's memory, RocksDB's figures: once per task
-        ack.declared = {uid: declared_states(b) for uid, b in ts.backends.items()}
-        if rt.operator_states:
-            operator_state = rt.snapshot_operator_state(spec.epoch, spec.processing_time)
-            unpicklable = unpicklable_operator_state_error(plan, operator_state)
-            if unpicklable is not None:
-                raise unpicklable  # before the ack holds it: Spark would crash the worker pickling it
-            ack.operator_state = operator_state
-        for nid, op in rt.ops.items():
-            payload = op.finish(spec.epoch)
-            if payload is not None:
-                unpicklable = unpicklable_sink_payload(plan, nid, payload)
-                if unpicklable is not None:
-                    raise unpicklable  # before the ack holds it: Spark would crash the worker pickling it
-                ack.sink_payloads[nid] = payload
+        _process(plan, rt, inputs, watermarks, ack)
+
+        def report() -> Any:
+            out = rt.meter.report(plan.stage_id, partition, busy_ms=(time.perf_counter() - started) * 1000)
+            add_process_figures(out, ts.backends)  # the worker's memory, RocksDB's figures: once per task
+            return out
+
+        end_unit(rt, plan, ts.backends, ack, spec.epoch, spec.processing_time, report)
         if uids:
-            try:
-                ack.state = backend.end_epoch(ts, s, spec.epoch, token)
-            except Exception as e:
-                unpicklable = None if isinstance(e, FlowpointError) else unpicklable_state_error(plan, ts)
-                if unpicklable is None:
-                    raise
-                raise unpicklable from e
+            ack.state = _end_keyed_state(plan, backend, ts, s, spec.epoch, token)
         if upload is not None:
             try:
                 ack.snapshot = upload.result()
@@ -367,6 +338,36 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
             backend.release(ts)
     ack.seconds = time.perf_counter() - started
     return outputs, ack
+
+
+def _process(plan: StagePlan, rt: ChainRuntime, inputs: Any, watermarks: Any, ack: TaskAck) -> None:
+    """The epoch's input through the chain: a source stage's split reads (each split's read
+    ended, with whether the split finished), any other stage's input edges."""
+    head = rt.ops[plan.head]
+    if plan.source_reader is not None:
+        reader = plan.source_reader
+        for split_index, split, read_spec, finished in inputs:
+            seq = 0
+            if read_spec is not None:
+                for seq, data in enumerate(reader.read(split, read_spec), 1):  # noqa: B007
+                    ack.records_in += deliver_source_item(plan, head, (plan.head, split_index, seq), data)
+            rt.end_split_read((plan.head, split_index, seq), finished)
+    else:
+        feed(plan, head, inputs, watermarks)
+        ack.records_in = head.records_in
+        head.records_in = 0
+
+
+def _end_keyed_state(plan: StagePlan, backend: Any, ts: TaskState, s: TaskSlice, epoch: int, token: str) -> Any:
+    """The epoch's keyed state written (a delta or a new base): its acknowledgement. A value that
+    does not pickle fails naming the operator and state (SerializationError), not pickle's text."""
+    try:
+        return backend.end_epoch(ts, s, epoch, token)
+    except Exception as e:
+        unpicklable = None if isinstance(e, FlowpointError) else unpicklable_state_error(plan, ts)
+        if unpicklable is None:
+            raise
+        raise unpicklable from e
 
 
 class _Upload:
