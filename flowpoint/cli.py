@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 from flowpoint.api.config import STRICT_KEY, check_key, parse_option
+from flowpoint.api.config_file import set_conf_path
 from flowpoint.api.environment import PlanPrinted, print_plan_instead_of_running, set_cli_defaults
 from flowpoint.checkpoint.directory import list_checkpoints
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
@@ -33,6 +34,7 @@ from flowpoint.errors import (
     FlowpointError,
     JobScriptSyntaxError,
 )
+from flowpoint.python_deps import DRIVER_ONLY_PATHS, prepare_python_dependencies
 from flowpoint.version import __version__
 
 MAIN_EXAMPLES = """examples:
@@ -374,8 +376,6 @@ def _compiles(error: BaseException) -> bool:
 
 
 def run_script(script: str, argv: list[str], settings: dict) -> None:
-    from flowpoint.python_deps import prepare_python_dependencies
-
     path = os.path.abspath(script)
     if not os.path.isfile(path):
         msg = f"job file {script!r} not found"
@@ -394,8 +394,6 @@ def run_script(script: str, argv: list[str], settings: dict) -> None:
 def _driver_and_executor_path(path: str) -> None:
     """The script's folder (or the working directory for -pym) goes on the executors' path too,
     even when a -pyfs file made it a driver-only path."""
-    from flowpoint.python_deps import DRIVER_ONLY_PATHS
-
     sys.path.insert(0, path)
     DRIVER_ONLY_PATHS.discard(path)
 
@@ -403,8 +401,6 @@ def _driver_and_executor_path(path: str) -> None:
 def run_module(module: str, argv: list[str], settings: dict) -> None:
     """``run -pym MODULE``: as ``python -m MODULE args`` (the module found on the Python path,
     which -pyfs extends)."""
-    from flowpoint.python_deps import prepare_python_dependencies
-
     set_cli_defaults(prepare_python_dependencies(settings))
     sys.argv = [module, *argv]
     _driver_and_executor_path(os.getcwd())
@@ -436,8 +432,6 @@ def info_command(args: argparse.Namespace) -> int:
             raise FlowpointError(msg)
         settings["parallelism.default"] = args.parallelism
     if args.conf:
-        from flowpoint.api.config_file import set_conf_path
-
         set_conf_path(args.conf)
     print_plan_instead_of_running(True)
     try:

@@ -31,6 +31,7 @@ from flowpoint.checkpoint.savepoint import (
 from flowpoint.checkpoint.signing import Keyring
 from flowpoint.driver.job_status import new_job_id
 from flowpoint.errors import ConfigurationError
+from flowpoint.state.compatibility import infer_kind
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps, state_key
 from flowpoint.state.keygroups import (
     assign_to_key_group,
@@ -61,8 +62,6 @@ class StateReader:
             if op.states is not None:
                 states = {n: s.get("kind") for n, s in sorted(op.states.items())}
             else:
-                from flowpoint.state.compatibility import infer_kind
-
                 states = {n: infer_kind(t) for n, t in sorted(load_operator_state(self.access, self.metadata, op.uid).items())}
             out.append({
                 "uid": op.uid, "name": op.name, "parallelism": op.parallelism, "max_parallelism": op.max_parallelism,

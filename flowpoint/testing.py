@@ -36,6 +36,7 @@ from flowpoint.errors import ConfigurationError, FlowpointError, InvalidKeyError
 from flowpoint.state.heap import HeapKeyedStateBackend
 from flowpoint.state.key_identity import keyed_state_maps
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
+from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 from flowpoint.tasks.context import TaskRuntimeContext
 from flowpoint.tasks.keyed_process import KeyedProcessOp
 from flowpoint.tasks.operators import KEYED_OPERATORS
@@ -140,8 +141,6 @@ class KeyedOperatorHarness:
                 for name, table in snapshot.tables.items()
             }))
         if self.backend_kind == "rocksdb":
-            from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
-
             self._dir = tempfile.mkdtemp(prefix="flowpoint-harness-")
             b = RocksDBKeyedStateBackend(self.spec.name, f"{self._dir}/db", self.max_parallelism)
             b.open()

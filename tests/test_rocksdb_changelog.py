@@ -51,9 +51,9 @@ class Partition:
     checkpoints and a model of its committed state."""
 
     def __init__(self, tmp_path, interval_ms: int = 600_000) -> None:
-        from flowpoint.partition.backend import RocksDBPartitionBackend
         from flowpoint.partition.committed_chain import CommittedChain
         from flowpoint.partition.protocol import StateLocation
+        from flowpoint.partition.rocksdb_backend import RocksDBPartitionBackend
         from flowpoint.partition.working import TaskStateCache
 
         self.tmp = tmp_path

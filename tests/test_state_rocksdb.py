@@ -1060,7 +1060,7 @@ def test_a_continuous_commit_leaves_only_the_next_segments_changes_in_the_delta(
     commit_in_place): the committed changes go into the DB and out of the overlay, so the next
     barrier's delta holds only what changed since. Before, the overlay kept every key dirty and
     each barrier re-wrote the whole state (a growing key set collapsed in minutes: issue 27)."""
-    from flowpoint.partition.backend import RocksDBPartitionBackend
+    from flowpoint.partition.rocksdb_backend import RocksDBPartitionBackend
     from flowpoint.partition.working import TaskState
 
     b = RocksDBKeyedStateBackend("count", str(tmp_path / "db"), MAXP)
@@ -1124,8 +1124,8 @@ def test_a_slots_dbs_share_one_bounded_block_cache_and_memtable_budget(tmp_path)
 
 def test_rocksdb_memory_settings_reach_the_tasks_backends():
     from flowpoint.api.config import Configuration
-    from flowpoint.partition.backend import RocksDBPartitionBackend
     from flowpoint.partition.protocol import StateLocation
+    from flowpoint.partition.rocksdb_backend import RocksDBPartitionBackend
     from flowpoint.state.rocksdb import RocksDBMemory
 
     config = Configuration({"state.backend.rocksdb.memory.fixed-per-slot": "64 mb", "state.backend.rocksdb.memory.write-buffer-ratio": 0.25,

@@ -442,8 +442,8 @@ def _open_files_under(path) -> int:
 
 
 def _rocksdb_partition(tmp_path, cache: TaskStateCache, job: str):
-    from flowpoint.partition.backend import RocksDBPartitionBackend
     from flowpoint.partition.protocol import StateLocation
+    from flowpoint.partition.rocksdb_backend import RocksDBPartitionBackend
 
     location = StateLocation(f"{job}/run-0", str(tmp_path / "local"), str(tmp_path / "durable"), "rocksdb")
     return RocksDBPartitionBackend(location, 128, cache)

@@ -22,7 +22,7 @@ from flowpoint import StreamExecutionEnvironment
 from flowpoint.connectors.sinks import CollectSink
 from flowpoint.errors import ConfigurationError, InsecurePathError
 from flowpoint.partition import durable
-from flowpoint.partition.backend import partition_backend
+from flowpoint.partition.factory import partition_backend
 from flowpoint.partition.protocol import StateLocation
 from flowpoint.partition.working import (
     JobLock,

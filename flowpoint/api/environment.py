@@ -32,7 +32,9 @@ from flowpoint.api.watermarks import WatermarkStrategy
 from flowpoint.connectors.collection import CollectionSource
 from flowpoint.connectors.datagen import NumberSequenceSource
 from flowpoint.connectors.source import Source
+from flowpoint.driver.description import JobDescription
 from flowpoint.errors import ConfigurationError, JobGraphError
+from flowpoint.graph.jobgraph import GraphOptions, JobGraph
 from flowpoint.graph.transformation import Transformation
 
 log = logging.getLogger("flowpoint")
@@ -478,8 +480,6 @@ class StreamExecutionEnvironment:
     def get_stream_graph(self, job_name: str | None = None, clear_transformations: bool = False):
         """The job graph of what was defined since the last ``execute()``; with
         ``clear_transformations`` the next job starts from nothing (as ``execute()`` does)."""
-        from flowpoint.graph.jobgraph import GraphOptions, JobGraph
-
         graph = JobGraph.build(self._pipeline(), GraphOptions.of(self), job_name or self._default_job_name())
         if clear_transformations:
             self._transformations = []
@@ -505,8 +505,6 @@ class StreamExecutionEnvironment:
 
     def _description(self, graph: Any) -> Any:
         """The job as the driver runs it: the graph and this environment's settings, resolved."""
-        from flowpoint.driver.description import JobDescription
-
         description = JobDescription(graph, self.get_configuration(), None, None, None, self.get_config().get_global_job_parameters())
         try:
             description.checkpoints = resolve_checkpoint_settings(self)

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from flowpoint.api.row import get_field
-from flowpoint.errors import JobGraphError
+from flowpoint.errors import ConfigurationError, JobGraphError
+from flowpoint.metrics.group import MetricGroup
 
 if TYPE_CHECKING:
     from flowpoint.api.state import (
@@ -71,8 +72,6 @@ class RuntimeContext(ABC):
     def get_metrics_group(self) -> Any:
         """The operator's metric group (PyFlink's ``MetricGroup``): register counters, gauges,
         meters and distributions in ``open()``; they are reported with the job's metrics."""
-        from flowpoint.metrics.group import MetricGroup
-
         group = getattr(self, "_metrics_group", None)
         if group is None:
             group = self._metrics_group = MetricGroup(owner=self.get_task_name())
@@ -233,8 +232,6 @@ class OutputTag:
 
     def __init__(self, tag_id: str, type_info: Any = None):
         if not isinstance(tag_id, str) or not tag_id:
-            from flowpoint.errors import ConfigurationError
-
             msg = f"OutputTag needs a non-empty string id; got {tag_id!r}"
             raise ConfigurationError(msg)
         self.tag_id = tag_id

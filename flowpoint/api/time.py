@@ -90,8 +90,6 @@ def positive_millis(value: Duration | int, what: str) -> int:
     """A positive duration in ms (window sizes, trigger intervals)."""
     ms = to_millis(value, what)
     if ms <= 0:
-        from flowpoint.errors import ConfigurationError
-
         msg = f"{what} must be positive; got {ms} ms"
         raise ConfigurationError(msg)
     return ms
@@ -102,8 +100,6 @@ def event_timestamp(timestamp: int | None) -> int:
     is Flink's "no timestamp": what a WatermarkStrategy without an assigner gives records that
     carry none)."""
     if timestamp is None or timestamp == MIN_WATERMARK:
-        from flowpoint.errors import ConfigurationError
-
         msg = (
             "an event-time window got a record without a timestamp (None or Long.MIN_VALUE): give the source a "
             "WatermarkStrategy with a timestamp assigner, or call assign_timestamps_and_watermarks(...) "

@@ -67,6 +67,13 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
+from flowpoint.checkpoint.parts import (
+    RestoredFile,
+    apply_part,
+    load_part,
+    restore_native,
+    writes_native_files,
+)
 from flowpoint.checkpoint.signing import default_keyring
 from flowpoint.clock import now_ms
 from flowpoint.errors import (
@@ -79,6 +86,7 @@ from flowpoint.pickles import dumps
 from flowpoint.state.compatibility import infer_kind, restoring_loads, sample_value_class
 from flowpoint.state.key_identity import state_key, user_key
 from flowpoint.state.keygroups import assign_to_key_group
+from flowpoint.state.rocksdb_changelog import replay
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -578,8 +586,6 @@ def describe(path: str, options: Mapping[str, Any] | None = None) -> dict[str, A
     Safe on a file from anywhere: it reads ``_metadata`` (data, checked against its checksum)
     and unpickles nothing. Only a RocksDB checkpoint's key counts per state are not in
     ``_metadata``: they are counted in its files (verified first) from the keys' bytes."""
-    from flowpoint.checkpoint.parts import writes_native_files
-
     access, meta = open_savepoint(path, options)
     operators = []
     for op in meta.operators:
@@ -655,12 +661,10 @@ def load_subtask_state(access: CheckpointStorageAccess, op: OperatorState, sub: 
             for name, table in decode_rows(read_canonical(access, f, op.uid), kinds, None, access.uri(f.path), op.uid, loads).items():
                 merged.setdefault(name, {}).update(table)
         return merged
-    from flowpoint.checkpoint.parts import writes_native_files
 
     if writes_native_files(op.backend):
         with _native_db(access, op, sub) as b:
             return b.snapshot()
-    from flowpoint.checkpoint.parts import apply_part, load_part
 
     kinds = operator_kinds(op)
     for f in sub.files:  # a full snapshot, then the changelog parts written after it (in order)
@@ -695,9 +699,7 @@ def _native_db(access: CheckpointStorageAccess, op: OperatorState, sub: SubtaskS
     import shutil
     import tempfile
 
-    from flowpoint.checkpoint.parts import RestoredFile, restore_native
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
-    from flowpoint.state.rocksdb_changelog import replay
 
     tmp = tempfile.mkdtemp(prefix="flowpoint-inspect-")
     try:

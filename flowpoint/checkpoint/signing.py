@@ -54,6 +54,7 @@ from typing import Any
 
 from flowpoint.checkpoint.integrity import CHECKSUM_FIELD, canonical_bytes, metadata_checksum
 from flowpoint.errors import ConfigurationError, InsecurePathError, UntrustedStateError
+from flowpoint.home import check_home, flowpoint_home
 
 log = logging.getLogger("flowpoint")
 
@@ -101,8 +102,6 @@ class SigningKey:
 
 
 def default_key_path() -> str:
-    from flowpoint.home import flowpoint_home
-
     return str(flowpoint_home() / KEY_FILE)
 
 
@@ -155,8 +154,6 @@ def read_key(path: str) -> SigningKey:
 def load_or_create_default_key() -> SigningKey:
     """``$FLOWPOINT_HOME/checkpoint-key``, created (0600, atomically: concurrent first jobs
     agree on one key) when there is none; FLOWPOINT_HOME is checked first (private_files)."""
-    from flowpoint.home import check_home
-
     path = default_key_path()
     check_home(create=True)
     with contextlib.suppress(FileNotFoundError):

@@ -37,6 +37,7 @@ from typing import Any
 from flowpoint import private_files
 from flowpoint.clock import now_ms
 from flowpoint.errors import FlowpointError
+from flowpoint.home import check_home
 
 HOME_VARIABLE = "FLOWPOINT_HOME"
 LOST = "LOST"  # the job's process is gone without ending the job
@@ -123,8 +124,6 @@ class JobRegistry:
         """Refuse (InsecurePathError) a registry directory, or the FLOWPOINT_HOME it is in, that
         another user owns, can write or can replace (what exists of them)."""
         if self.dir == registry_dir():
-            from flowpoint.home import check_home
-
             check_home()
         hint = f"set control.registry.dir or ${HOME_VARIABLE} to a directory of your own"
         private_files.check_dir(str(self.dir), "job registry directory", hint)

@@ -14,6 +14,7 @@ import logging
 import os
 from typing import Any
 
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.partition import durable
 from flowpoint.partition.protocol import StateLocation
 from flowpoint.partition.working import (
@@ -162,8 +163,6 @@ def _check_remote_dir(config: Any, root: str, options: dict) -> None:
     replace durable state): created 0700 if missing, else refused (InsecurePathError) when
     another user owns it or can write it, unless security.trust-shared-directories is true."""
     if config.get("state.working.remote-dir") and durable.is_local(root):
-        from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-
         CheckpointStorageAccess(root, options).check_trusted("remote working directory", "state.working.remote-dir", create=True)
 
 

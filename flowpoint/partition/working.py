@@ -32,6 +32,7 @@ from typing import Any
 
 from flowpoint.checkpoint.integrity import check_bytes, check_tables
 from flowpoint.checkpoint.parts import RestoredFile, apply_part, load_part, read_uri, restored_loads
+from flowpoint.checkpoint.savepoint import canonical_table, decode_rows
 from flowpoint.partition.committed_chain import CommittedChain
 from flowpoint.private_files import private_dir
 from flowpoint.worker_resources import worker
@@ -260,8 +261,6 @@ def load_restored(files: tuple[RestoredFile, ...] | list[RestoredFile], options:
         data = f.data if f.data is not None else read_uri(f.uri, options)
         loads = restored_loads(f)
         if f.format == "canonical":
-            from flowpoint.checkpoint.savepoint import canonical_table, decode_rows
-
             kgs = None if f.key_groups is None else f.key_groups[:2]
             into = merged.setdefault(f.uid, {})
             table = canonical_table(data, f.uri, f.size, f.sha256, f.rows, f.uid)

@@ -17,8 +17,9 @@ from typing import Any
 
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.savepoint import write_parts
-from flowpoint.partition.backend import partition_backend, state_schemas
+from flowpoint.partition.backend import state_schemas
 from flowpoint.partition.committed_chain import CommittedChain
+from flowpoint.partition.factory import partition_backend
 from flowpoint.partition.protocol import StateLocation
 from flowpoint.partition.working import resolve_working_dir, task_states
 

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from flowpoint.checkpoint.filesystem import read_uri_bytes
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess, read_uri_bytes
 from flowpoint.checkpoint.integrity import check_bytes
 from flowpoint.checkpoint.integrity import decode as decode_file
 from flowpoint.partition.protocol import CheckpointTarget, PartHandle
@@ -82,8 +82,6 @@ def write_channel_state(entries: list[Entry], target: CheckpointTarget, options:
     data = pickle.dumps(entries, protocol=5)
     rel = f"chk-{target.checkpoint_id}/channel-{partition_name}.pkl"
     if not target.inline:
-        from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-
         CheckpointStorageAccess(target.job_dir_uri, dict(options)).write_bytes(rel, data)
     handle = PartHandle(rel, len(data), "channel", hashlib.sha256(data).hexdigest(), data=data if target.inline else None)
     stages = tuple(sorted({e[0] for e in entries}))

@@ -25,6 +25,7 @@ from flowpoint.api.windows import (
     TimeWindow,
     TumblingEventTimeWindows,
 )
+from flowpoint.errors import ConfigurationError
 from flowpoint.tasks.batches import KeyedBatch
 
 _ARROW_AGG = {"sum": "sum", "min": "min", "max": "max"}
@@ -74,8 +75,6 @@ def process_columnar(op: Any, kb: KeyedBatch, ts: list | None) -> None:
     if n == 0:
         return
     if ts is None:
-        from flowpoint.errors import ConfigurationError
-
         msg = (
             f"operator {op.spec.name!r} (uid {op.spec.uid!r}) uses event-time windows, but its input records have no "
             f"timestamps: assign them with a WatermarkStrategy(...).with_timestamp_assigner(...) first"

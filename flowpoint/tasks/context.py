@@ -6,6 +6,7 @@ from typing import Any
 
 from flowpoint.api.functions import ProcessFunction, RuntimeContext, TimerService
 from flowpoint.errors import StateAccessError
+from flowpoint.state.ttl import ttl_state
 
 
 class TaskRuntimeContext(RuntimeContext):
@@ -51,8 +52,6 @@ class TaskRuntimeContext(RuntimeContext):
             raise StateAccessError(msg)
         ttl = getattr(descriptor, "ttl_config", None)
         if ttl is not None and ttl.is_enabled():
-            from flowpoint.state.ttl import ttl_state
-
             state = ttl_state(self.backend, descriptor, self.clock)
             self.ttl_states[descriptor.name] = state
             return state

@@ -25,6 +25,7 @@ from flowpoint.api.watermarks import (
     Watermark,
     WatermarkOutput,
 )
+from flowpoint.checkpoint.integrity import decode
 from flowpoint.errors import ConfigurationError
 from flowpoint.pickles import dumps
 from flowpoint.tasks.batches import as_rows, num_records
@@ -119,8 +120,6 @@ class TimestampsOp(Operator):
         if st is None:
             blob = self.saved.get(key)
             if blob is not None:
-                from flowpoint.checkpoint.integrity import decode
-
                 st = decode(pickle.loads, blob, "the restored checkpoint's _metadata", self.spec.uid, f"the watermark generator state {key!r} from")
             else:
                 split = key.rsplit(":", 1)[1]

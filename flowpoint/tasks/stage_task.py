@@ -22,7 +22,7 @@ from flowpoint.errors import FlowpointError, UserFunctionError
 from flowpoint.metrics.group import MetricGroup
 from flowpoint.metrics.report import ChainMeter
 from flowpoint.metrics.system import add_process_figures
-from flowpoint.partition.backend import partition_backend
+from flowpoint.partition.factory import partition_backend
 from flowpoint.partition.protocol import EpochSpec, OperatorPart, TaskAck, TaskSlice
 from flowpoint.partition.working import TaskState
 from flowpoint.tasks.batches import KeyedBatch, decode, num_records

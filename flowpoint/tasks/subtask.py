@@ -41,7 +41,7 @@ from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.clock import now_ms
 from flowpoint.errors import FlowpointError
 from flowpoint.metrics.system import add_process_figures
-from flowpoint.partition.backend import partition_backend
+from flowpoint.partition.factory import partition_backend
 from flowpoint.partition.protocol import ContinuousSpec, EpochSpec, TaskSlice
 from flowpoint.tasks.barrier_snapshot import Barrier, BarrierSnapshot
 from flowpoint.tasks.channel_state import data_items, read_channel_state
