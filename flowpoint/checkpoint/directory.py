@@ -48,7 +48,7 @@ TASKOWNED_DIR = "taskowned"
 CHK_PATTERN = re.compile(r"^chk-(\d+)$")
 
 
-def commit_unit(runtime: str | None) -> str:
+def unit_name(runtime: str | None) -> str:
     """What a checkpoint's ``epoch`` counts, as users read it: a segment (up to a barrier) on the
     continuous runtime, else an epoch. ``runtime``: the ``"runtime"`` a checkpoint's or
     savepoint's ``_metadata`` stats record (absent before they recorded it: an epoch)."""

@@ -7,7 +7,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from flowpoint.checkpoint.directory import commit_unit
+from flowpoint.checkpoint.directory import unit_name
 from flowpoint.checkpoint.savepoint import describe, dispose_savepoint
 from flowpoint.control.auth import TokenMissingError, read_token
 from flowpoint.control.client import ControlClient
@@ -200,7 +200,7 @@ def format_description(d: dict[str, Any]) -> str:
     lines = [f"{kind.capitalize()} {d.get('path')}"]
     job = f"{d.get('job_id')} ({d.get('job_name')!r})" if d.get("job_name") else str(d.get("job_id"))
     lines.append(f"  job              {job}")
-    lines.append(f"  checkpoint id    {d.get('checkpoint_id')} ({commit_unit(d.get('runtime'))} {d.get('epoch')}), completed {local_time(d.get('completed_time_ms'))}")
+    lines.append(f"  checkpoint id    {d.get('checkpoint_id')} ({unit_name(d.get('runtime'))} {d.get('epoch')}), completed {local_time(d.get('completed_time_ms'))}")
     lines.append(f"  backend          {d.get('backend')}, max parallelism {d.get('max_parallelism')}")
     lines.append(f"  size             {human_size(d.get('bytes'))}")
     operators = d.get("operators") or []

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.checkpoint.directory import CheckpointStore, commit_unit
+from flowpoint.checkpoint.directory import CheckpointStore, unit_name
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.metadata import (
     ChannelStateFile,
@@ -424,7 +424,7 @@ class CheckpointCoordinator:
         self._last_end = time.monotonic()
         self._consecutive_failures = 0
         self.completed.append(cut.checkpoint_id)
-        log.info("completed checkpoint %d (%s %d, %d bytes, %.0f ms)", cut.checkpoint_id, commit_unit(self.runtime), cut.epoch, cut.stats.state_size, cut.stats.duration_ms)
+        log.info("completed checkpoint %d (%s %d, %d bytes, %.0f ms)", cut.checkpoint_id, unit_name(self.runtime), cut.epoch, cut.stats.state_size, cut.stats.duration_ms)
         if self.on_completed is not None:
             self.on_completed(cut.stats)
         return meta

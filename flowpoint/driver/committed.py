@@ -101,7 +101,7 @@ class CommittedState:
         """The tasks' new state files become the base of their next work."""
         for key, ack in accepted.items():
             chain = self.chains.get(key) or CommittedChain()
-            self.chains[key] = chain.committed(ack.epoch, ack.token, ack.state)
+            self.chains[key] = chain.committed(ack.unit, ack.token, ack.state)
 
     def commit(self, accepted: dict[TaskKey, TaskAck], number: int, skip_sinks: frozenset[int] | set[int] = frozenset()) -> None:
         """Watermarks, generator and operator state, declared states, metrics, records read; the

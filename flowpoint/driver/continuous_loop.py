@@ -328,7 +328,7 @@ class ContinuousLoop(CommittedLoop):
         if ack.report is not None:  # the counts up to the barrier, whether the segment commits or not
             self.state.live.add(ack.report)
             ack.report = None
-        flight = self.inflight.get(ack.epoch)
+        flight = self.inflight.get(ack.unit)
         if flight is None:
             return
         flight.acks[(ack.stage_id, ack.partition)] = ack

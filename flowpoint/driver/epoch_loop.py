@@ -18,7 +18,7 @@ from flowpoint.connectors.source import Source as SourceBase
 from flowpoint.driver.restarts import CommittedLoop
 from flowpoint.driver.unit_commit import commit_unit
 from flowpoint.errors import CheckpointError
-from flowpoint.partition.protocol import EpochSpec, TaskSlice
+from flowpoint.partition.protocol import TaskSlice, UnitSpec
 
 if TYPE_CHECKING:
     import threading
@@ -123,7 +123,7 @@ class EpochLoop(CommittedLoop):
         target = cp.sync_request() if cp else None
         slices = self._slices(compaction_bytes)
         st = self.state
-        spec = EpochSpec(
+        spec = UnitSpec(
             self.files.run_key, self.epoch, self.files.location(), last, done, aborted, target, now_ms(), dict(st.watermarks),
             self.splits.counts(), dict(st.generators), st.restored_uids,
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from flowpoint.checkpoint.directory import commit_unit
+from flowpoint.checkpoint.directory import unit_name
 from flowpoint.checkpoint.signing import Keyring
 from flowpoint.clock import now_ms
 from flowpoint.driver.history import JobHistory
@@ -171,7 +171,7 @@ class RestartManager:
         self.resumed_from = (meta.job_id, meta.checkpoint_id)  # recorded in the job registry
         self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
         self.predecessor = meta.job_id if meta.job_id != self.job_id else None
-        self.progress.say(f"restoring {meta.kind} {meta.checkpoint_id} ({commit_unit(meta.stats.get('runtime'))} {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
+        self.progress.say(f"restoring {meta.kind} {meta.checkpoint_id} ({unit_name(meta.stats.get('runtime'))} {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
         self.history.restored(meta.checkpoint_id, meta.kind == "savepoint", job_dir_uri)
         for uid in restore.dropped_uids:
             log.warning("dropping state of uid %r: the job has no such stateful operator (--allow-non-restored-state)", uid)

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.checkpoint.directory import commit_unit
+from flowpoint.checkpoint.directory import unit_name
 from flowpoint.checkpoint.savepoint import (
     assemble_operator,
     complete_savepoint,
@@ -200,7 +200,7 @@ class SavepointService:
             discard_incomplete(access)
             raise
         _completed(stats, operators, path, t0)
-        self.progress.say(f"savepoint {cid} ({commit_unit(self.runtime)} {epoch}) of job {self.job_id} written to {path}")
+        self.progress.say(f"savepoint {cid} ({unit_name(self.runtime)} {epoch}) of job {self.job_id} written to {path}")
         return path
 
 

@@ -1,6 +1,6 @@
 """The driver-to-task protocol: what a task of one epoch receives and what it acknowledges.
 
-Every task of an epoch gets the common :class:`EpochSpec` (with the Spark job's closure) and
+Every task of an epoch gets the common :class:`UnitSpec` (with the Spark job's closure) and
 only its own partition's :class:`TaskSlice` (routed to it as a record of its input), never
 other partitions' state chains. A task answers with one :class:`TaskAck`; the coordinator
 commits the epoch only when every task acknowledged. Checkpoint and savepoint parts a task
@@ -56,11 +56,12 @@ class CheckpointTarget:
 
 
 @dataclass
-class EpochSpec:
-    """What every task of one epoch needs to know, shipped with the epoch's Spark job."""
+class UnitSpec:
+    """What every task of one unit of work needs to know: an epoch's tasks get it with the
+    epoch's Spark job; a continuous subtask makes one per segment for its operator chain."""
 
     job_id: str  # the run key (see StateLocation)
-    epoch: int
+    unit: int  # the epoch, or the continuous runtime's segment
     location: StateLocation
     last: bool = False
     checkpoints_completed: tuple[int, ...] = ()  # for CheckpointListener.notify_checkpoint_complete
@@ -160,7 +161,7 @@ class OperatorPart:
 class TaskAck:
     stage_id: int
     partition: int
-    epoch: int
+    unit: int  # the epoch, or the continuous runtime's segment (the work up to a barrier)
     token: str
     attempt: int
     state: TaskStateAck | None = None

@@ -24,7 +24,7 @@ from pyspark import AccumulatorParam, StorageLevel, TaskContext
 
 from flowpoint.errors import JobExecutionError
 from flowpoint.graph.jobgraph import JobGraph
-from flowpoint.partition.protocol import EpochSpec, TaskAck, TaskSlice
+from flowpoint.partition.protocol import TaskAck, TaskSlice, UnitSpec
 from flowpoint.spark.locality import StateLocality, destination
 from flowpoint.spark.tasks_common import executor_id, spark_failure  # noqa: F401 - spark_failure: the continuous loop's too
 from flowpoint.spark.ui import group_job_ids
@@ -52,7 +52,7 @@ class _ListParam(AccumulatorParam):
 
 
 
-def _make_task(plans_key: tuple[str, str], stage_id: int, plans_bc: Any, spec: EpochSpec, acc: Any):
+def _make_task(plans_key: tuple[str, str], stage_id: int, plans_bc: Any, spec: UnitSpec, acc: Any):
     """``plans_key``: the job id and the plans' SHA-256 (a job id can come again, a resubmitted
     job or a test's fixed id, with other plans: a stale plan would run the other job's functions)."""
 
@@ -76,7 +76,7 @@ def _make_task(plans_key: tuple[str, str], stage_id: int, plans_bc: Any, spec: E
                 else:
                     inputs.append(payload)
         if task_slice is None or task_slice.partition != partition:
-            msg = f"stage {stage_id} partition {partition} of epoch {spec.epoch} received no task slice of its own; not run"
+            msg = f"stage {stage_id} partition {partition} of epoch {spec.unit} received no task slice of its own; not run"
             raise JobExecutionError(msg)
         outputs, ack = run_stage_task(plan, spec, task_slice, attempt, token, inputs)
         ack.host = executor_id()
@@ -102,13 +102,13 @@ class SparkEpochLauncher:
         self.locality = StateLocality(self.sc)
         self.spark_jobs: deque[tuple[int, tuple[int, ...]]] = deque(maxlen=1000)  # (epoch, its Spark job ids)
 
-    def run_epoch(self, spec: EpochSpec, source_reads: dict[int, list[list]], slices: dict[int, list[TaskSlice]]) -> list[TaskAck]:
+    def run_epoch(self, spec: UnitSpec, source_reads: dict[int, list[list]], slices: dict[int, list[TaskSlice]]) -> list[TaskAck]:
         """Run one epoch. ``source_reads[stage][partition]`` lists ``(split index, split, read spec)``;
         ``slices[stage][partition]`` is what that partition alone receives."""
         sc = self.sc
         rdds: dict[int, Any] = {}
         persisted = []
-        description = f"flowpoint {self.graph.job_name} epoch {spec.epoch}"
+        description = f"flowpoint {self.graph.job_name} epoch {spec.unit}"
         sc.setJobDescription(description)
         if self.stateful:
             self.locality.refresh()
@@ -144,11 +144,11 @@ class SparkEpochLauncher:
         try:
             (terminal[0] if len(terminal) == 1 else sc.union(terminal)).count()
         except Exception as e:
-            raise spark_failure(e, spec.epoch) from e
+            raise spark_failure(e, spec.unit) from e
         finally:
             for r in persisted:
                 r.unpersist(blocking=False)
-            self.spark_jobs.append((spec.epoch, tuple(sorted(group_job_ids(sc, self.job_id) - before))))
+            self.spark_jobs.append((spec.unit, tuple(sorted(group_job_ids(sc, self.job_id) - before))))
         acks: list[TaskAck] = list(self.acc.value)
         self.acc.value = []
         return acks

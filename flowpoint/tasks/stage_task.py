@@ -23,7 +23,7 @@ from flowpoint.metrics.group import MetricGroup
 from flowpoint.metrics.report import ChainMeter
 from flowpoint.metrics.system import add_process_figures
 from flowpoint.partition.factory import partition_backend
-from flowpoint.partition.protocol import EpochSpec, OperatorPart, TaskAck, TaskSlice
+from flowpoint.partition.protocol import OperatorPart, TaskAck, TaskSlice, UnitSpec
 from flowpoint.partition.working import TaskState
 from flowpoint.tasks.batches import KeyedBatch, decode, num_records
 from flowpoint.tasks.context import TaskRuntimeContext
@@ -34,13 +34,13 @@ from flowpoint.tasks.registry import operator_class
 from flowpoint.tasks.state_values import unpicklable_state_error
 from flowpoint.tasks.unit_end import end_unit
 
-__all__ = ["ChainRuntime", "EpochSpec", "TaskAck", "TaskSlice", "run_stage_task"]
+__all__ = ["ChainRuntime", "UnitSpec", "TaskAck", "TaskSlice", "run_stage_task"]
 
 
 class ChainRuntime:
     """The opened operators of one stage partition, wired head -> chained -> exchanges."""
 
-    def __init__(self, plan: StagePlan, partition: int, ts: TaskState, epoch_spec: EpochSpec | None = None, operator_state: dict | None = None):
+    def __init__(self, plan: StagePlan, partition: int, ts: TaskState, unit_spec: UnitSpec | None = None, operator_state: dict | None = None):
         self.plan = plan
         self.partition = partition
         self.ops: dict[int, Operator] = {}
@@ -90,7 +90,7 @@ class ChainRuntime:
         self.operator_states: dict[str, OperatorStateStore] = {}
         for nid in plan.order:  # initialize_state, then open, after wiring, in order, as Flink does
             op_spec = plan.ops[nid]
-            self._initialize_state(op_spec, partition, ts, epoch_spec, operator_state or {})
+            self._initialize_state(op_spec, partition, ts, unit_spec, operator_state or {})
         for nid in plan.order:
             spec = plan.ops[nid]
             if spec.kind == "sink" or (spec.kind == "source" and spec.function is None):
@@ -100,7 +100,7 @@ class ChainRuntime:
             self.ops[nid].open(ctx)
         self.meter = ChainMeter(self.ops, self.user_metrics)
 
-    def _initialize_state(self, op_spec: Any, partition: int, ts: TaskState, spec: EpochSpec | None, operator_state: dict) -> None:
+    def _initialize_state(self, op_spec: Any, partition: int, ts: TaskState, spec: UnitSpec | None, operator_state: dict) -> None:
         """CheckpointedFunction.initialize_state with the instance's committed operator state."""
         fn = unwrap(op_spec.function) if op_spec.function is not None else None
         op = self.ops[op_spec.id]
@@ -161,7 +161,7 @@ class ChainRuntime:
                 if hasattr(fn, "notify_checkpoint_aborted"):
                     fn.notify_checkpoint_aborted(cid)
 
-    def begin_epoch(self, spec: EpochSpec, splits: list[int]) -> InputWatermarks | None:
+    def begin_epoch(self, spec: UnitSpec, splits: list[int]) -> InputWatermarks | None:
         """Set the epoch's clocks; returns the head's input watermarks (None in a source stage,
         whose ``splits`` are the indexes this task reads)."""
         for _, w in self.writers:
@@ -251,7 +251,7 @@ def _channel_namer(source_uid: str | None, head_uid: str, partition: int) -> Any
     return lambda origin: name
 
 
-def input_channels(plan: StagePlan, spec: EpochSpec) -> dict[str, tuple[int, bool]]:
+def input_channels(plan: StagePlan, spec: UnitSpec) -> dict[str, tuple[int, bool]]:
     """The head's input channels with their marks at the start of the epoch."""
     names: list[str] = []
     for e in plan.input_edges:
@@ -266,7 +266,7 @@ def keyed_uids(plan: StagePlan) -> list[str]:
     return [plan.ops[n].uid for n in plan.order if plan.ops[n].keyed]
 
 
-def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int, token: str, inputs: Any) -> tuple[list, TaskAck]:
+def run_stage_task(plan: StagePlan, spec: UnitSpec, s: TaskSlice, attempt: int, token: str, inputs: Any) -> tuple[list, TaskAck]:
     """Run one epoch of a stage partition. Returns ``([(edge_id, dest, blob)], ack)``.
 
     Errors that a retry cannot fix come back in the ack: invalid keys, state misuse, missing
@@ -275,7 +275,7 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
     """
     started = time.perf_counter()
     partition = s.partition
-    ack = TaskAck(plan.stage_id, partition, spec.epoch, token, attempt)
+    ack = TaskAck(plan.stage_id, partition, spec.unit, token, attempt)
     uids = keyed_uids(plan)
     backend = partition_backend(spec.location, plan.ops[plan.head].max_parallelism, stateful=bool(uids))
     ts: TaskState | None = None
@@ -283,7 +283,7 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
     try:
         backend.begin_task(s)
         ts, ack.fresh_state = backend.acquire(plan.stage_id, partition, s.chain, uids)
-        ts.pending = (spec.epoch, token)
+        ts.pending = (spec.unit, token)
         if uids and spec.checkpoint is not None:
             # the synchronous part of the checkpoint: the committed state this epoch starts from;
             # the asynchronous part (writing the parts) runs while the epoch's records are processed
@@ -302,9 +302,9 @@ def run_stage_task(plan: StagePlan, spec: EpochSpec, s: TaskSlice, attempt: int,
             add_process_figures(out, ts.backends)  # the worker's memory, RocksDB's figures: once per task
             return out
 
-        end_unit(rt, plan, ts.backends, ack, spec.epoch, spec.processing_time, report)
+        end_unit(rt, plan, ts.backends, ack, spec.unit, spec.processing_time, report)
         if uids:
-            ack.state = _end_keyed_state(plan, backend, ts, s, spec.epoch, token)
+            ack.state = _end_keyed_state(plan, backend, ts, s, spec.unit, token)
         if upload is not None:
             try:
                 ack.snapshot = upload.result()

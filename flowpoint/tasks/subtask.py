@@ -42,7 +42,7 @@ from flowpoint.clock import now_ms
 from flowpoint.errors import FlowpointError
 from flowpoint.metrics.system import add_process_figures
 from flowpoint.partition.factory import partition_backend
-from flowpoint.partition.protocol import ContinuousSpec, EpochSpec, TaskSlice
+from flowpoint.partition.protocol import ContinuousSpec, TaskSlice, UnitSpec
 from flowpoint.tasks.barrier_snapshot import Barrier, BarrierSnapshot
 from flowpoint.tasks.channel_state import data_items, read_channel_state
 from flowpoint.tasks.input_gate import CONTROL, InputGate
@@ -153,16 +153,16 @@ class Subtask(SourceReading, BarrierSnapshot):
             floor = s.input_marks.get("*", (MIN_WATERMARK, False))
             for c, mark in catch_up.items():
                 watermarks[c] = min(mark, s.input_marks.get(c, floor))
-        epoch_spec = EpochSpec(
+        unit_spec = UnitSpec(
             spec.run_key, self.segment, spec.location, processing_time=now_ms(), watermarks=watermarks,
             splits=dict(spec.splits), generators=dict(spec.generators), restored=spec.restored,
         )
-        self.rt = ChainRuntime(plan, s.partition, self.ts, epoch_spec, s.operator_state)
+        self.rt = ChainRuntime(plan, s.partition, self.ts, unit_spec, s.operator_state)
         self.rt.set_attempt(spec.attempt)  # as Flink's attempt number: the restarts so far
         for _, w in self.rt.writers:
             w.eager_marks = True
         splits = [i for i in range(spec.splits.get(self.plan.head_uid, 0)) if i % self.plan.parallelism == s.partition]
-        self.inputs = self.rt.begin_epoch(epoch_spec, splits)
+        self.inputs = self.rt.begin_epoch(unit_spec, splits)
         self.split_seq = dict.fromkeys(splits, 0)
         if recovered:  # an unaligned checkpoint's in-flight records come first, in channel order
             marks = [(0, (), ("wm", (c, wm, idle))) for c, (wm, idle) in catch_up.items()]

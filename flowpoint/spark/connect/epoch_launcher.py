@@ -27,7 +27,7 @@ import cloudpickle
 
 from flowpoint.errors import JobExecutionError
 from flowpoint.graph.jobgraph import JobGraph
-from flowpoint.partition.protocol import EpochSpec, TaskAck, TaskSlice
+from flowpoint.partition.protocol import TaskAck, TaskSlice, UnitSpec
 from flowpoint.pickles import dumps
 from flowpoint.spark.connect.frames import (
     ACK,
@@ -55,7 +55,7 @@ def _plan(key: tuple[str, int, str], blob: bytes) -> StagePlan:
     return plans.get_or_create(key, lambda: cloudpickle.loads(blob))
 
 
-def _stage_task(plan_key: tuple[str, int, str], plan_blob: bytes, spec: EpochSpec, source: bool, carrier_p: int | None):
+def _stage_task(plan_key: tuple[str, int, str], plan_blob: bytes, spec: UnitSpec, source: bool, carrier_p: int | None):
     """The ``mapInArrow`` function of one stage. ``carrier_p``: the parallelism of the consumer
     that carries this stage's acknowledgements (None: the stage is terminal, its rows are the
     result)."""
@@ -86,7 +86,7 @@ def _stage_task(plan_key: tuple[str, int, str], plan_blob: bytes, spec: EpochSpe
             if source and described is not None:
                 described, inputs = described
             if not isinstance(described, TaskSlice) or described.partition != partition:
-                msg = f"stage {stage_id} partition {partition} of epoch {spec.epoch} received no task slice of its own; not run"
+                msg = f"stage {stage_id} partition {partition} of epoch {spec.unit} received no task slice of its own; not run"
                 raise JobExecutionError(msg)
             outputs, ack = run_stage_task(plan, spec, described, attempt, token, inputs)
             ack.host = executor_id()
@@ -122,7 +122,7 @@ class ConnectEpochLauncher:
                 ids.append(cid)
         return ids
 
-    def run_epoch(self, spec: EpochSpec, source_reads: dict[int, list[list]], slices: dict[int, list[TaskSlice]]) -> list[TaskAck]:
+    def run_epoch(self, spec: UnitSpec, source_reads: dict[int, list[list]], slices: dict[int, list[TaskSlice]]) -> list[TaskAck]:
         """Run one epoch (arguments as the classic executor's ``run_epoch``)."""
         frames: dict[int, Any] = {}
         cached: list[Any] = []
@@ -158,14 +158,14 @@ class ConnectEpochLauncher:
         try:
             rows = result.filter(f"edge = {ACK}").collect()
         except Exception as e:
-            raise spark_failure(e, spec.epoch) from e
+            raise spark_failure(e, spec.unit) from e
         finally:
             for df in cached:
                 try:
                     df.unpersist()
                 except Exception:  # noqa: BLE001 - a cache left behind costs memory, not results
                     pass
-            self.spark_jobs.append((spec.epoch, ()))
+            self.spark_jobs.append((spec.unit, ()))
         return [pickle.loads(row[2]) for row in rows]
 
     def close(self) -> None:
