@@ -28,6 +28,7 @@ from flowpoint.api.config_file import set_conf_path
 from flowpoint.api.environment import PlanPrinted, print_plan_instead_of_running, set_cli_defaults
 from flowpoint.checkpoint.directory import list_checkpoints
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
+from flowpoint.driver.failure_report import failure_lines
 from flowpoint.errors import (
     CheckpointError,
     ConfigurationError,
@@ -435,7 +436,6 @@ def info_command(args: argparse.Namespace) -> int:
         set_conf_path(args.conf)
     print_plan_instead_of_running(True)
     try:
-        from flowpoint.api.environment import set_cli_defaults
 
         path = os.path.abspath(args.script)
         if not os.path.isfile(path):
@@ -503,6 +503,7 @@ def list_checkpoints_command(job_dir: str) -> int:
 
 
 def _control(args: argparse.Namespace) -> int:
+    # lazy: the dashboard's HTTP client; `flowpoint run` never loads it
     from flowpoint.control import commands
 
     if args.command == "list":
@@ -526,6 +527,7 @@ def _control(args: argparse.Namespace) -> int:
     if args.command == "inspect":
         return commands.inspect_command(args.path)
     if args.command == "ui":
+        # lazy: the dashboard's HTTP server, only for `flowpoint ui`
         from flowpoint.control.ui import ui_command
 
         return ui_command(args.port, args.bind, args.allow_remote)
@@ -552,7 +554,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             if args.conf:
-                from flowpoint.api.config_file import set_conf_path
 
                 set_conf_path(args.conf)
             if args.py_module:
@@ -563,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
                 _script_after_resume(args)
             settings = _settings(args)
             if args.detached:
+                # lazy: only `run -d` starts a detached process
                 from flowpoint.control.detached import run_detached
 
                 return run_detached(argv, settings)
@@ -580,7 +582,6 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)  # as a compiler says it: file:line first
         return 1
     except FlowpointError as e:
-        from flowpoint.driver.failure_report import failure_lines
 
         print(f"flowpoint: error: {e}", file=sys.stderr)
         for line in failure_lines(e):  # a failed job's: the user code's traceback, the log file

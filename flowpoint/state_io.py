@@ -77,6 +77,7 @@ class StateReader:
         Spark tasks, one per parallel instance, and merged here)."""
         op = require_operator(self.access, self.metadata, uid)
         if self._executors_can_read():
+            # lazy: the Spark adapter (60 ms), not for `import flowpoint`
             from flowpoint.spark.adapter_choice import adapter_for
 
             tables = adapter_for(self.spark).savepoint_tables(self.access, op)
@@ -89,6 +90,7 @@ class StateReader:
         """The keyed state of operator ``uid`` as a Spark DataFrame: one row per key (MapState:
         per key and user key) with columns key, namespace, user_key, value (and state_name
         when ``state_name`` is None). Spark tasks read the files, one per parallel instance."""
+        # lazy: the Spark adapter (60 ms), not for `import flowpoint`
         from flowpoint.spark.adapter_choice import adapter_for
 
         op = require_operator(self.access, self.metadata, uid)
@@ -96,6 +98,7 @@ class StateReader:
         if self._executors_can_read():
             return adapter_for(self.spark).savepoint_dataframe(self.access, op, kinds, state_name)
         tables = load_operator_state(self.access, self.metadata, uid)
+        # lazy: the Spark adapter, not for `import flowpoint`
         from flowpoint.spark.state_frames import state_rows
 
         return adapter_for(self.spark).rows_dataframe(state_rows(tables, kinds, state_name), with_state_name=state_name is None)
@@ -196,6 +199,7 @@ def state_writer(max_parallelism: int = 128, parallelism: int = 1) -> StateWrite
 
 def _rows(data: Any) -> list[tuple]:
     if hasattr(data, "toLocalIterator") and hasattr(data, "schema"):  # a Spark DataFrame
+        # lazy: the Spark adapter, only when the data is a DataFrame
         from flowpoint.spark.state_frames import dataframe_rows
 
         return dataframe_rows(data)

@@ -138,3 +138,25 @@ def test_no_import_circle_but_the_stream_classes():
     finally:
         sys.setrecursionlimit(limit)
     assert [sorted(c) for c in circles if c not in ALLOWED_CIRCLES] == []
+
+
+def test_every_import_inside_a_function_says_why():
+    """A module imports what it uses at its top; an import left inside a function (to keep
+    ``import flowpoint`` or a worker from loading what only some jobs need, or in the stream
+    classes' loop) has a comment just above it, or above the group of imports it is in."""
+    silent = []
+    for m, path in modules().items():
+        lines = path.read_text().split("\n")
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and (
+                        isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flowpoint")
+                        or isinstance(node, ast.Import) and node.names[0].name.startswith("flowpoint")):
+                    i = node.lineno - 2  # the line above, skipping the group's other imports
+                    while i >= 0 and lines[i].strip().startswith(("from flowpoint", "import flowpoint")):
+                        i -= 1
+                    if i < 0 or not lines[i].strip().startswith("#"):
+                        silent.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} ({m})")
+    assert silent == []

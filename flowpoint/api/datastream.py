@@ -202,6 +202,7 @@ class DataStream:
         """Without arguments: this stream with broadcast partitioning, every record going to
         every parallel instance of the next operator. With broadcast state descriptors
         (``MapStateDescriptor``s): a broadcast stream to use in ``other.connect(this)``."""
+        # in the function: the stream classes import each other
         from flowpoint.api.broadcast import BroadcastStream
 
         if not broadcast_state_descriptors or broadcast_state_descriptors == (None,):
@@ -214,6 +215,7 @@ class DataStream:
         """Connect another stream: ``map``/``flat_map``/``process`` with a two-input function
         (:class:`~flowpoint.api.connected_streams.ConnectedStreams`), or a broadcast stream:
         ``.process(BroadcastProcessFunction)`` (keyed stream: ``KeyedBroadcastProcessFunction``)."""
+        # in the function: the stream classes import each other
         from flowpoint.api.broadcast import BroadcastConnectedStream, BroadcastStream
         from flowpoint.api.connected_streams import ConnectedStreams
 

@@ -497,6 +497,7 @@ class StreamExecutionEnvironment:
         if _PRINT_PLAN[0]:
             print(graph.execution_plan(), flush=True)
             raise PlanPrinted
+        # lazy: the launcher starts Spark, Prometheus and the control endpoint (230 ms to import)
         from flowpoint.launcher import (
             submit,  # the launcher sits above the API (it starts the control plane)
         )
@@ -526,6 +527,7 @@ class StreamExecutionEnvironment:
 
 def default_parallelism(master: str | None, spark: Any) -> int:
     if spark is not None:
+        # lazy: the Spark adapter (60 ms), not for `import flowpoint`
         from flowpoint.spark.adapter_choice import adapter_for
 
         return adapter_for(spark).default_parallelism()

@@ -278,6 +278,7 @@ class WindowedStream:
         raise JobGraphError(msg)
 
     def _build(self, incremental_kind: str | None, incremental: Any, window_function: Any, output_type: Any) -> DataStream:
+        # in the function: the stream classes import each other
         from flowpoint.api.datastream import DataStream
 
         wf_kind, wf = (None, None) if window_function is None else self._window_function(window_function)

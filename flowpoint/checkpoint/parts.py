@@ -111,6 +111,7 @@ def restore_native(path: str, files: list[RestoredFile], options: dict) -> list[
     each checked against its recorded size and SHA-256 first (CorruptStateError naming it).
     Returns the changelog parts among them (``[(uri, bytes)]``, in order) for the caller to
     replay on the opened DB (:func:`flowpoint.state.rocksdb_changelog.replay`)."""
+    # lazy: RocksDB's code, only for a RocksDB checkpoint
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
     parent = os.path.dirname(path)

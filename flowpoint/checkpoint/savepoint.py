@@ -699,6 +699,7 @@ def _native_db(access: CheckpointStorageAccess, op: OperatorState, sub: SubtaskS
     import shutil
     import tempfile
 
+    # lazy: RocksDB's code, only for a RocksDB checkpoint
     from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
     tmp = tempfile.mkdtemp(prefix="flowpoint-inspect-")

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from flowpoint.checkpoint.directory import unit_name
+from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.savepoint import describe, dispose_savepoint
 from flowpoint.control.auth import TokenMissingError, read_token
 from flowpoint.control.client import ControlClient
@@ -109,7 +110,6 @@ def checkpoint_exists(uri: str | None) -> bool | None:
     if not uri:
         return None
     try:
-        from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 
         return CheckpointStorageAccess(uri).exists("_metadata")
     except Exception:  # noqa: BLE001 - unknown: the advice names it as before

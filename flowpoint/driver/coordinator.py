@@ -218,6 +218,7 @@ class Coordinator:
         chosen = str(self.config.get("execution.runtime")).lower()
         if self.graph.batch or chosen == "epoch":
             return "epoch"
+        # lazy: multiprocessing, only for a continuous job
         from flowpoint.driver.slot_control import control_host, most_slots, slot_shortage
 
         refusal = self.adapter.continuous_refusal(control_host(self.adapter, self.config))
@@ -252,6 +253,7 @@ class Coordinator:
             "cancel": self._cancel,
         }
         if self.continuous:
+            # lazy: multiprocessing, only for a continuous job
             from flowpoint.driver.continuous_loop import ContinuousLoop
 
             loop: Any = ContinuousLoop(self.graph, self.config, **services, plans=plans, adapter=self.adapter, job_name=self.job_name, settings=self.settings)

@@ -93,8 +93,6 @@ class WorkingFiles:
         """The job ended: its executor-local working files and cached state go, on every host
         (a task per executor core; durable files stay for get_keyed_state until exit)."""
         try:
-            from flowpoint.spark.adapter_choice import adapter_for
-
             adapter_for(self.spark).remove_local_state(self.location(), job_id or self.job_id)
         except Exception:  # noqa: BLE001 - Spark may be stopping; local files are a cache
             log.debug("could not remove the local working state of job %s", job_id or self.job_id, exc_info=True)

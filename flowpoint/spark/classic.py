@@ -46,6 +46,7 @@ class ClassicAdapter(SparkAdapter):
         self.sc.cancelJobGroup(job_id)
 
     def epoch_launcher(self, graph: Any, plans: dict, job_id: str) -> Any:
+        # lazy: py4j's accumulators, only for a job in epochs
         from flowpoint.spark.epoch_launcher import SparkEpochLauncher
 
         return SparkEpochLauncher(self.spark, graph, plans, job_id)

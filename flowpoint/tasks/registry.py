@@ -1,4 +1,8 @@
-"""Operator kind -> the class that runs it in a task."""
+"""Operator kind -> the class that runs it in a task.
+
+The operator modules are imported in the functions below, when a task first builds its chain:
+a Python worker loads only the operators its jobs run (asyncio only for async I/O, the window
+operator only for windows)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from flowpoint.tasks.operators import KEYED_OPERATORS, STATELESS_OPERATORS
 
 
 def _stateless() -> dict[str, Any]:
+    # lazy: see the module's doc
     from flowpoint.tasks.async_wait import AsyncWaitOp
     from flowpoint.tasks.broadcast_process import BroadcastProcessOp
     from flowpoint.tasks.co_process import CoFlatMapOp, CoMapOp, CoProcessOp
@@ -20,6 +25,7 @@ def _stateless() -> dict[str, Any]:
 
 
 def _keyed() -> dict[str, Any]:
+    # lazy: see the module's doc
     from flowpoint.tasks.broadcast_process import KeyedBroadcastProcessOp
     from flowpoint.tasks.co_process import KeyedCoProcessOp
     from flowpoint.tasks.keyed_process import KeyedProcessOp
@@ -34,6 +40,7 @@ def _keyed() -> dict[str, Any]:
 def operator_class(kind: str, keyed: bool, batch: bool = False) -> Any:
     if keyed:
         if batch and kind in ("reduce", "rolling_agg"):  # final results only (execution_mode.py)
+            # lazy: BATCH mode only
             from flowpoint.tasks.batch_reduce import BatchReduceOp, BatchRollingAggOp
 
             return BatchReduceOp if kind == "reduce" else BatchRollingAggOp
