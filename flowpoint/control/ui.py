@@ -198,15 +198,15 @@ def ui_command(port: int = DEFAULT_PORT, bind: str = LOOPBACK, allow_remote: boo
     """``flowpoint ui``: serve until Ctrl-C."""
     server = start(port, bind, allow_remote)
     shown = bind if bind != "0.0.0.0" else _hostname()
-    if server.allow_remote:
-        print(
-            f"flowpoint ui: WARNING: listening on {bind}:{server.port} for other machines. Anyone who reaches it with the "
-            "token controls your jobs, and plain HTTP carries the token unencrypted: use it on trusted networks only",
-            file=sys.stderr, flush=True,
-        )
-    print(f"flowpoint ui: http://{shown}:{server.port}/?token={server.token}", flush=True)
-    print(f"Serving the jobs of {server.registry.dir}; press Ctrl-C to stop.", flush=True)
-    try:
+    try:  # a Ctrl-C right after the address is printed stops it as cleanly as a later one
+        if server.allow_remote:
+            print(
+                f"flowpoint ui: WARNING: listening on {bind}:{server.port} for other machines. Anyone who reaches it with the "
+                "token controls your jobs, and plain HTTP carries the token unencrypted: use it on trusted networks only",
+                file=sys.stderr, flush=True,
+            )
+        print(f"flowpoint ui: http://{shown}:{server.port}/?token={server.token}", flush=True)
+        print(f"Serving the jobs of {server.registry.dir}; press Ctrl-C to stop.", flush=True)
         server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:
         print("flowpoint ui: stopped.", flush=True)
