@@ -23,9 +23,9 @@ import runpy
 import sys
 from typing import Any
 
+from flowpoint.api.cli_context import CliContext, cli_context
 from flowpoint.api.config import STRICT_KEY, check_key, parse_option
-from flowpoint.api.config_file import set_conf_path
-from flowpoint.api.environment import PlanPrinted, print_plan_instead_of_running, set_cli_defaults
+from flowpoint.api.environment import PlanPrinted
 from flowpoint.checkpoint.directory import list_checkpoints
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.driver.failure_report import failure_lines
@@ -376,16 +376,25 @@ def _compiles(error: BaseException) -> bool:
     return isinstance(error, SyntaxError) and bool(error.filename) and os.path.isfile(error.filename)
 
 
-def run_script(script: str, argv: list[str], settings: dict) -> None:
+def script_context(settings: dict, conf: str | None, print_plan: bool = False) -> CliContext:
+    """What the CLI hands the job script it runs (api/cli_context.py): the settings of its
+    options as every environment's defaults, ``--conf``, ``-D config.strict``, ``info``."""
+    defaults = {k: v for k, v in settings.items() if v is not None}
+    strict = defaults.get(STRICT_KEY)
+    return CliContext(defaults, conf, None if strict is None else bool(parse_option(STRICT_KEY, strict)), print_plan)
+
+
+def run_script(script: str, argv: list[str], settings: dict, conf: str | None = None) -> None:
     path = os.path.abspath(script)
     if not os.path.isfile(path):
         msg = f"job file {script!r} not found"
         raise FlowpointError(msg)
-    set_cli_defaults(prepare_python_dependencies(settings))
+    context = script_context(prepare_python_dependencies(settings), conf)
     sys.argv = [script, *argv]
     _driver_and_executor_path(os.path.dirname(path))
     try:
-        runpy.run_path(path, run_name="__main__")
+        with cli_context(context):
+            runpy.run_path(path, run_name="__main__")
     except SyntaxError as e:
         if not _compiles(e):
             raise
@@ -399,10 +408,10 @@ def _driver_and_executor_path(path: str) -> None:
     DRIVER_ONLY_PATHS.discard(path)
 
 
-def run_module(module: str, argv: list[str], settings: dict) -> None:
+def run_module(module: str, argv: list[str], settings: dict, conf: str | None = None) -> None:
     """``run -pym MODULE``: as ``python -m MODULE args`` (the module found on the Python path,
     which -pyfs extends)."""
-    set_cli_defaults(prepare_python_dependencies(settings))
+    context = script_context(prepare_python_dependencies(settings), conf)
     sys.argv = [module, *argv]
     _driver_and_executor_path(os.getcwd())
     import importlib.util
@@ -416,7 +425,8 @@ def run_module(module: str, argv: list[str], settings: dict) -> None:
         msg = f"-pym {module}: no such module on the Python path{reason}; ship its package with -pyfs"
         raise ConfigurationError(msg)
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        with cli_context(context):
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SyntaxError as e:
         if not _compiles(e):
             raise
@@ -432,28 +442,21 @@ def info_command(args: argparse.Namespace) -> int:
             msg = f"-p/--parallelism must be >= 1; got {args.parallelism}"
             raise FlowpointError(msg)
         settings["parallelism.default"] = args.parallelism
-    if args.conf:
-        set_conf_path(args.conf)
-    print_plan_instead_of_running(True)
+    path = os.path.abspath(args.script)
+    if not os.path.isfile(path):
+        msg = f"job file {args.script!r} not found"
+        raise FlowpointError(msg)
+    sys.argv = [args.script, *args.args]
+    sys.path.insert(0, os.path.dirname(path))
     try:
-
-        path = os.path.abspath(args.script)
-        if not os.path.isfile(path):
-            msg = f"job file {args.script!r} not found"
-            raise FlowpointError(msg)
-        set_cli_defaults(settings)
-        sys.argv = [args.script, *args.args]
-        sys.path.insert(0, os.path.dirname(path))
-        try:
+        with cli_context(script_context(settings, args.conf, print_plan=True)):
             runpy.run_path(path, run_name="__main__")
-        except SyntaxError as e:
-            if not _compiles(e):
-                raise
-            raise syntax_error(e, args.script) from None
     except PlanPrinted:
         return 0
-    finally:
-        print_plan_instead_of_running(False)
+    except SyntaxError as e:
+        if not _compiles(e):
+            raise
+        raise syntax_error(e, args.script) from None
     msg = f"{args.script} defined no job: it never called execute() or execute_async()"
     raise FlowpointError(msg)
 
@@ -553,9 +556,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(resume_before_script(argv) if argv[:1] == ["run"] else argv)
     try:
         if args.command == "run":
-            if args.conf:
-
-                set_conf_path(args.conf)
             if args.py_module:
                 if args.script is not None:  # with -pym, every word after the options is the module's
                     args.args = [args.script, *args.args]
@@ -569,9 +569,9 @@ def main(argv: list[str] | None = None) -> int:
 
                 return run_detached(argv, settings)
             if args.py_module:
-                run_module(args.py_module, args.args, settings)
+                run_module(args.py_module, args.args, settings, args.conf)
             else:
-                run_script(args.script, args.args, settings)
+                run_script(args.script, args.args, settings, args.conf)
         elif args.command == "info":
             return info_command(args)
         elif args.command == "checkpoints":
@@ -582,7 +582,6 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)  # as a compiler says it: file:line first
         return 1
     except FlowpointError as e:
-
         print(f"flowpoint: error: {e}", file=sys.stderr)
         for line in failure_lines(e):  # a failed job's: the user code's traceback, the log file
             print(line, file=sys.stderr)

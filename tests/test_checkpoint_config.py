@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-import flowpoint.api.config_file as config_file
-import flowpoint.api.environment as environment
+import flowpoint.api.cli_context as cli_context
 from flowpoint import (
     CheckpointingMode,
     Configuration,
@@ -44,9 +43,8 @@ from flowpoint.api.restart import (
 def isolated(monkeypatch, tmp_path):
     """No configuration file, -D setting or --conf leaks in from the machine or other tests."""
     monkeypatch.delenv("FLOWPOINT_CONF_DIR", raising=False)
-    monkeypatch.setattr(config_file, "_conf_path", None)
     monkeypatch.setattr(sys, "argv", ["not-a-job"])
-    monkeypatch.setattr(environment, "_CLI_DEFAULTS", {})
+    monkeypatch.setattr(cli_context, "_current", cli_context.CliContext())
     monkeypatch.chdir(tmp_path)
 
 
@@ -412,13 +410,12 @@ def test_yaml_search_order(tmp_path, monkeypatch):
     assert load_config_file(job, conf_file) == {"pipeline.name": "from-conf-file"}
     assert load_config_file(job, str(tmp_path / "explicit")) == {"pipeline.name": "from-conf-dir"}
 
-    # the environment finds the job from sys.argv[0] and --conf from set_conf_path
+    # the environment finds the job from sys.argv[0] and --conf from the CLI's context
     monkeypatch.delenv("FLOWPOINT_CONF_DIR")
     monkeypatch.setattr(sys, "argv", [job, "--arg"])
     assert new_env()._default_job_name() == "next-to-job"
-    config_file.set_conf_path(conf_file)
-    assert new_env()._default_job_name() == "from-conf-file"
-    config_file.set_conf_path(None)
+    with cli_context.cli_context(cli_context.CliContext(conf_path=conf_file)):
+        assert new_env()._default_job_name() == "from-conf-file"
     monkeypatch.setattr(sys, "argv", [str(tmp_path / "jobs" / "job.txt")])
     assert new_env()._default_job_name() == "Flowpoint Streaming Job"
 
@@ -486,12 +483,12 @@ execution.checkpointing.dir: file:///from-yaml
 restart-strategy.type: failure-rate
 """)
     monkeypatch.setenv("FLOWPOINT_CONF_DIR", str(tmp_path / "conf"))
-    environment.set_cli_defaults({
+    monkeypatch.setattr(cli_context, "_current", cli_context.CliContext(defaults={
         "execution.checkpointing.min-pause": "2 s",
         "execution.checkpointing.tolerable-failed-checkpoints": "2",
         "execution.checkpointing.interval": "20 s",
         "state.checkpoints.dir": "file:///from-cli",
-    })
+    }))
     env = new_env({"execution.checkpointing.tolerable-failed-checkpoints": 3, "execution.checkpointing.interval": "30 s"})
     env.enable_checkpointing(40000)
     s = resolve_checkpoint_settings(env)
@@ -508,9 +505,9 @@ restart-strategy.type: failure-rate
 
 
 def test_bad_cli_values_fail_when_the_environment_is_created():
-    environment.set_cli_defaults({"execution.checkpointing.interval": "soon"})
-    with pytest.raises(ConfigurationError, match="execution.checkpointing.interval"):
-        new_env()
+    with cli_context.cli_context(cli_context.CliContext(defaults={"execution.checkpointing.interval": "soon"})):
+        with pytest.raises(ConfigurationError, match="execution.checkpointing.interval"):
+            new_env()
 
 
 # -- restart strategies: configuration ------------------------------------------------------------

@@ -13,21 +13,18 @@ import sys
 import pytest
 
 import flowpoint
-import flowpoint.api.config as config_module
+import flowpoint.api.cli_context as cli_context
 import flowpoint.api.config_file as config_file
-import flowpoint.api.environment as environment
 from flowpoint import Configuration, ConfigurationError, StreamExecutionEnvironment
 from flowpoint.api.config import ALIASES, OPTIONS, unknown_key_problem
-from flowpoint.cli import main
+from flowpoint.cli import main, script_context
 
 
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch, tmp_path):
     monkeypatch.delenv("FLOWPOINT_CONF_DIR", raising=False)
-    monkeypatch.setattr(config_file, "_conf_path", None)
     monkeypatch.setattr(sys, "argv", ["not-a-job"])
-    monkeypatch.setattr(environment, "_CLI_DEFAULTS", {})
-    monkeypatch.setattr(config_module, "_cli_strict", None)
+    monkeypatch.setattr(cli_context, "_current", cli_context.CliContext())
     monkeypatch.setattr(sys, "path", list(sys.path))  # flowpoint run puts the job's folder first
     monkeypatch.chdir(tmp_path)
 
@@ -133,20 +130,20 @@ def test_dash_d_config_strict_false_only_warns(tmp_path, warnings_of_flowpoint):
 
 
 def test_dash_d_config_strict_true_makes_dicts_and_yaml_strict(tmp_path):
-    environment.set_cli_defaults({"config.strict": "true"})
-    with pytest.raises(ConfigurationError, match="did you mean 'state.backend.type'"):
-        StreamExecutionEnvironment.get_execution_environment({"state.backend.typ": "rocksdb"})
+    with cli_context.cli_context(script_context({"config.strict": "true"}, None)):
+        with pytest.raises(ConfigurationError, match="did you mean 'state.backend.type'"):
+            StreamExecutionEnvironment.get_execution_environment({"state.backend.typ": "rocksdb"})
     (tmp_path / "flowpoint.yaml").write_text("state.checkpoint.dir: /data\n")
-    config_file.set_conf_path(str(tmp_path / "flowpoint.yaml"))
-    with pytest.raises(ConfigurationError, match="did you mean 'state.checkpoints.dir'"):
-        StreamExecutionEnvironment.get_execution_environment()
+    with cli_context.cli_context(script_context({"config.strict": "true"}, str(tmp_path / "flowpoint.yaml"))):
+        with pytest.raises(ConfigurationError, match="did you mean 'state.checkpoints.dir'"):
+            StreamExecutionEnvironment.get_execution_environment()
     # a dict or file that says config.strict: false itself only warns
     Configuration({"config.strict": False, "state.backend.typ": "rocksdb"})
 
 
 def test_environments_do_not_check_dash_d_keys_twice(tmp_path, warnings_of_flowpoint):
-    environment.set_cli_defaults({"config.strict": "false", "state.backend.typ": "rocksdb"})
-    StreamExecutionEnvironment.get_execution_environment({"config.strict": True})  # -D was checked by flowpoint run
+    with cli_context.cli_context(script_context({"config.strict": "false", "state.backend.typ": "rocksdb"}, None)):
+        StreamExecutionEnvironment.get_execution_environment({"config.strict": True})  # -D was checked by flowpoint run
     assert not warnings_of_flowpoint()
 
 

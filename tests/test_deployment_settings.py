@@ -14,11 +14,11 @@ import sys
 import pytest
 
 from flowpoint import StreamExecutionEnvironment
+from flowpoint.api.cli_context import cli_context
 from flowpoint.api.config import Configuration
-from flowpoint.api.config_file import read_config_file, set_conf_path
-from flowpoint.api.environment import set_cli_defaults
+from flowpoint.api.config_file import read_config_file
 from flowpoint.api.storage_options import storage_options
-from flowpoint.cli import _parser, _settings
+from flowpoint.cli import _parser, _settings, script_context
 from flowpoint.errors import ConfigurationError
 from flowpoint.spark import session
 from flowpoint.spark.session import get_spark_session, session_config, spark_settings
@@ -32,13 +32,10 @@ def cli_env():
 
     def make(*argv: str, conf: str | None = None) -> StreamExecutionEnvironment:
         args = _parser().parse_args(["run", *argv, "job.py"])
-        set_cli_defaults(_settings(args))
-        set_conf_path(conf)
-        return StreamExecutionEnvironment.get_execution_environment()
+        with cli_context(script_context(_settings(args), conf)):
+            return StreamExecutionEnvironment.get_execution_environment()
 
-    yield make
-    set_cli_defaults({})
-    set_conf_path(None)
+    return make
 
 
 # -- spark.* keys reach the session builder ---------------------------------------------------

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from flowpoint.api import cli_context
 from flowpoint.api.time import Duration
 from flowpoint.errors import ConfigurationError
 
@@ -451,20 +452,6 @@ KNOWN_KEYS = tuple(sorted({*OPTIONS, *ALIASES}))
 _TYPO_CUTOFF = 0.85  # similarity above which an unknown key is taken for a misspelt known one
 _HINT_CUTOFF = 0.6  # similarity above which a known key is worth naming in an error
 
-# Set by ``flowpoint run -D config.strict=...``: how a configuration dict and flowpoint.yaml
-# check their keys when they do not set config.strict themselves (None: warn).
-_cli_strict: bool | None = None
-
-
-def set_cli_strict(value: Any) -> None:
-    global _cli_strict
-    _cli_strict = None if value is None else parse_option(STRICT_KEY, value)
-
-
-def cli_strict() -> bool | None:
-    return _cli_strict
-
-
 def nearest_known_key(key: str, cutoff: float = _HINT_CUTOFF) -> str | None:
     """The known key most like ``key`` (a ``spark.*`` or filesystem key is compared only with
     known keys of its own family), None if none is at least ``cutoff`` similar."""
@@ -561,7 +548,7 @@ class Configuration:
         own = self._values.get(STRICT_KEY)
         if own is not None:
             return bool(own)
-        return bool(_cli_strict)
+        return bool(cli_context.current().strict)
 
     def get(self, key: str, default: Any = None) -> Any:
         key = canonical_key(key)

@@ -2,7 +2,7 @@
 
 Which file (the first that applies):
 
-1. ``--conf <file or folder>`` of ``flowpoint run`` (``set_conf_path``); it must exist;
+1. ``--conf <file or folder>`` of ``flowpoint run`` (its CLI context, ``api/cli_context.py``); it must exist;
 2. ``$FLOWPOINT_CONF_DIR/flowpoint.yaml``; it must exist when the variable is set (as Flink's
    ``FLINK_CONF_DIR``);
 3. ``flowpoint.yaml`` in the job script's folder;
@@ -31,11 +31,11 @@ from typing import Any
 
 import yaml
 
+from flowpoint.api import cli_context
 from flowpoint.api.config import (
     STRICT_KEY,
     canonical_key,
     check_key,
-    cli_strict,
     parse_option,
 )
 from flowpoint.errors import ConfigurationError
@@ -45,17 +45,6 @@ CONF_DIR_VARIABLE = "FLOWPOINT_CONF_DIR"
 
 log = logging.getLogger("flowpoint")
 
-_conf_path: str | None = None
-
-
-def set_conf_path(path: str | None) -> None:
-    """``flowpoint run --conf <file or folder>``: the configuration file every environment reads."""
-    global _conf_path
-    _conf_path = path
-
-
-def get_conf_path() -> str | None:
-    return _conf_path
 
 
 def job_path_from_argv() -> str | None:
@@ -138,7 +127,7 @@ def _strict(settings: dict[str, Any], path: str) -> bool:
         except ConfigurationError as e:
             msg = f"configuration file {path!r}: {e}"
             raise ConfigurationError(msg) from None
-    return bool(cli_strict())
+    return bool(cli_context.current().strict)
 
 
 def _flatten(data: dict, prefix: str, out: dict[str, Any], path: str) -> None:

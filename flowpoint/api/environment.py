@@ -10,13 +10,14 @@ import logging
 import os
 from typing import Any
 
+from flowpoint.api import cli_context
 from flowpoint.api.checkpointing import (
     CheckpointConfig,
     CheckpointingMode,
     resolve_checkpoint_settings,
 )
-from flowpoint.api.config import STRICT_KEY, Configuration, set_cli_strict
-from flowpoint.api.config_file import get_conf_path, job_path_from_argv, load_config_file
+from flowpoint.api.config import Configuration
+from flowpoint.api.config_file import job_path_from_argv, load_config_file
 from flowpoint.api.datastream import DataStream
 from flowpoint.api.execution_mode import RuntimeExecutionMode
 from flowpoint.api.restart import (
@@ -39,28 +40,10 @@ from flowpoint.graph.transformation import Transformation
 
 log = logging.getLogger("flowpoint")
 
-# Set by ``flowpoint run`` (like Flink's context environment): defaults for every environment.
-_CLI_DEFAULTS: dict[str, Any] = {}
-
-
-_PRINT_PLAN = [False]  # `flowpoint info`: execute() prints the plan and stops the script
-
-
 class PlanPrinted(BaseException):  # noqa: N818 - not an error: stops the script like SystemExit
     """Raised by ``execute()``/``execute_async()`` under ``flowpoint info`` once the plan is
     printed: the script stops there, as Flink's ``info`` stops a program at its first execute.
     A BaseException so that a script's ``except Exception`` does not swallow it."""
-
-
-def print_plan_instead_of_running(on: bool) -> None:
-    _PRINT_PLAN[0] = on
-
-
-def set_cli_defaults(values: dict[str, Any]) -> None:
-    _CLI_DEFAULTS.clear()
-    _CLI_DEFAULTS.update({k: v for k, v in values.items() if v is not None})
-    # -D config.strict=... also decides how configuration dicts and flowpoint.yaml check keys
-    set_cli_strict(_CLI_DEFAULTS.get(STRICT_KEY))
 
 
 class ExecutionConfig:
@@ -213,7 +196,7 @@ class StreamExecutionEnvironment:
         if isinstance(configuration, dict):
             configuration = Configuration(configuration)
         self._config = configuration.copy() if configuration else Configuration()
-        for k, v in _CLI_DEFAULTS.items():
+        for k, v in cli_context.current().defaults.items():
             if not self._config.contains_key(k):
                 self._config.put(k, v)  # -D keys were checked by flowpoint run
         self._spark = spark_session
@@ -229,7 +212,7 @@ class StreamExecutionEnvironment:
         Settings come from, first to last: code (setters), ``configuration``, ``flowpoint run -D``,
         ``flowpoint.yaml`` (see :mod:`flowpoint.api.config_file`), the defaults.
         """
-        file_settings = load_config_file(job_path_from_argv(), get_conf_path())
+        file_settings = load_config_file(job_path_from_argv(), cli_context.current().conf_path)
         env = StreamExecutionEnvironment(configuration, spark_session)
         for k, v in file_settings.items():
             if not env._config.contains_key(k):
@@ -494,7 +477,7 @@ class StreamExecutionEnvironment:
         """Start the job in the background and return its :class:`~flowpoint.driver.job.JobClient`.
         Like PyFlink, the next ``execute`` runs only what is defined after this call."""
         graph = self.get_stream_graph(job_name, clear_transformations=True)
-        if _PRINT_PLAN[0]:
+        if cli_context.current().print_plan:
             print(graph.execution_plan(), flush=True)
             raise PlanPrinted
         # lazy: the launcher starts Spark, Prometheus and the control endpoint (230 ms to import)
@@ -531,7 +514,7 @@ def default_parallelism(master: str | None, spark: Any) -> int:
         from flowpoint.spark.adapter_choice import adapter_for
 
         return adapter_for(spark).default_parallelism()
-    master = master or _CLI_DEFAULTS.get("spark.master") or os.environ.get("FLOWPOINT_SPARK_MASTER") or "local[*]"
+    master = master or cli_context.current().defaults.get("spark.master") or os.environ.get("FLOWPOINT_SPARK_MASTER") or "local[*]"
     if master.startswith("local"):
         inner = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
         cores = inner.split(",")[0].strip()
