@@ -188,7 +188,7 @@ def test_a_declined_checkpoint_s_changes_go_into_the_next_part(tmp_path):
 
 
 def test_the_chain_materializes_after_the_interval_and_when_its_parts_outgrow_it(tmp_path, monkeypatch):
-    import flowpoint.partition.backend as backend_module
+    import flowpoint.partition.rocksdb_backend as backend_module
 
     clock = [1_000_000]
     monkeypatch.setattr(backend_module, "now_ms", lambda: clock[0])
