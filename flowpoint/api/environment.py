@@ -421,17 +421,7 @@ class StreamExecutionEnvironment:
         self._transformations.append(t)
 
     def from_source(self, source: Source, watermark_strategy: WatermarkStrategy | None = None, source_name: str | None = None, type_info: TypeInformation | None = None) -> DataStream:
-        if not isinstance(source, Source):
-            msg = f"from_source() needs a flowpoint Source (NumberSequenceSource, DataGeneratorSource, FileSource, ...); got {type(source).__name__}"
-            raise JobGraphError(msg)
-        t = Transformation(
-            kind="source",
-            name=source_name or source.default_name(),
-            source=source,
-            output_type=type_info or source.output_type,
-            parallelism=None if source.is_parallel() else 1,
-        )
-        t.options["watermark_strategy"] = watermark_strategy or WatermarkStrategy.no_watermarks()
+        t = source_transformation(source, watermark_strategy, source_name, type_info)
         self._add_transformation(t)
         return DataStream(self, t)
 
@@ -485,18 +475,7 @@ class StreamExecutionEnvironment:
             submit,  # the launcher sits above the API (it starts the control plane)
         )
 
-        return submit(self._description(graph), self._spark)
-
-    def _description(self, graph: Any) -> Any:
-        """The job as the driver runs it: the graph and this environment's settings, resolved."""
-        description = JobDescription(graph, self.get_configuration(), None, None, None, self.get_config().get_global_job_parameters())
-        try:
-            description.checkpoints = resolve_checkpoint_settings(self)
-            description.restart_backoff = resolve_restart_backoff(self, description.checkpoints.enabled)
-            description.repeated_failure = resolve_repeated_failure(self)
-        except Exception as e:  # noqa: BLE001 - the job fails with it when it runs, as before
-            description.settings_error = e
-        return description
+        return submit(job_description(self, graph), self._spark)
 
     def execute(self, job_name: str | None = None):
         """Run the job until its sources are exhausted (or it is cancelled); returns its result."""
@@ -528,3 +507,34 @@ def default_parallelism(master: str | None, spark: Any) -> int:
         parts = master[master.find("[") + 1 : master.find("]")].split(",")
         return int(parts[0]) * int(parts[1])
     return os.cpu_count() or 1
+
+
+# -- what the environment's methods build ----------------------------------------------------
+
+
+def source_transformation(source: Source, watermark_strategy: WatermarkStrategy | None, source_name: str | None, type_info: TypeInformation | None) -> Transformation:
+    """The transformation of ``from_source``: ``source`` read with ``watermark_strategy``."""
+    if not isinstance(source, Source):
+        msg = f"from_source() needs a flowpoint Source (NumberSequenceSource, DataGeneratorSource, FileSource, ...); got {type(source).__name__}"
+        raise JobGraphError(msg)
+    t = Transformation(
+        kind="source",
+        name=source_name or source.default_name(),
+        source=source,
+        output_type=type_info or source.output_type,
+        parallelism=None if source.is_parallel() else 1,
+    )
+    t.options["watermark_strategy"] = watermark_strategy or WatermarkStrategy.no_watermarks()
+    return t
+
+
+def job_description(env: StreamExecutionEnvironment, graph: Any) -> Any:
+    """The job as the driver runs it: the graph and ``env``'s settings, resolved."""
+    description = JobDescription(graph, env.get_configuration(), None, None, None, env.get_config().get_global_job_parameters())
+    try:
+        description.checkpoints = resolve_checkpoint_settings(env)
+        description.restart_backoff = resolve_restart_backoff(env, description.checkpoints.enabled)
+        description.repeated_failure = resolve_repeated_failure(env)
+    except Exception as e:  # noqa: BLE001 - the job fails with it when it runs, as before
+        description.settings_error = e
+    return description

@@ -157,6 +157,34 @@ def _open(uri: str, options: Mapping[str, Any]) -> tuple[pafs.FileSystem, str, s
     return fs, path.rstrip("/") or "/", uri.rstrip("/"), scheme
 
 
+@contextlib.contextmanager
+def storage_errors(access: CheckpointStorageAccess, action: str, rel: str) -> Iterator[None]:
+    """A failure to ``action`` the file ``rel`` of ``access`` as a CheckpointError that names
+    its URI and what to check (a missing file, a denied permission, an unreachable store)."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except FileNotFoundError as e:
+        msg = f"cannot {action} {access.uri(rel)}: it does not exist. Check the path (and that the checkpoint was not deleted by retention)"
+        raise CheckpointError(msg) from e
+    except PermissionError as e:
+        msg = f"cannot {action} {access.uri(rel)}: permission denied ({e}). Grant the job's user access to the checkpoint directory"
+        raise CheckpointError(msg) from e
+    except (OSError, pa.ArrowException, ValueError) as e:
+        text = str(e)
+        if "ACCESS_DENIED" in text or "AccessDenied" in text or "403" in text:
+            hint = "the credentials lack access: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or the s3.access-key option) and the bucket policy"
+        elif "NoSuchBucket" in text or ("Bucket" in text and "not found" in text):
+            hint = "the bucket does not exist: create it first"
+        elif "NETWORK_CONNECTION" in text or "connect" in text.lower() or "timed out" in text.lower() or "resolve" in text.lower():
+            hint = "the storage endpoint is unreachable: check the URI, the endpoint (s3.endpoint / AWS_ENDPOINT_URL) and the network, then retry"
+        else:
+            hint = "check that the storage is reachable and writable, then retry"
+        msg = f"cannot {action} {access.uri(rel)}: {type(e).__name__}: {text.strip()}; {hint}"
+        raise CheckpointError(msg) from e
+
+
 class CheckpointStorageAccess:
     """Reads and writes files under one root URI; paths are relative to that root."""
 
@@ -232,33 +260,6 @@ class CheckpointStorageAccess:
         )
         private_files.check_dir(self.root, what, hint, create, self.dir_mode)
 
-    # -- errors --------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _errors(self, action: str, rel: str) -> Iterator[None]:
-        try:
-            yield
-        except CheckpointError:
-            raise
-        except FileNotFoundError as e:
-            msg = f"cannot {action} {self.uri(rel)}: it does not exist. Check the path (and that the checkpoint was not deleted by retention)"
-            raise CheckpointError(msg) from e
-        except PermissionError as e:
-            msg = f"cannot {action} {self.uri(rel)}: permission denied ({e}). Grant the job's user access to the checkpoint directory"
-            raise CheckpointError(msg) from e
-        except (OSError, pa.ArrowException, ValueError) as e:
-            text = str(e)
-            if "ACCESS_DENIED" in text or "AccessDenied" in text or "403" in text:
-                hint = "the credentials lack access: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or the s3.access-key option) and the bucket policy"
-            elif "NoSuchBucket" in text or ("Bucket" in text and "not found" in text):
-                hint = "the bucket does not exist: create it first"
-            elif "NETWORK_CONNECTION" in text or "connect" in text.lower() or "timed out" in text.lower() or "resolve" in text.lower():
-                hint = "the storage endpoint is unreachable: check the URI, the endpoint (s3.endpoint / AWS_ENDPOINT_URL) and the network, then retry"
-            else:
-                hint = "check that the storage is reachable and writable, then retry"
-            msg = f"cannot {action} {self.uri(rel)}: {type(e).__name__}: {text.strip()}; {hint}"
-            raise CheckpointError(msg) from e
-
     # -- writing -------------------------------------------------------------------------------
 
     def _ensure_parent(self, path: str) -> None:
@@ -281,7 +282,7 @@ class CheckpointStorageAccess:
             msg = f"cannot write {self.root_uri}: a file path below the storage root is needed"
             raise CheckpointError(msg)
         target = self._path(rel)
-        with self._errors("write", rel):
+        with storage_errors(self, "write", rel):
             self._ensure_parent(target)
             if self.is_object_store:
                 # One upload (a single PUT for small objects): the object becomes visible only
@@ -339,14 +340,14 @@ class CheckpointStorageAccess:
     # -- reading -------------------------------------------------------------------------------
 
     def read_bytes(self, rel: str) -> bytes:
-        with self._errors("read", rel), self.fs.open_input_stream(self._path(rel)) as f:
+        with storage_errors(self, "read", rel), self.fs.open_input_stream(self._path(rel)) as f:
             return f.readall()
 
     def sha256(self, rel: str) -> tuple[int, str]:
         """``(size, SHA-256 hex)`` of the file ``rel``, streamed (constant memory)."""
         h = hashlib.sha256()
         size = 0
-        with self._errors("read", rel), self.fs.open_input_stream(self._path(rel)) as f:
+        with storage_errors(self, "read", rel), self.fs.open_input_stream(self._path(rel)) as f:
             while True:
                 chunk = f.read(CHUNK)
                 if not chunk:
@@ -362,7 +363,7 @@ class CheckpointStorageAccess:
         tmp = os.path.join(directory, f".{os.path.basename(local_path)}.{uuid.uuid4().hex[:12]}{TEMP_SUFFIX}")
         try:
             os.makedirs(directory, exist_ok=True)
-            with self._errors("download", rel), self.fs.open_input_stream(self._path(rel)) as src, open(tmp, "wb") as dst:
+            with storage_errors(self, "download", rel), self.fs.open_input_stream(self._path(rel)) as src, open(tmp, "wb") as dst:
                 while True:
                     chunk = src.read(CHUNK)
                     if not chunk:
@@ -377,7 +378,7 @@ class CheckpointStorageAccess:
                 os.remove(tmp)
 
     def _info(self, rel: str) -> pafs.FileInfo:
-        with self._errors("access", rel):
+        with storage_errors(self, "access", rel):
             return self.fs.get_file_info(self._path(rel))
 
     def exists(self, rel: str = "") -> bool:
@@ -390,7 +391,7 @@ class CheckpointStorageAccess:
         """``(name, is_dir, size)`` of the entries of directory ``rel`` (size 0 for directories),
         sorted by name; temporary files of writes in progress are left out."""
         path = self._path(rel)
-        with self._errors("list", rel):
+        with storage_errors(self, "list", rel):
             infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=False, allow_not_found=False))
         out = []
         for info in infos:
@@ -409,7 +410,7 @@ class CheckpointStorageAccess:
             raise CheckpointError(msg)
         if info.type != pafs.FileType.Directory:
             return int(info.size or 0)
-        with self._errors("list", rel):
+        with storage_errors(self, "list", rel):
             infos = self.fs.get_file_info(pafs.FileSelector(self._path(rel), recursive=True))
         return sum(int(i.size or 0) for i in infos if i.type == pafs.FileType.File)
 
@@ -420,7 +421,7 @@ class CheckpointStorageAccess:
             return None
         infos = [info]
         if info.type == pafs.FileType.Directory:
-            with self._errors("list", rel):
+            with storage_errors(self, "list", rel):
                 infos = self.fs.get_file_info(pafs.FileSelector(self._path(rel), recursive=True)) or [info]
         times = [i.mtime_ns // 1_000_000 for i in infos if i.mtime_ns is not None]
         if not times and isinstance(self.fs, pafs.PyFileSystem):  # fsspec's memory fs: "created"
@@ -438,13 +439,13 @@ class CheckpointStorageAccess:
 
     def make_dirs(self, rel: str = "") -> None:
         """Create directory ``rel`` and its parents (on object stores an empty marker object)."""
-        with self._errors("create directory", rel):
+        with storage_errors(self, "create directory", rel):
             self._create_dir(self._path(rel))
 
     def delete(self, rel: str) -> None:
         """Delete file or directory ``rel`` (recursively); a missing path is fine."""
         info = self._info(rel)
-        with self._errors("delete", rel):
+        with storage_errors(self, "delete", rel):
             if info.type == pafs.FileType.Directory:
                 self.fs.delete_dir(self._path(rel))
             elif info.type != pafs.FileType.NotFound:
@@ -458,7 +459,7 @@ class CheckpointStorageAccess:
         """Delete directory ``rel`` only if nothing is in it (temporary files included); returns
         whether it went."""
         path = self._path(rel)
-        with self._errors("delete", rel):
+        with storage_errors(self, "delete", rel):
             if self.is_local:
                 try:
                     os.rmdir(path)

@@ -167,19 +167,8 @@ class CheckpointCoordinator:
         self.job_name = job_name
         self.declared: dict[str, dict[str, dict]] = {}  # the coordinator's declared_states (shared)
         self.runtime = "epoch"  # the runtime the job runs on ("continuous": its cuts end segments), in each _metadata's stats
-        if writes_native_files(settings.backend) and settings.storage != "filesystem":
-            msg = (
-                "EmbeddedRocksDBStateBackend checkpoints are files: they need filesystem checkpoint storage "
-                "(state.checkpoints.dir or set_checkpoint_storage('file:///...')), not JobManagerCheckpointStorage"
-            )
-            raise CheckpointError(msg)
-        root = settings.checkpoints_dir if settings.storage == "filesystem" else MEMORY_ROOT
-        if root is None:
-            msg = "filesystem checkpoint storage needs a directory: set state.checkpoints.dir or set_checkpoint_storage('file:///...')"
-            raise CheckpointError(msg)
-        self.access = CheckpointStorageAccess(root, options)
-        self.store = CheckpointStore(self.access, job_id, settings.num_retained, keyring)
-        self.store.init()
+        self.store = open_checkpoint_store(settings, job_id, options, keyring)
+        self.access = self.store.access
         self.next_id = first_id
         self.history: list[CheckpointStats] = []
         self.pending: CutState | None = None
@@ -189,17 +178,13 @@ class CheckpointCoordinator:
         self._pool = ThreadPoolExecutor(4, thread_name_prefix=f"flowpoint-checkpoint-{job_id[:8]}")
         self._last_trigger = time.monotonic()
         self._last_end = float("-inf")
-        self._consecutive_failures = 0
+        self._failures = CheckpointFailureManager(settings.tolerable_failures)
         self._flying: dict[int, CheckpointStats] = {}  # continuous runtime: barriers in flight
         self.completed: list[int] = []  # ids to announce to user functions with the next epoch
         self.aborted: list[int] = []
         self.on_completed: Any = None  # called with each completed checkpoint's CheckpointStats (the terminal's line)
-        # incremental checkpoints, from the last completed checkpoint: per (uid, partition), RocksDB's
-        # "<uid>/<DB lineage>/<file>/<size>" -> "<path in shared/>|<sha256>", and HashMap's
-        # "hashmap-chain/<uid>" -> its chain of parts (see backend.py)
-        self.shared: dict[tuple[str, int], dict[str, str]] = {}
+        self.shared = SharedFiles()  # what incremental checkpoints reference
         self.requests: list[CheckpointRequest] = []  # asked for now, not yet triggered
-        self.full_ids: set[int] = set()  # checkpoints that reference no earlier checkpoint's files
 
     # -- triggering ----------------------------------------------------------------------------
 
@@ -219,7 +204,7 @@ class CheckpointCoordinator:
             if r.checkpoint_id is None:
                 r.checkpoint_id = cid
                 if r.full:
-                    self.full_ids.add(cid)
+                    self.shared.full_ids.add(cid)
         self.requests = [r for r in self.requests if r.checkpoint_id is None]
 
     @property
@@ -284,9 +269,7 @@ class CheckpointCoordinator:
         pending one) may reference; none for a full checkpoint."""
         if checkpoint_id is None and self.pending is not None:
             checkpoint_id = self.pending.checkpoint_id
-        if checkpoint_id in self.full_ids:
-            return {}
-        return self.shared.get((uid, partition), {})
+        return self.shared.files(uid, partition, checkpoint_id)
 
     def attach_snapshots(self, checkpoint_id: int, acks: list) -> None:
         """The epoch whose tasks wrote a checkpoint's parts committed: complete it in the
@@ -303,13 +286,7 @@ class CheckpointCoordinator:
             if ack.snapshot_error:
                 declined.append(f"stage {ack.stage_id} partition {ack.partition}: {ack.snapshot_error}")
         cut.awaiting_sync = False
-        for parts in cut.parts.values():
-            for part in parts:
-                for h in part.files:
-                    if h.kind == "sst" and h.uploaded:
-                        cut.new_shared[shared_key(part.uid, part.lineage, h.local_name or "", h.size)] = h.path
-                    elif h.uploaded and h.path.startswith("shared/"):  # a HashMap chain's new part
-                        cut.new_shared[h.path] = h.path
+        SharedFiles.note_uploads(cut)
         cut.stats.sync_ms = max((p.sync_ms for parts in cut.parts.values() for p in parts), default=0.0)
         elapsed = now_ms() - cut.stats.trigger_time_ms
         if elapsed > self.settings.timeout_ms:
@@ -348,33 +325,9 @@ class CheckpointCoordinator:
         channel_files, in_flight = channel_state_files(cut, self.store)
         cut.stats.async_ms = task_async + (time.perf_counter() - t0) * 1000
         cut.stats.duration_ms = cut.stats.sync_ms + cut.stats.async_ms
-        meta = CheckpointMetadata(
-            checkpoint_id=cut.checkpoint_id,
-            job_id=self.job_id,
-            job_name=self.job_name,
-            kind="checkpoint",
-            epoch=cut.epoch,
-            trigger_time_ms=cut.stats.trigger_time_ms,
-            completed_time_ms=now_ms(),
-            max_parallelism=max((s.max_parallelism for s in self.graph.stages), default=128),
-            backend=self.settings.backend,
-            incremental=(writes_native_files(self.settings.backend) and self.settings.incremental)
-            or any(f.kind == "changelog" for op in operators.values() for sub in op.subtasks for f in sub.files),
-            operators=list(operators.values()),
-            sources=cut.sources,
-            sinks=cut.sinks,
-            watermarks=cut.watermarks,
-            stats={
-                "sync_ms": round(cut.stats.sync_ms, 3),
-                "async_ms": round(cut.stats.async_ms, 3),
-                "state_size": cut.stats.state_size,
-                "incremental_size": cut.stats.incremental_size,
-                "tasks_acknowledged": cut.stats.tasks_acknowledged,
-                "records_read": cut.records_read,
-                "runtime": self.runtime,
-                **({"channel_state_size": sum(f.size for f in channel_files), "channel_state_items": in_flight} if channel_files else {}),
-            },
-            channel_state=channel_files,
+        meta = checkpoint_metadata(
+            cut, self.graph, self.settings.backend, operators, channel_files, in_flight,
+            job_id=self.job_id, job_name=self.job_name, incremental=self.settings.incremental, runtime=self.runtime,
         )
         if cut.cancelled:
             msg = f"checkpoint {cut.checkpoint_id} was aborted while its files were written"
@@ -418,11 +371,11 @@ class CheckpointCoordinator:
         meta = self._future.result()  # type: ignore[union-attr]
         cut.stats.status = "COMPLETED"
         cut.stats.end_to_end_ms = float(now_ms() - cut.stats.trigger_time_ms)
-        self.shared = shared_registry(cut)
+        self.shared.completed(cut)
         self.pending = None
         self._future = None
         self._last_end = time.monotonic()
-        self._consecutive_failures = 0
+        self._failures.succeeded()
         self.completed.append(cut.checkpoint_id)
         log.info("completed checkpoint %d (%s %d, %d bytes, %.0f ms)", cut.checkpoint_id, unit_name(self.runtime), cut.epoch, cut.stats.state_size, cut.stats.duration_ms)
         if self.on_completed is not None:
@@ -433,11 +386,7 @@ class CheckpointCoordinator:
         """The checkpoint failed or expired: it is dropped, and too many in a row fail the job."""
         self._fail(cut, reason)
         self._last_end = time.monotonic()
-        log.warning("%s", reason)
-        self._consecutive_failures += 1
-        if self._consecutive_failures > self.settings.tolerable_failures:
-            msg = f"{reason}; {self._consecutive_failures} consecutive checkpoint failures exceed tolerable-failed-checkpoints={self.settings.tolerable_failures}"
-            raise CheckpointError(msg)
+        self._failures.failed(reason)
 
     def expire(self, checkpoint_id: int, reason: str) -> None:
         """A barrier still flowing (continuous runtime) outlived ``execution.checkpointing.timeout``:
@@ -450,11 +399,7 @@ class CheckpointCoordinator:
         stats.fail(reason)
         self.aborted.append(checkpoint_id)
         self._last_end = time.monotonic()
-        log.warning("%s", reason)
-        self._consecutive_failures += 1
-        if self._consecutive_failures > self.settings.tolerable_failures:
-            msg = f"{reason}; {self._consecutive_failures} consecutive checkpoint failures exceed tolerable-failed-checkpoints={self.settings.tolerable_failures}"
-            raise CheckpointError(msg)
+        self._failures.failed(reason)
 
     def abort_pending(self, reason: str) -> None:
         """A failover or the job's end: the in-flight checkpoint is aborted, unless its upload
@@ -559,3 +504,112 @@ def assemble_operators(graph: JobGraph, cut: CutState, backend: str, declared: d
             cut.stats.operator_sizes[part.uid] = cut.stats.operator_sizes.get(part.uid, 0) + size
             task_async = max(task_async, part.async_ms)
     return operators, task_async
+
+
+def open_checkpoint_store(settings: CheckpointSettings, job_id: str, options: dict | None, keyring: Any) -> CheckpointStore:
+    """The store of the job's checkpoints: under ``state.checkpoints.dir`` (filesystem storage)
+    or in driver memory; RocksDB's checkpoints are files and need the former."""
+    if writes_native_files(settings.backend) and settings.storage != "filesystem":
+        msg = (
+            "EmbeddedRocksDBStateBackend checkpoints are files: they need filesystem checkpoint storage "
+            "(state.checkpoints.dir or set_checkpoint_storage('file:///...')), not JobManagerCheckpointStorage"
+        )
+        raise CheckpointError(msg)
+    root = settings.checkpoints_dir if settings.storage == "filesystem" else MEMORY_ROOT
+    if root is None:
+        msg = "filesystem checkpoint storage needs a directory: set state.checkpoints.dir or set_checkpoint_storage('file:///...')"
+        raise CheckpointError(msg)
+    store = CheckpointStore(CheckpointStorageAccess(root, options), job_id, settings.num_retained, keyring)
+    store.init()
+    return store
+
+
+class CheckpointFailureManager:
+    """Flink's ``CheckpointFailureManager``: checkpoints that fail (or expire) in a row; more than
+    ``execution.checkpointing.tolerable-failed-checkpoints`` of them fail the job."""
+
+    def __init__(self, tolerable: int) -> None:
+        self.tolerable = tolerable
+        self.consecutive = 0
+
+    def failed(self, reason: str) -> None:
+        """A checkpoint failed for ``reason``: logged; raises CheckpointError beyond the tolerance."""
+        log.warning("%s", reason)
+        self.consecutive += 1
+        if self.consecutive > self.tolerable:
+            msg = f"{reason}; {self.consecutive} consecutive checkpoint failures exceed tolerable-failed-checkpoints={self.tolerable}"
+            raise CheckpointError(msg)
+
+    def succeeded(self) -> None:
+        self.consecutive = 0
+
+
+class SharedFiles:
+    """The shared-file bookkeeping of incremental checkpoints: the files of the last completed
+    checkpoint that the next one of each (uid, partition) may reference, and the checkpoints
+    that must reference none (full ones)."""
+
+    def __init__(self) -> None:
+        # from the last completed checkpoint: per (uid, partition), RocksDB's
+        # "<uid>/<DB lineage>/<file>/<size>" -> "<path in shared/>|<sha256>", and HashMap's
+        # "hashmap-chain/<uid>" -> its chain of parts (see backend.py)
+        self.registry: dict[tuple[str, int], dict[str, str]] = {}
+        self.full_ids: set[int] = set()  # checkpoints that reference no earlier checkpoint's files
+
+    def files(self, uid: str, partition: int, checkpoint_id: int | None) -> dict[str, str]:
+        """What checkpoint ``checkpoint_id`` of ``(uid, partition)`` may reference."""
+        if checkpoint_id in self.full_ids:
+            return {}
+        return self.registry.get((uid, partition), {})
+
+    def completed(self, cut: CutState) -> None:
+        """``cut`` completed: the next checkpoints build on its files."""
+        self.registry = shared_registry(cut)
+
+    @staticmethod
+    def note_uploads(cut: CutState) -> None:
+        """Record in ``cut.new_shared`` the ``shared/`` files its tasks uploaded (removed again
+        if it fails): new RocksDB SST files and HashMap chains' new parts."""
+        for parts in cut.parts.values():
+            for part in parts:
+                for h in part.files:
+                    if h.kind == "sst" and h.uploaded:
+                        cut.new_shared[shared_key(part.uid, part.lineage, h.local_name or "", h.size)] = h.path
+                    elif h.uploaded and h.path.startswith("shared/"):  # a HashMap chain's new part
+                        cut.new_shared[h.path] = h.path
+
+
+def checkpoint_metadata(
+    cut: CutState, graph: JobGraph, backend: str, operators: dict[str, OperatorState], channel_files: list[ChannelStateFile],
+    in_flight: int, *, job_id: str, job_name: str, incremental: bool, runtime: str,
+) -> CheckpointMetadata:
+    """The ``_metadata`` of the checkpoint of ``cut``: its operators' entries, its channel state
+    files (``in_flight``: the exchange items they hold), and its stats."""
+    return CheckpointMetadata(
+        checkpoint_id=cut.checkpoint_id,
+        job_id=job_id,
+        job_name=job_name,
+        kind="checkpoint",
+        epoch=cut.epoch,
+        trigger_time_ms=cut.stats.trigger_time_ms,
+        completed_time_ms=now_ms(),
+        max_parallelism=max((s.max_parallelism for s in graph.stages), default=128),
+        backend=backend,
+        incremental=(writes_native_files(backend) and incremental)
+        or any(f.kind == "changelog" for op in operators.values() for sub in op.subtasks for f in sub.files),
+        operators=list(operators.values()),
+        sources=cut.sources,
+        sinks=cut.sinks,
+        watermarks=cut.watermarks,
+        stats={
+            "sync_ms": round(cut.stats.sync_ms, 3),
+            "async_ms": round(cut.stats.async_ms, 3),
+            "state_size": cut.stats.state_size,
+            "incremental_size": cut.stats.incremental_size,
+            "tasks_acknowledged": cut.stats.tasks_acknowledged,
+            "records_read": cut.records_read,
+            "runtime": runtime,
+            **({"channel_state_size": sum(f.size for f in channel_files), "channel_state_items": in_flight} if channel_files else {}),
+        },
+        channel_state=channel_files,
+    )

@@ -199,7 +199,7 @@ class ContinuousLoop(CommittedLoop):
             self._check()
             if cp is not None:
                 self._poll_checkpoint(cp)
-                self._expire_overdue(cp)
+                expire_overdue(self.settings, cp, self.inflight, len(self.subtasks))
             if self.final_sent:
                 continue
             if not self.inflight and self.savepoints.pending():
@@ -252,14 +252,7 @@ class ContinuousLoop(CommittedLoop):
         if cp is not None:
             cid = cp.take_id()
             target = CheckpointTarget(cid, cp.store.job_dir_uri(), inline=self.settings.storage != "filesystem")
-            for stage in self.graph.stages:
-                for n in stage.nodes:
-                    node = self.graph.nodes[n]
-                    if node.keyed:
-                        for p in range(stage.parallelism):
-                            files = cp.shared_files(node.uid, p, cid)
-                            if files:
-                                shared[(node.uid, p)] = files
+            shared = barrier_shared_files(self.graph, cp, cid)
         # unaligned: a checkpoint's barrier overtakes in-flight frames; the final one is aligned
         # (everything drains before a bounded job ends anyway)
         overtakes = self.unaligned and target is not None and not final
@@ -272,25 +265,6 @@ class ContinuousLoop(CommittedLoop):
         if final:
             self.final_sent = True
             self.sources.end()
-
-    def _expire_overdue(self, cp: Any) -> None:
-        """Checkpoints whose barriers have not come back within ``execution.checkpointing.timeout``
-        fail (a stalled sink, a task stuck in user code): new checkpoints may then be triggered,
-        and too many failures in a row fail the run. The final barrier's checkpoint does not
-        expire: two-phase-commit sinks commit their last data with it (FLIP-147), and no later
-        barrier could carry another."""
-        timeout = self.settings.timeout_ms
-        now = now_ms()
-        for flight in self.inflight.values():
-            target = flight.barrier.target
-            if target is None or flight.expired or flight.barrier.final or now - flight.trigger_ms <= timeout:
-                continue
-            flight.expired = True
-            waiting = len(self.subtasks) - len(flight.acks)
-            cp.expire(target.checkpoint_id, (
-                f"checkpoint {target.checkpoint_id} expired after {timeout} ms before completing "
-                f"({waiting} of {len(self.subtasks)} subtasks had not acknowledged its barrier)"
-            ))
 
     def _savepoint_barrier(self) -> None:
         """The requested savepoints: one barrier whose keyed subtasks write their canonical
@@ -360,12 +334,7 @@ class ContinuousLoop(CommittedLoop):
             if flight.barrier.final:
                 self._poll_checkpoint(cp, wait=True)
         if flight.savepoint is not None:
-            request, access, t0, trigger_ms = flight.savepoint
-            try:
-                parts = [p for a in acks for p in a.savepoint_parts]
-                request.future.set_result(self.savepoints.complete(access, lambda: parts, n, positions, t0, trigger_ms, stop=request.stop))
-            except BaseException as e:  # noqa: BLE001 - reported to the caller; the job goes on
-                request.future.set_exception(e)
+            complete_savepoint(self.savepoints, flight.savepoint, acks, n, positions)
         now = time.monotonic()
         self.progress.committed(n, read, now - self.last_commit, st.records_read)
         self.last_commit = now
@@ -435,3 +404,49 @@ def checkpoint_due(settings: Any, cp: CheckpointCoordinator, inflight: dict[int,
         return True
     return (now - last_injected) * 1000 >= settings.interval_ms and cp.ms_since_last_end() >= settings.min_pause_ms
 
+
+def barrier_shared_files(graph: JobGraph, cp: CheckpointCoordinator, checkpoint_id: int) -> dict:
+    """The shared files a checkpoint barrier carries: for each keyed subtask ``(uid,
+    partition)``, the files of earlier checkpoints its incremental snapshot may refer to."""
+    shared: dict = {}
+    for stage in graph.stages:
+        for n in stage.nodes:
+            node = graph.nodes[n]
+            if node.keyed:
+                for p in range(stage.parallelism):
+                    files = cp.shared_files(node.uid, p, checkpoint_id)
+                    if files:
+                        shared[(node.uid, p)] = files
+    return shared
+
+
+def expire_overdue(settings: Any, cp: Any, inflight: dict[int, _InFlight], subtasks: int) -> None:
+    """Checkpoints whose barriers have not come back within ``execution.checkpointing.timeout``
+    fail (a stalled sink, a task stuck in user code): new checkpoints may then be triggered,
+    and too many failures in a row fail the run. The final barrier's checkpoint does not
+    expire: two-phase-commit sinks commit their last data with it (FLIP-147), and no later
+    barrier could carry another. ``subtasks``: how many acknowledge each barrier."""
+    timeout = settings.timeout_ms
+    now = now_ms()
+    for flight in inflight.values():
+        target = flight.barrier.target
+        if target is None or flight.expired or flight.barrier.final or now - flight.trigger_ms <= timeout:
+            continue
+        flight.expired = True
+        waiting = subtasks - len(flight.acks)
+        cp.expire(target.checkpoint_id, (
+            f"checkpoint {target.checkpoint_id} expired after {timeout} ms before completing "
+            f"({waiting} of {subtasks} subtasks had not acknowledged its barrier)"
+        ))
+
+
+def complete_savepoint(savepoints: SavepointService, savepoint: tuple, acks: list[TaskAck], n: int, positions: Any) -> None:
+    """A savepoint barrier's segment ``n`` committed: its ``_metadata`` is written from the
+    parts the subtasks wrote (``savepoint``: the in-flight barrier's request, its directory's
+    access, perf-counter start and trigger ms); the request's future gets the result."""
+    request, access, t0, trigger_ms = savepoint
+    try:
+        parts = [p for a in acks for p in a.savepoint_parts]
+        request.future.set_result(savepoints.complete(access, lambda: parts, n, positions, t0, trigger_ms, stop=request.stop))
+    except BaseException as e:  # noqa: BLE001 - reported to the caller; the job goes on
+        request.future.set_exception(e)

@@ -33,10 +33,11 @@ from flowpoint.driver.plan_view import plan_view
 from flowpoint.driver.progress import Progress, on_terminal, total_records
 from flowpoint.driver.restarts import RepeatedFailures, RestartManager
 from flowpoint.driver.resume import job_fingerprint
+from flowpoint.driver.runtime_choice import choose_runtime, say_checkpoint_mode
 from flowpoint.driver.savepoints import SavepointService, state_partitions
 from flowpoint.driver.splits import SplitPlanner
 from flowpoint.driver.working_files import WorkingFiles
-from flowpoint.errors import ConfigurationError, FlowpointError, JobExecutionError
+from flowpoint.errors import FlowpointError, JobExecutionError
 from flowpoint.spark.adapter_choice import adapter_for
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps
 from flowpoint.tasks.plan import build_stage_plans
@@ -47,9 +48,6 @@ if TYPE_CHECKING:
     from flowpoint.graph.jobgraph import JobGraph
 
 log = logging.getLogger("flowpoint")
-
-AUTO_SLOTS_WAIT_S = 10.0  # on a cluster, how long execution.runtime: auto waits for executors to register
-
 
 class Coordinator:
     def __init__(self, description: JobDescription, spark: Any):
@@ -208,37 +206,8 @@ class Coordinator:
 
     @property
     def continuous(self) -> bool:
-        """The job runs on the continuous runtime (decided when it starts: :meth:`_choose_runtime`)."""
+        """The job runs on the continuous runtime (decided when it starts: :func:`~flowpoint.driver.runtime_choice.choose_runtime`)."""
         return self.runtime == "continuous"
-
-    def _choose_runtime(self) -> str:
-        """``execution.runtime``: BATCH jobs run in epochs; ``auto`` (the default) runs a STREAMING
-        job continuously when Spark offers every slot it needs at once, else in epochs, saying
-        why in one line; ``continuous`` insists (and fails by name when it cannot run)."""
-        chosen = str(self.config.get("execution.runtime")).lower()
-        if self.graph.batch or chosen == "epoch":
-            return "epoch"
-        # lazy: multiprocessing, only for a continuous job
-        from flowpoint.driver.slot_control import control_host, most_slots, slot_shortage
-
-        refusal = self.adapter.continuous_refusal(control_host(self.adapter, self.config))
-        if chosen == "continuous":
-            if refusal is not None:
-                msg = f"execution.runtime: continuous cannot run job {self.job_name!r}: {refusal}; run it with execution.runtime: epoch (or auto)"
-                raise ConfigurationError(msg)
-            return "continuous"
-        if refusal is not None:
-            self._progress.say(f"running in epochs: {refusal} (docs/deployment.md)")
-            return "epoch"
-        slots = max(s.parallelism for s in self.graph.stages)
-        most = most_slots(self.adapter)
-        # executors that may still register can only help up to what the settings allow
-        wait_s = min(AUTO_SLOTS_WAIT_S, int(self.config.get("slot.request.timeout")) / 1000.0) if most is None or most >= slots else 0.0
-        reason = slot_shortage(self.adapter, slots, self.job_name, wait_s, self._check_cancelled)
-        if reason is None:
-            return "continuous"
-        self._progress.say(f"running in epochs: {reason} (-D execution.runtime=continuous insists; docs/execution.md)")
-        return "epoch"
 
     def _check_cancelled(self) -> None:
         if self._cancel.is_set():
@@ -278,7 +247,7 @@ class Coordinator:
             self._files.open(self.settings, storage_options(self.config))
             restore = self._restarts.initial_restore(self.settings, backoff)
             plans = build_stage_plans(self.graph, self.job_id, params)
-            self.runtime = self._choose_runtime()
+            self.runtime = choose_runtime(self.graph, self.config, self.adapter, self.job_name, self._progress, self._check_cancelled)
             self._progress.unit = "segment" if self.continuous else "epoch"
             if self.continuous:
                 self._launcher = self.adapter.continuous_launcher(self.job_id, f"flowpoint {self.job_name} (continuous)")
@@ -301,13 +270,7 @@ class Coordinator:
             self.status = JobStatus.RUNNING
             runtime = "continuously" if self.continuous else "in epochs"
             self._progress.say(f"job {self.job_name!r} ({self.job_id}) running {runtime} on Spark {self.adapter.describe()}")
-            if self.settings.enabled and self.settings.unaligned:
-                self._say_unaligned()
-            if self.continuous and self.settings.enabled and self.settings.mode == "AT_LEAST_ONCE":
-                self._progress.say(
-                    "checkpointing mode AT_LEAST_ONCE: barriers are not aligned, so no input waits for another; after a "
-                    "restore, records that passed a checkpoint's barrier on a faster input count again (at-least-once state)"
-                )
+            say_checkpoint_mode(self.continuous, self.settings, self._progress)
             self._progress.start(total_records(self.graph), self.records_read, on_terminal(self.graph))
             self._loop.run()
             if self.checkpoints is not None and not self._cancel.is_set():
@@ -324,22 +287,6 @@ class Coordinator:
         finally:
             self._end()
 
-    def _say_unaligned(self) -> None:
-        """What execution.checkpointing.unaligned does for this job, in one line."""
-        if not self.continuous:
-            log.warning(
-                "unaligned checkpoints were requested (execution.checkpointing.unaligned); they do not apply "
-                "to the epoch runtime: a checkpoint is taken between epochs, where no data is in flight, so every "
-                "checkpoint is aligned without waiting (the continuous runtime takes them unaligned)"
-            )
-        elif self.settings.mode == "AT_LEAST_ONCE":
-            log.warning("unaligned checkpoints apply to EXACTLY_ONCE; with AT_LEAST_ONCE barriers are not aligned at all, and no channel state is stored")
-        else:
-            self._progress.say(
-                "unaligned checkpoints: barriers overtake the records in flight, which each checkpoint stores as channel state "
-                "and a restore replays; savepoints stay aligned"
-            )
-
     def _end(self) -> None:
         self._ended = time.monotonic()
         self.ended_ms = int(time.time() * 1000)
@@ -351,26 +298,7 @@ class Coordinator:
         # the sinks first: a sink that cannot make the last output final turns FINISHED into
         # FAILED, and a FAILED job keeps its checkpoints (the error says to restore one), so
         # the checkpoints are kept or discarded only for the status the job ends with
-        for node in self.graph.sinks():
-            try:
-                node.t.sink.on_job_end(self.status.value)
-            except Exception as e:  # noqa: BLE001
-                if self.status is JobStatus.FINISHED:
-                    # a sink that could not make the job's last output final (a transaction
-                    # that did not commit, a part file not finished): the job did not finish
-                    # what it promised, and keeps its checkpoints to be restored
-                    if not isinstance(e, FlowpointError):
-                        log.exception("sink %s failed at job end", node.name)
-                        error = JobExecutionError(
-                            f"sink {node.name!r} could not make the job's last output final: {type(e).__name__}: {e}. "
-                            "The job failed and keeps its checkpoints: fix the cause, then restore the latest one "
-                            "(`flowpoint run --resume`, or -s <chk-n>)"
-                        )
-                        error.__cause__ = e
-                        e = error
-                    self.status, self.failure = JobStatus.FAILED, e
-                else:
-                    log.exception("sink %s failed at job end", node.name)
+        self.status, self.failure = end_sinks(self.graph, self.status, self.failure)
         if self.checkpoints is not None:
             try:
                 self.checkpoints.shutdown(self.status.value)
@@ -406,6 +334,32 @@ class Coordinator:
         if state_name is None:
             return maps
         return maps.get(state_name, KeyedStateMap())
+
+
+def end_sinks(graph: JobGraph, status: JobStatus, failure: BaseException | None) -> tuple[JobStatus, BaseException | None]:
+    """Tell every sink the job ended with ``status``; returns the job's status and failure
+    after that: a FINISHED job whose sink failed at its end is FAILED with the sink's error."""
+    for node in graph.sinks():
+        try:
+            node.t.sink.on_job_end(status.value)
+        except Exception as e:  # noqa: BLE001
+            if status is JobStatus.FINISHED:
+                # a sink that could not make the job's last output final (a transaction
+                # that did not commit, a part file not finished): the job did not finish
+                # what it promised, and keeps its checkpoints to be restored
+                if not isinstance(e, FlowpointError):
+                    log.exception("sink %s failed at job end", node.name)
+                    error = JobExecutionError(
+                        f"sink {node.name!r} could not make the job's last output final: {type(e).__name__}: {e}. "
+                        "The job failed and keeps its checkpoints: fix the cause, then restore the latest one "
+                        "(`flowpoint run --resume`, or -s <chk-n>)"
+                    )
+                    error.__cause__ = e
+                    e = error
+                status, failure = JobStatus.FAILED, e
+            else:
+                log.exception("sink %s failed at job end", node.name)
+    return status, failure
 
 
 def _warn_missing_uids(graph: JobGraph) -> None:

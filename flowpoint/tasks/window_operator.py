@@ -292,7 +292,7 @@ class WindowOperator(TimerOp):
             except FlowpointError:
                 raise
             except Exception as e:
-                raise self._error(e, f"aggregating a batch of {len(data)} records", backend.current_key) from e
+                raise window_error(self, e, f"aggregating a batch of {len(data)} records", backend.current_key) from e
             finally:
                 backend.current_key = None
             self.buffer.flush(self, origin)
@@ -309,7 +309,7 @@ class WindowOperator(TimerOp):
                     backend.current_key = key
                     element(key, value, t)
         except Exception as e:
-            raise self._error(e, f"processing {value!r:.200}", key) from e
+            raise window_error(self, e, f"processing {value!r:.200}", key) from e
         finally:
             backend.current_key = None
         self.buffer.flush(self, origin)
@@ -427,7 +427,7 @@ class WindowOperator(TimerOp):
             if mws is not None:
                 mws.persist()
         except Exception as e:
-            raise self._error(e, f"firing {window!r}", key) from e
+            raise window_error(self, e, f"firing {window!r}", key) from e
 
     def _cleanup_time(self, window: Any) -> int:
         if self.event_time:
@@ -509,37 +509,39 @@ class WindowOperator(TimerOp):
             self.buffer.values.extend(outputs)
             self.buffer.timestamps.extend([ts] * len(outputs))
 
-    # -- errors ----------------------------------------------------------------------------------
 
-    def _error(self, e: BaseException, during: str, key: Any) -> FlowpointError:
-        spec = self.spec
-        if isinstance(e, UserFunctionError):
-            return e
-        if isinstance(e, FlowpointError):
-            return type(e)(f"operator {spec.name!r} (uid {spec.uid!r}): {e}")
-        fn = self._blame(e)
-        desc = describe_function(fn) if fn is not None else spec.kind
-        msg = (
-            f"operator {spec.name!r} (uid {spec.uid!r}, function {desc}) raised {type(e).__name__}: {e} "
-            f"while {during} of key {key!r:.100}"
-        )
-        return user_function_error(msg, e, operator=spec.name, uid=spec.uid, function=desc)
+def window_error(op: WindowOperator, e: BaseException, during: str, key: Any) -> FlowpointError:
+    """The error the window operator ``op`` raises for ``e``, raised ``during`` its work on
+    ``key``: a user function's exception names the function whose code raised."""
+    spec = op.spec
+    if isinstance(e, UserFunctionError):
+        return e
+    if isinstance(e, FlowpointError):
+        return type(e)(f"operator {spec.name!r} (uid {spec.uid!r}): {e}")
+    fn = blamed_function(op, e)
+    desc = describe_function(fn) if fn is not None else spec.kind
+    msg = (
+        f"operator {spec.name!r} (uid {spec.uid!r}, function {desc}) raised {type(e).__name__}: {e} "
+        f"while {during} of key {key!r:.100}"
+    )
+    return user_function_error(msg, e, operator=spec.name, uid=spec.uid, function=desc)
 
-    def _blame(self, e: BaseException) -> Any:
-        """The user function whose code raised: the first of them in the traceback."""
-        candidates = [*self._user_functions(), self.trigger, self.evictor, self.assigner, getattr(self.assigner, "extractor", None)]
-        codes: dict[Any, Any] = {}
-        for fn in candidates:
-            if fn is not None:
-                for code in _user_code(fn):
-                    codes.setdefault(code, fn)
-        tb = e.__traceback__
-        while tb is not None:
-            fn = codes.get(tb.tb_frame.f_code)
-            if fn is not None:
-                return fn
-            tb = tb.tb_next
-        return self.spec.function
+
+def blamed_function(op: WindowOperator, e: BaseException) -> Any:
+    """The user function whose code raised: the first of them in the traceback."""
+    candidates = [*op._user_functions(), op.trigger, op.evictor, op.assigner, getattr(op.assigner, "extractor", None)]
+    codes: dict[Any, Any] = {}
+    for fn in candidates:
+        if fn is not None:
+            for code in _user_code(fn):
+                codes.setdefault(code, fn)
+    tb = e.__traceback__
+    while tb is not None:
+        fn = codes.get(tb.tb_frame.f_code)
+        if fn is not None:
+            return fn
+        tb = tb.tb_next
+    return op.spec.function
 
 
 def _user_code(fn: Any) -> list[Any]:
