@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowpoint.clock import now_ms
 from flowpoint.driver.epoch_loop import notify_checkpoint_complete
-from flowpoint.driver.restarts import CommittedLoop
+from flowpoint.driver.loop import CommittedLoop
 from flowpoint.driver.slot_control import SlotControl, check_slots, control_host, slot_error
 from flowpoint.driver.source_assignment import SourceAssignment
 from flowpoint.driver.unit_commit import commit_unit
@@ -40,15 +40,10 @@ from flowpoint.spark.tasks_common import spark_failure
 from flowpoint.tasks.barrier_snapshot import Barrier
 
 if TYPE_CHECKING:
-    import threading
-
     from flowpoint.driver.checkpoint_coordinator import CheckpointCoordinator
     from flowpoint.driver.committed import CommittedState
-    from flowpoint.driver.progress import Progress
-    from flowpoint.driver.restarts import RestartManager
+    from flowpoint.driver.loop import LoopServices
     from flowpoint.driver.savepoints import SavepointService
-    from flowpoint.driver.splits import SplitPlanner
-    from flowpoint.driver.working_files import WorkingFiles
     from flowpoint.graph.jobgraph import JobGraph
 
 log = logging.getLogger("flowpoint")
@@ -70,34 +65,20 @@ class _InFlight:
 
 class ContinuousLoop(CommittedLoop):
     def __init__(
-        self, graph: JobGraph, config: Any, *, state: CommittedState, splits: SplitPlanner, savepoints: SavepointService,
-        restarts: RestartManager, checkpoints: CheckpointCoordinator | None, files: WorkingFiles, progress: Progress,
-        launcher: Any, cancel: threading.Event, plans: dict, adapter: Any, job_name: str, settings: Any,
+        self, graph: JobGraph, config: Any, services: LoopServices, *, plans: dict, adapter: Any, job_name: str, settings: Any,
     ) -> None:
-        self.graph = graph
-        self.config = config
-        self.state = state
-        self.splits = splits
-        self.savepoints = savepoints
-        self.restarts = restarts
-        self.checkpoints = checkpoints
-        self.files = files
-        self.progress = progress
-        self.launcher = launcher  # runs one run on Spark (the adapter's continuous_launcher)
-        self.cancel = cancel
+        super().__init__(graph, config, services)
         self.plans = plans
         self.adapter = adapter  # the session's SparkAdapter (flowpoint/spark/adapter.py)
         self.job_name = job_name
         self.settings = settings
-        self.epoch = 0  # the last committed segment (the work up to a barrier)
-        self.stopped = False
         self.slots = max(s.parallelism for s in graph.stages)
         self.subtasks = [(s.id, p) for s in graph.stages for p in range(s.parallelism)]
         self.buffer_timeout_ms = int(config.get("execution.buffer-timeout"))
         self.poll_s = max(0.001, min(self.buffer_timeout_ms, 5) / 1000.0)
         self.finished = False
         # unaligned checkpoints: EXACTLY_ONCE checkpoints' barriers overtake in-flight frames
-        self.unaligned = bool(checkpoints is not None and settings is not None and settings.unaligned and settings.mode == "EXACTLY_ONCE")
+        self.unaligned = bool(services.checkpoints is not None and settings is not None and settings.unaligned and settings.mode == "EXACTLY_ONCE")
 
     # -- what the restart manager asks of a loop (start, run, reset, restore: CommittedLoop) ----
 

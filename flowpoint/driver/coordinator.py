@@ -29,6 +29,7 @@ from flowpoint.driver.job_status import (
     SplitProgress,
     new_job_id,
 )
+from flowpoint.driver.loop import LoopServices
 from flowpoint.driver.plan_view import plan_view
 from flowpoint.driver.progress import Progress, on_terminal, total_records
 from flowpoint.driver.restarts import RepeatedFailures, RestartManager
@@ -216,18 +217,15 @@ class Coordinator:
 
     def _loop_for(self, restore: RestoredJob | None, plans: dict) -> Any:
         """The loop that runs the job, as ``execution.runtime`` chooses: epochs or continuous."""
-        services = {
-            "state": self._state, "splits": self._splits, "savepoints": self._savepoints, "restarts": self._restarts,
-            "checkpoints": self.checkpoints, "files": self._files, "progress": self._progress, "launcher": self._launcher,
-            "cancel": self._cancel,
-        }
+        services = LoopServices(self._state, self._splits, self._savepoints, self._restarts, self.checkpoints, self._files,
+                                self._progress, self._launcher, self._cancel)
         if self.continuous:
             # lazy: multiprocessing, only for a continuous job
             from flowpoint.driver.continuous_loop import ContinuousLoop
 
-            loop: Any = ContinuousLoop(self.graph, self.config, **services, plans=plans, adapter=self.adapter, job_name=self.job_name, settings=self.settings)
+            loop: Any = ContinuousLoop(self.graph, self.config, services, plans=plans, adapter=self.adapter, job_name=self.job_name, settings=self.settings)
         else:
-            loop = EpochLoop(self.graph, self.config, **services)
+            loop = EpochLoop(self.graph, self.config, services)
         loop.start(restore)
         return loop
 

@@ -15,45 +15,21 @@ from typing import TYPE_CHECKING, Any
 
 from flowpoint.clock import now_ms
 from flowpoint.connectors.source import Source as SourceBase
-from flowpoint.driver.restarts import CommittedLoop
+from flowpoint.driver.loop import CommittedLoop
 from flowpoint.driver.unit_commit import commit_unit
 from flowpoint.errors import CheckpointError
 from flowpoint.partition.protocol import TaskSlice, UnitSpec
 
 if TYPE_CHECKING:
-    import threading
-
-    from flowpoint.driver.checkpoint_coordinator import CheckpointCoordinator
-    from flowpoint.driver.committed import CommittedState
-    from flowpoint.driver.progress import Progress
-    from flowpoint.driver.restarts import RestartManager
+    from flowpoint.driver.loop import LoopServices
     from flowpoint.driver.restore import RestoredJob
-    from flowpoint.driver.savepoints import SavepointService
-    from flowpoint.driver.splits import SplitPlanner
-    from flowpoint.driver.working_files import WorkingFiles
     from flowpoint.graph.jobgraph import JobGraph, Node
 
 
 class EpochLoop(CommittedLoop):
-    def __init__(
-        self, graph: JobGraph, config: Any, *, state: CommittedState, splits: SplitPlanner, savepoints: SavepointService,
-        restarts: RestartManager, checkpoints: CheckpointCoordinator | None, files: WorkingFiles, progress: Progress,
-        launcher: Any, cancel: threading.Event,
-    ):
-        self.graph = graph
-        self.config = config
-        self.state = state
-        self.splits = splits
-        self.savepoints = savepoints
-        self.restarts = restarts
-        self.checkpoints = checkpoints
-        self.files = files
-        self.progress = progress
-        self.launcher = launcher  # runs one epoch on Spark (flowpoint/spark/epoch_launcher.py)
-        self.cancel = cancel
-        self.epoch = 0  # the epoch running, else the last one committed
+    def __init__(self, graph: JobGraph, config: Any, services: LoopServices) -> None:
+        super().__init__(graph, config, services)
         self._checkpointed_epoch = 0
-        self.stopped = False  # a stop-with-savepoint ended the job
         self.time_driven = any(_time_driven(n) for n in graph.nodes.values())
 
     # -- what the restart manager asks of a loop (start, run: CommittedLoop) ---------------------

@@ -91,40 +91,6 @@ class RestartableLoop(Protocol):
         """Where the failed run was, for the progress line (e.g. "epoch 7")."""
 
 
-class CommittedLoop:
-    """What both loops (epochs, continuous) do for the restart manager over the services they
-    share: ``state`` (CommittedState), ``splits`` (SplitPlanner), ``restarts`` and ``epoch``,
-    the number of the last committed unit of work."""
-
-    state: Any
-    splits: Any
-    restarts: RestartManager
-    epoch: int
-
-    def start(self, restore: RestoredJob | None) -> None:
-        """The first run: every source's splits, then what the job restores."""
-        self.splits.init()
-        if restore is not None:
-            self.restore(restore)
-
-    def run(self) -> None:
-        self.restarts.run(self)
-
-    def reset(self) -> None:
-        self.state.reset()
-        self.epoch = 0
-        self.splits.init()
-
-    def restore(self, restore: RestoredJob | None) -> None:
-        if restore is None:
-            self.state.restore_sinks(None)
-            return
-        self.state.apply_restore(restore, self.restarts.allow_non_restored)
-        self.epoch = restore.epoch
-        self.splits.restore(restore.positions)
-        self.state.restore_sinks(restore.sinks)
-
-
 class RestartManager:
     def __init__(
         self, graph: JobGraph, config: Any, job_id: str, files: WorkingFiles, progress: Progress,
