@@ -11,12 +11,14 @@ epoch, before input).
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 from flowpoint.api.functions import KeyedProcessFunction, TimerService
 from flowpoint.api.time import MAX_WATERMARK, TimeDomain
 from flowpoint.errors import FlowpointError, StateAccessError
 from flowpoint.graph.transformation import describe_function
+from flowpoint.state.key_identity import CurrentKey
 from flowpoint.tasks.operators import KeyedOp, split_tagged, tagged_indexes, user_error
 from flowpoint.tasks.timers import InternalTimerService
 from flowpoint.tasks.user_errors import user_function_error
@@ -228,15 +230,32 @@ class KeyedProcessOp(FunctionTimers, TimerOp):
         values, stamps = self.buffer.values, self.buffer.timestamps
         key = value = None
         try:
-            for i, (key, value) in enumerate(data):
-                backend.current_key = key
-                t = None if ts is None else ts[i]
-                ctx.current_timestamp = t
-                r = f(value, ctx)
-                if r is not None:
-                    for x in r:
-                        values.append(x)
-                        stamps.append(t)
+            if type(backend).current_key is not CurrentKey.current_key:
+                for i, (key, value) in enumerate(data):
+                    backend.current_key = key
+                    t = None if ts is None else ts[i]
+                    ctx.current_timestamp = t
+                    r = f(value, ctx)
+                    if r is not None:
+                        for x in r:
+                            values.append(x)
+                            stamps.append(t)
+            else:
+                # the per-record path: a str or int key is its own state key (CurrentKey's
+                # setter, inlined); records without timestamps skip the timestamp's lookup
+                stamps_of = repeat(None) if ts is None else ts
+                for (key, value), t in zip(data, stamps_of, strict=False):  # repeat(None) never ends
+                    tk = type(key)
+                    if tk is str or tk is int:
+                        backend._key = backend._sk = key
+                    else:
+                        backend.current_key = key
+                    ctx.current_timestamp = t
+                    r = f(value, ctx)
+                    if r is not None:
+                        for x in r:
+                            values.append(x)
+                            stamps.append(t)
         except Exception as e:
             raise user_error(self.spec, e, value, key) from e
         finally:
