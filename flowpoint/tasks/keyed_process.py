@@ -222,8 +222,18 @@ class KeyedProcessOp(FunctionTimers, TimerOp):
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         self._process_with(self.spec.function.process_element, origin, data, ts)
 
-    def _process_with(self, f: Any, origin: tuple, data: Any, ts: list | None) -> None:
-        self.records_in += len(data)
+    def process_keyed(self, origin: tuple, keys: list, rows: list, ts: list | None = None) -> None:
+        """:meth:`process` of a keyed batch given as its keys and its records: no list of
+        ``(key, record)`` pairs is built for it."""
+        if type(self).process is not KeyedProcessOp.process:  # a subclass's own process() sees pairs
+            self.process(origin, list(zip(keys, rows, strict=True)), ts)
+            return
+        self._process_with(self.spec.function.process_element, origin, zip(keys, rows, strict=True), ts, len(rows))
+
+    def _process_with(self, f: Any, origin: tuple, data: Any, ts: list | None, n: int | None = None) -> None:
+        """``f`` over ``data``, ``(key, record)`` pairs (``n`` of them: any iterable; without
+        ``n``, a list)."""
+        self.records_in += len(data) if n is None else n
         backend = self.backend
         ctx = self.ctx
         ctx.domain = None
