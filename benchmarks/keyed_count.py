@@ -14,6 +14,10 @@ of a Python dict get+set over the same keys on one core::
 
     python benchmarks/keyed_count.py --flowpoint-only --users 0 --runtime continuous \
         --backends hashmap,rocksdb --checkpoint-ms 10000 [--rounds 3] [--key field|lambda]
+
+``--slot`` times the slots' per-record work without Spark (one thread, HashMap state)::
+
+    python benchmarks/keyed_count.py --slot --events 1000000
 """
 
 from __future__ import annotations
@@ -98,6 +102,51 @@ def dict_rate(n_events: int, users: int | None, rounds: int = 3) -> float:
     return best
 
 
+def measure_slot(n_events: int) -> dict:
+    """The per-record work of keyed_count's slots without Spark, in one thread, for all
+    ``n_events`` (one user id each): generate, route by key group and encode the batches (the
+    source side), decode, build the records and run ``CountPerKey`` over HashMap state (the
+    keyed side). Nanoseconds an event, per side."""
+    from flowpoint.api.functions import FieldKeySelector
+    from flowpoint.connectors.clicks import CLICK_EVENT_TYPE
+    from flowpoint.state.heap import HeapKeyedStateBackend
+    from flowpoint.tasks.batches import decode
+    from flowpoint.tasks.context import TaskRuntimeContext
+    from flowpoint.tasks.keyed_process import KeyedProcessOp
+    from flowpoint.tasks.operators import KeyedWriter
+    from flowpoint.tasks.plan import EdgeSpec, OpSpec
+
+    gen = ClickEventGenerator(num_users=None)
+    writer = KeyedWriter(EdgeSpec(1, 0, "keyed", FieldKeySelector("id"), 2, 128, None, "count"), 0)
+    spec = OpSpec(1, "process", "count", "count", CountPerKey(), {}, CLICK_EVENT_TYPE, None, None, 2, 128, [], [], True)
+    backend = HeapKeyedStateBackend("count", "count")
+    op = KeyedProcessOp(spec, backend)
+    ctx = TaskRuntimeContext("count", 0, 2, 128, {}, backend)
+    ctx.clock = op
+    op.open(ctx)
+    process_keyed = getattr(op, "process_keyed", None)  # absent before issue 29
+    send = receive = 0.0
+    for i, a in enumerate(range(0, n_events, 16384)):
+        t0 = time.perf_counter()
+        writer.process((0, 0, i), gen.batch(a, min(n_events, a + 16384)))
+        out, writer.out = writer.out, []
+        t1 = time.perf_counter()
+        for _, (_, origin, blob) in out:
+            if blob[0] == "wm":
+                continue
+            data, ts = decode(blob)
+            if process_keyed is not None:
+                keys, rows = data.keys_and_rows(CLICK_EVENT_TYPE)
+                process_keyed(origin, keys, rows, ts)
+            else:
+                op.process(origin, data.pairs(CLICK_EVENT_TYPE), ts)
+        receive += time.perf_counter() - t1
+        send += t1 - t0
+    assert sum(backend.tables["count"].values()) == n_events
+    return {"what": "slot path", "send_ns": send / n_events * 1e9, "receive_ns": receive / n_events * 1e9,
+            "total_ns": (send + receive) / n_events * 1e9}
+
+
 def main_flowpoint_only(args) -> int:
     """Issue 29: flowpoint alone, per backend, with the dict rate of the same keys in the same run."""
     spark = make_session("local[2]")
@@ -144,8 +193,12 @@ def main() -> int:
     parser.add_argument("--backends", default="hashmap,rocksdb", help="--flowpoint-only: state.backend.type values")
     parser.add_argument("--checkpoint-ms", type=int, default=10_000, help="--flowpoint-only: checkpoint interval (0: none)")
     parser.add_argument("--rounds", type=int, default=1, help="--flowpoint-only: rounds of all backends")
+    parser.add_argument("--slot", action="store_true", help="the per-record work of the slots without Spark, in one thread (issue 29)")
     parser.add_argument("--key", choices=("field", "lambda"), default="field", help="--flowpoint-only: key_by('id') or key_by(lambda e: e.id)")
     args = parser.parse_args()
+    if args.slot:
+        print(json.dumps(measure_slot(args.events)), flush=True)
+        return 0
     if args.flowpoint_only:
         return main_flowpoint_only(args)
 
