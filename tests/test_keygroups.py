@@ -210,3 +210,91 @@ def test_keyed_exchange_routes_keys_to_the_owner_of_their_key_group(parallelism,
     for (key, _), dest in routed.items():
         kg = assign_to_key_group(key, max_parallelism)
         assert kg in key_group_range_for_operator(max_parallelism, parallelism, dest)
+
+
+_int64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    strs=st.lists(st.text(max_size=12), min_size=1, max_size=40),
+    ints=st.lists(_int64, min_size=1, max_size=40),
+    max_parallelism=st.sampled_from([1, 7, 128, 32768]),
+)
+def test_key_groups_of_a_batch_equal_those_of_each_key(strs, ints, max_parallelism):
+    """The batch hash (numpy over Arrow columns) gives every key the key group its canonical
+    bytes give it one by one: str, int and tuples of them (savepoints must still restore)."""
+    import pyarrow as pa
+
+    from flowpoint.state.keygroups import key_groups_of_columns, key_groups_of_keys
+
+    def expect(keys):
+        return [assign_to_key_group(k, max_parallelism) for k in keys]
+
+    for keys in (strs, ints):
+        got = key_groups_of_keys(keys, max_parallelism)
+        assert got is None or got.tolist() == expect(keys)
+        got = key_groups_of_columns([pa.array(keys)], max_parallelism, as_tuple=False)
+        assert got is None or got.tolist() == expect(keys)
+    n = min(len(strs), len(ints))
+    got = key_groups_of_columns([pa.array(strs[:n]), pa.array(ints[:n])], max_parallelism, as_tuple=True)
+    assert got is None or got.tolist() == expect(list(zip(strs[:n], ints[:n], strict=True)))
+    got = key_groups_of_columns([pa.array(ints[:n], pa.int64()).cast(pa.int32(), safe=False)], max_parallelism, as_tuple=True)
+    assert got is None or got.tolist() == expect([(int(v),) for v in pa.array(ints[:n]).cast(pa.int32(), safe=False).to_pylist()])
+
+
+def test_key_groups_of_a_batch_cover_the_common_keys_and_refuse_the_others():
+    import pyarrow as pa
+
+    from flowpoint.state.keygroups import key_groups_of_columns, key_groups_of_keys
+
+    ids = [f"user-{i}" for i in range(3000)] + ["", "é", "😀x", "a" * 37]
+    assert key_groups_of_keys(ids, 128).tolist() == [assign_to_key_group(k, 128) for k in ids]
+    sliced = pa.array(ids).slice(100, 500)  # an Arrow slice starts inside the buffers
+    assert key_groups_of_columns([sliced], 128, as_tuple=False).tolist() == [assign_to_key_group(k, 128) for k in ids[100:600]]
+    pairs = [(("a", "b", "cc")[i % 3], ("INSTALL", "OPEN")[i % 2]) for i in range(100)]
+    cols = [pa.array([p[0] for p in pairs]), pa.array([p[1] for p in pairs])]
+    assert key_groups_of_columns(cols, 128, as_tuple=True).tolist() == [assign_to_key_group(p, 128) for p in pairs]
+    big = [-(1 << 63), (1 << 63) - 1, 0, -1, 42]
+    assert key_groups_of_keys(big, 128).tolist() == [assign_to_key_group(k, 128) for k in big]
+    # 1, 1.0 and True are three keys: only lists of exactly str or exactly int are hashed at once
+    for other in ([1, True], [1, 1.0], ["a", 1], [1 << 64], [None, "a"], [float("nan")], [b"x"]):
+        assert key_groups_of_keys(other, 128) is None
+    for col in (pa.array([1.5]), pa.array([True]), pa.array(["a", None]), pa.array([1 << 63], pa.uint64())):
+        assert key_groups_of_columns([col], 128, as_tuple=False) is None
+    assert key_groups_of_keys(["x" * i for i in range(100)], 128) is None  # too many lengths: one by one
+
+
+@pytest.mark.parametrize("columnar", [False, True])
+@pytest.mark.parametrize("fields", [("id",), ("n",), ("id", "n")])
+def test_keyed_exchange_routes_batches_of_str_and_int_keys_by_key_group(columnar, fields):
+    """The keyed writer's batch path (all-str or all-int keys, Arrow key columns) routes as the
+    key-by-key path does."""
+    import pickle
+
+    import pyarrow as pa
+
+    from flowpoint.api.functions import FieldKeySelector, KeySelectorWrapper
+    from flowpoint.tasks.batches import decode
+    from flowpoint.tasks.operators import KeyedWriter
+    from flowpoint.tasks.plan import EdgeSpec
+
+    ids = [f"user-{i % 700}" for i in range(2000)]
+    ns = [(i * 7919) % 1000 - 500 for i in range(2000)]
+    if columnar:
+        selector = FieldKeySelector(fields[0] if len(fields) == 1 else list(fields))
+        data = pa.record_batch([pa.array(ids), pa.array(ns, pa.int64())], names=["id", "n"])
+    else:
+        selector = KeySelectorWrapper(lambda r: r[fields[0]] if len(fields) == 1 else tuple(r[f] for f in fields))
+        data = [Row.of(("id", "n"), (a, b)) for a, b in zip(ids, ns, strict=True)]
+    edge = EdgeSpec(1, 0, "keyed", selector, 3, 128, None, "target")
+    writer = KeyedWriter(edge, partition=0)
+    writer.process((0, 0, 0), data)
+    seen = 0
+    for dest, (_, _, blob) in writer.out:
+        batch, _ = decode(blob)
+        pairs = batch.pairs() if columnar else pickle.loads(blob[1])
+        for key, _ in pairs:
+            assert assign_to_key_group(key, 128) in key_group_range_for_operator(128, 3, dest)
+            seen += 1
+    assert seen == 2000

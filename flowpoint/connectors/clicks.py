@@ -9,10 +9,12 @@ yields the same events. ``ts`` advances ``interval_ms`` per event and lags by up
 
 from __future__ import annotations
 
+import binascii
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from flowpoint.api.row import Row
 from flowpoint.api.types import Types
@@ -26,6 +28,8 @@ CLICK_EVENT_TYPE = Types.ROW_NAMED(
 DEFAULT_START_TS = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 
 _M64 = (1 << 64) - 1
+_CHANNELS = pa.array(CHANNELS, pa.string())
+_BEHAVIORS = pa.array(BEHAVIORS, pa.string())
 
 
 def _mix(x: int) -> int:
@@ -79,18 +83,23 @@ class ClickEventGenerator:
         idx = np.arange(start, end, dtype=np.uint64)
         with np.errstate(over="ignore"):
             h = _mix_np(np.uint64(self.seed) * np.uint64(0x100000001B3) + idx)
-        channel = np.array(CHANNELS, dtype=object)[(h & np.uint64(3)).astype(np.int64)]
-        behavior = np.array(BEHAVIORS, dtype=object)[((h >> np.uint64(2)) % np.uint64(7)).astype(np.int64)]
+        channel = _CHANNELS.take(pa.array((h & np.uint64(3)).astype(np.int64)))
+        behavior = _BEHAVIORS.take(pa.array(((h >> np.uint64(2)) % np.uint64(7)).astype(np.int64)))
         ts = np.int64(self.start_ts) + idx.astype(np.int64) * np.int64(self.interval_ms)
         if self.max_lateness_ms:
             ts = ts - ((h >> np.uint64(8)) % np.uint64(self.max_lateness_ms + 1)).astype(np.int64)
         if self.num_users is None:
-            hi = _mix_np(h)
-            ids = [f"{a:016x}{b:016x}" for a, b in zip(hi.tolist(), h.tolist(), strict=True)]
+            # f"{mix(h):016x}{h:016x}" for every event at once: the hex digits of both numbers
+            # (big-endian) are one 32-character string per event
+            pairs = np.empty((len(h), 2), dtype=">u8")
+            pairs[:, 0] = _mix_np(h)
+            pairs[:, 1] = h
+            offsets = np.arange(0, 32 * (len(h) + 1), 32, dtype=np.int32)
+            ids = pa.StringArray.from_buffers(len(h), pa.py_buffer(offsets), pa.py_buffer(binascii.hexlify(pairs.tobytes())))
         else:
-            users = ((h >> np.uint64(32)) % np.uint64(self.num_users)).tolist()
-            ids = [f"user-{u}" for u in users]
+            users = pa.array((h >> np.uint64(32)) % np.uint64(self.num_users)).cast(pa.string())
+            ids = pc.binary_join_element_wise("user-", users, "")  # f"user-{n}"
         return pa.RecordBatch.from_arrays(
-            [pa.array(ts, pa.int64()), pa.array(channel, pa.string()), pa.array(ids, pa.string()), pa.array(behavior, pa.string())],
+            [pa.array(ts, pa.int64()), channel, ids, behavior],
             schema=CLICK_EVENT_TYPE.arrow_schema(),  # type: ignore[attr-defined]
         )

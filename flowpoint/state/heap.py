@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from flowpoint.api.state import StateDescriptor
+from flowpoint.api.state import StateDescriptor, ValueStateDescriptor
 from flowpoint.state.compatibility import (
     Recorded,
     check_redeclared,
@@ -21,7 +21,14 @@ from flowpoint.state.compatibility import (
     worth_scanning,
 )
 from flowpoint.state.key_identity import CurrentKey, key_table
-from flowpoint.state.kinds import ABSENT, ATOMIC, immutable, keyed_state, private_copy
+from flowpoint.state.kinds import (
+    ABSENT,
+    ATOMIC,
+    KeyedValueState,
+    immutable,
+    keyed_state,
+    private_copy,
+)
 
 # delta: {state name: (puts {key: value}, deletes [key])}
 Delta = dict[str, tuple[dict[Any, Any], list[Any]]]
@@ -66,7 +73,8 @@ class HeapKeyedStateBackend(CurrentKey):
             if migrate is not None and table and worth_scanning(migrate, descriptor.kind, next(iter(table.values()))):
                 migrate_table(descriptor.kind, table, migrate)
         self.kinds[name] = descriptor.kind
-        state = keyed_state(self, HeapTable(self.tables.setdefault(name, {}), self.undo.setdefault(name, {})), descriptor)
+        table = HeapTable(self.tables.setdefault(name, {}), self.undo.setdefault(name, {}))
+        state = HeapValueState(self, table, descriptor) if type(descriptor) is ValueStateDescriptor else keyed_state(self, table, descriptor)
         self._states[name] = state
         return state
 
@@ -223,3 +231,39 @@ class HeapTable:
 
     def map_is_empty(self, key: Any) -> bool:
         return not self.data.get(key)
+
+
+class HeapValueState(KeyedValueState):
+    """``ValueState`` over a :class:`HeapTable` with the table's read and write inlined: the
+    per-record path of a keyed count is one dict read and one write (plus the undo log's check),
+    not two calls more. A value user code could change in place goes through ``HeapTable.read``."""
+
+    __slots__ = ("_data", "_undo")
+
+    def __init__(self, backend: Any, table: HeapTable, descriptor: StateDescriptor):
+        super().__init__(backend, table, descriptor)
+        self._data = table.data  # the backend's dicts of this state: never replaced, only changed
+        self._undo = table.undo
+
+    def value(self) -> Any:
+        key = self._b._sk
+        if key is None:
+            self._key()
+        v = self._data.get(key, ABSENT)
+        if v is ABSENT:
+            return None
+        if type(v) in ATOMIC:
+            return v
+        return self._t.read(key)
+
+    def update(self, value: Any) -> None:
+        key = self._b._sk
+        if key is None:
+            self._key()
+        if value is None:
+            self._t.remove(key)
+            return
+        undo = self._undo
+        if key not in undo:
+            undo[key] = self._data.get(key, ABSENT)
+        self._data[key] = value

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mmh3
+import numpy as np
+import pyarrow as pa
 
 from flowpoint.errors import ConfigurationError, InvalidKeyError
 
@@ -227,3 +229,157 @@ def check_parallelism(parallelism: int, max_parallelism: int, what: str | Callab
 
 def _name(what: str | Callable[[], str]) -> str:
     return what if isinstance(what, str) else what()
+
+
+# -- key groups of a whole batch of keys at once -------------------------------------------------
+#
+# The same murmur3_32 (seed 0) of the same canonical bytes as ``key_hash``, computed with numpy
+# over a batch of keys whose canonical bytes can be laid out without Python objects: Arrow
+# columns of strings and of signed integers, and tuples of those (a key of several fields).
+# ``tests/test_keygroups.py`` checks it against ``assign_to_key_group`` key by key.
+
+_C1 = np.uint32(0xCC9E2D51)
+_C2 = np.uint32(0x1B873593)
+_INT_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32())
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _murmur3_rows(m: np.ndarray, length: int) -> np.ndarray:
+    """murmur3_32 (seed 0) of every row's first ``length`` bytes of a uint8 matrix of width
+    ``(length // 4 + 1) * 4`` whose bytes after ``length`` are zeros."""
+    blocks = m.view("<u4")
+    h = np.zeros(len(m), dtype=np.uint32)
+    for b in range(length // 4):
+        k = _rotl(blocks[:, b] * _C1, 15) * _C2
+        h = _rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+    if length & 3:  # the tail: the last 1-3 bytes, then the zeros of the padding
+        h ^= _rotl(blocks[:, length // 4] * _C1, 15) * _C2
+    h ^= np.uint32(length & 0xFFFFFFFF)
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(0x85EBCA6B)
+    h ^= h >> np.uint32(13)
+    h *= np.uint32(0xC2B2AE35)
+    h ^= h >> np.uint32(16)
+    return h
+
+
+class _Column:
+    """One key column's canonical bytes: ``b"s"`` + UTF-8 (strings) or ``b"i"`` + 8 bytes
+    little-endian (integers); ``lengths`` of every row's canonical bytes."""
+
+    __slots__ = ("text", "offsets", "ints", "lengths")
+
+    def __init__(self, col: pa.Array) -> None:
+        n = len(col)
+        t = col.type
+        self.text = self.offsets = self.ints = None
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            off_type = np.int32 if pa.types.is_string(t) else np.int64
+            buffers = col.buffers()
+            offsets = np.frombuffer(buffers[1], dtype=off_type)[col.offset : col.offset + n + 1].astype(np.int64)
+            raw = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
+            self.text = raw[int(offsets[0]) : int(offsets[-1])]
+            self.offsets = offsets - offsets[0]
+            self.lengths = np.diff(offsets) + 1
+        else:
+            values = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+            self.ints = values.astype("<i8").view(np.uint8).reshape(n, 8)
+            self.lengths = np.full(n, 9, dtype=np.int64)
+
+    def fill(self, m: np.ndarray, at: int, rows: np.ndarray | None, length: int) -> None:
+        """Write the canonical bytes of ``rows`` (all of them: None), each ``length`` long, at
+        column ``at`` of ``m``."""
+        if self.ints is not None:
+            m[:, at] = ord("i")
+            m[:, at + 1 : at + 9] = self.ints if rows is None else self.ints[rows]
+            return
+        m[:, at] = ord("s")
+        body = length - 1
+        if body == 0:
+            return
+        if rows is None:  # every row this long: the column's text is the rows one after another
+            m[:, at + 1 : at + length] = self.text.reshape(-1, body)
+        else:
+            m[:, at + 1 : at + length] = self.text[self.offsets[rows][:, None] + np.arange(body)]
+
+
+def _column(col: Any) -> _Column | None:
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    t = col.type
+    if col.null_count or not (pa.types.is_string(t) or pa.types.is_large_string(t) or t in _INT_TYPES):
+        return None
+    return _Column(col)
+
+
+def key_groups_of_columns(columns: list, max_parallelism: int, as_tuple: bool) -> np.ndarray | None:
+    """``assign_to_key_group(key, max_parallelism)`` of every row's key at once: the key is the
+    row's value of the one column (``as_tuple`` False) or the tuple of the columns' values.
+    None when a column is not of strings or signed (or up to 32-bit unsigned) integers or holds
+    nulls, or when the keys' canonical bytes come in more than 64 lengths (rows of one length
+    are hashed together)."""
+    if not columns or (not as_tuple and len(columns) != 1):
+        return None
+    cols = []
+    for c in columns:
+        col = _column(c)
+        if col is None:
+            return None
+        cols.append(col)
+    n = len(cols[0].lengths)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    # the layout of a row: b"(" + (canonical(item) + b"\x00") per item + b")" for a tuple
+    code = np.zeros(n, dtype=np.int64)
+    for col in cols:
+        code = code * (int(col.lengths.max()) + 1) + col.lengths
+    if int(code.min()) == int(code.max()):
+        groups = [(None, cols[0].lengths[:1])]
+    else:
+        present, inverse = np.unique(code, return_inverse=True)
+        if len(present) > 64:
+            return None
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(present) + 1))
+        groups = [(order[bounds[g] : bounds[g + 1]], None) for g in range(len(present))]
+    h = np.empty(n, dtype=np.uint32)
+    for rows, _ in groups:
+        first = 0 if rows is None else int(rows[0])
+        lengths = [int(col.lengths[first]) for col in cols]
+        total = sum(lengths) + (2 + len(cols) if as_tuple else 0)
+        m = np.zeros((n if rows is None else len(rows), (total // 4 + 1) * 4), dtype=np.uint8)
+        at = 0
+        if as_tuple:
+            m[:, 0] = ord("(")
+            at = 1
+        for col, length in zip(cols, lengths, strict=True):
+            col.fill(m, at, rows, length)
+            at += length + (1 if as_tuple else 0)  # the b"\x00" after an item is the matrix's zero
+        if as_tuple:
+            m[:, at] = ord(")")
+        if rows is None:
+            h = _murmur3_rows(m, total)
+        else:
+            h[rows] = _murmur3_rows(m, total)
+    return (h & np.uint32(0x7FFFFFFF)).astype(np.int64) % max_parallelism
+
+
+def key_groups_of_keys(keys: list, max_parallelism: int) -> np.ndarray | None:
+    """:func:`key_groups_of_columns` for a list of keys that are all exactly ``str`` or all
+    exactly ``int`` (within 64 bits); None for any other list."""
+    if not keys:
+        return None
+    types = set(map(type, keys))
+    if types == {str}:
+        col = pa.array(keys, pa.string())
+    elif types == {int}:
+        try:
+            col = pa.array(keys, pa.int64())
+        except (OverflowError, pa.ArrowInvalid):
+            return None
+    else:
+        return None
+    return key_groups_of_columns([col], max_parallelism, as_tuple=False)

@@ -45,8 +45,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import mmh3
+
 from flowpoint import private_files
-from flowpoint.api.state import StateDescriptor
+from flowpoint.api.state import StateDescriptor, ValueStateDescriptor
 from flowpoint.errors import JobExecutionError, StateAccessError, StateDecodeError
 from flowpoint.pickles import dumps
 from flowpoint.state.compatibility import (
@@ -60,7 +62,7 @@ from flowpoint.state.compatibility import (
 )
 from flowpoint.state.key_identity import CurrentKey, StateKey, state_key
 from flowpoint.state.keygroups import assign_to_key_group, canonical_bytes
-from flowpoint.state.kinds import ABSENT, ATOMIC, immutable, keyed_state
+from flowpoint.state.kinds import ABSENT, ATOMIC, KeyedValueState, immutable, keyed_state
 from flowpoint.worker_resources import worker
 
 _loads = pickle.loads
@@ -83,6 +85,7 @@ MAX_STATES = 256
 
 _EMPTY_NS = b"\x00\x00\x00\x00"  # length-prefixed empty namespace
 _pack_u32 = struct.Struct(">I").pack
+_mmh3_hash = mmh3.hash
 _pack_u64 = struct.Struct(">Q").pack
 _unpack_u64 = struct.Struct(">Q").unpack
 
@@ -584,6 +587,38 @@ class _Table:
         mo.complete = True
 
 
+class RocksDBValueState(KeyedValueState):
+    """``ValueState`` over a RocksDB :class:`_Table` with the table's read and write inlined:
+    the overlay's dict first, the DB only for a key the epoch has not seen."""
+
+    __slots__ = ()
+
+    def value(self) -> Any:
+        key = self._b._sk
+        if key is None:
+            self._key()
+        t = self._t
+        v = t.cache.get(key, _MISS)
+        if v is _MISS:
+            v = t._load(key)
+        if v is _ABSENT:
+            return None
+        if type(v) not in ATOMIC and not immutable(v):
+            t.dirty.add(key)  # user code may change it in place: write it with the delta
+        return v
+
+    def update(self, value: Any) -> None:
+        key = self._b._sk
+        if key is None:
+            self._key()
+        t = self._t
+        if value is None:
+            t.remove(key)
+            return
+        t.cache[key] = value
+        t.dirty.add(key)
+
+
 def _closed_get(*_args: Any) -> Any:
     msg = "the RocksDB state backend is not open; call open() first"
     raise StateAccessError(msg)
@@ -933,17 +968,21 @@ class RocksDBKeyedStateBackend(CurrentKey):
                 self._remap.pop(name, None)
                 self._value_classes.pop(name, None)
             table = self._tables[name] = _Table(name, sid, kind, self)
+        if type(descriptor) is ValueStateDescriptor and table.kind != "map":
+            return RocksDBValueState(self, table, descriptor)
         return keyed_state(self, table, descriptor)
 
     # -- encoding ----------------------------------------------------------------------------
 
     def _encode(self, key: Any) -> tuple[bytes, bytes]:
         """``(key group bytes, len + key bytes + empty namespace)``, cached for the epoch."""
-        kb = pickle.dumps(key, 5) if type(key) is str else key_bytes(key)
-        enc = self._enc[key] = (
-            self._kg_bytes[assign_to_key_group(key, self.max_parallelism)],
-            _pack_u32(len(kb)) + kb + _EMPTY_NS,
-        )
+        if type(key) is str:  # assign_to_key_group of a str, inlined (its canonical bytes)
+            kb = pickle.dumps(key, 5)
+            group = (_mmh3_hash(b"s" + key.encode("utf-8"), 0, False) & 0x7FFFFFFF) % self.max_parallelism
+        else:
+            kb = key_bytes(key)
+            group = assign_to_key_group(key, self.max_parallelism)
+        enc = self._enc[key] = (self._kg_bytes[group], _pack_u32(len(kb)) + kb + _EMPTY_NS)
         return enc
 
     def _db_key(self, table: _Table, key: Any) -> bytes:

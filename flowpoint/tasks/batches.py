@@ -40,7 +40,25 @@ class KeyedBatch:
         return cols[0] if len(cols) == 1 else list(zip(*cols, strict=True))
 
     def pairs(self, type_info: Any = None) -> list:
-        return list(zip(self.keys(), arrow_to_rows(self.batch, type_info), strict=True))
+        keys, rows = self.keys_and_rows(type_info)
+        return list(zip(keys, rows, strict=True))
+
+    def keys_and_rows(self, type_info: Any = None) -> tuple[list, list]:
+        """The keys and the records (as :meth:`pairs` pairs them), each column converted once."""
+        batch = self.batch
+        names = batch.schema.names
+        columns = [c.to_pylist() for c in batch.columns]
+        rows = arrow_to_rows(batch, type_info, columns)
+        key_columns = []
+        for f in self.fields:
+            i = names.index(f)
+            t = batch.schema.field(i).type
+            # a key of scalars shares the rows' Python objects (one conversion of the column);
+            # a nested one (a list) is a copy of its own, as user code may change the row's
+            shared = pa.types.is_string(t) or pa.types.is_integer(t) or pa.types.is_large_string(t)
+            key_columns.append(columns[i] if shared else batch.column(i).to_pylist())
+        keys = key_columns[0] if len(key_columns) == 1 else list(zip(*key_columns, strict=True))
+        return keys, rows
 
 
 def as_rows(data: Any, type_info: Any = None) -> list:

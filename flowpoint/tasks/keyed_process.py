@@ -11,12 +11,14 @@ epoch, before input).
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 from flowpoint.api.functions import KeyedProcessFunction, TimerService
 from flowpoint.api.time import MAX_WATERMARK, TimeDomain
 from flowpoint.errors import FlowpointError, StateAccessError
 from flowpoint.graph.transformation import describe_function
+from flowpoint.state.key_identity import CurrentKey
 from flowpoint.tasks.operators import KeyedOp, split_tagged, tagged_indexes, user_error
 from flowpoint.tasks.timers import InternalTimerService
 from flowpoint.tasks.user_errors import user_function_error
@@ -220,23 +222,50 @@ class KeyedProcessOp(FunctionTimers, TimerOp):
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         self._process_with(self.spec.function.process_element, origin, data, ts)
 
-    def _process_with(self, f: Any, origin: tuple, data: Any, ts: list | None) -> None:
-        self.records_in += len(data)
+    def process_keyed(self, origin: tuple, keys: list, rows: list, ts: list | None = None) -> None:
+        """:meth:`process` of a keyed batch given as its keys and its records: no list of
+        ``(key, record)`` pairs is built for it."""
+        if type(self).process is not KeyedProcessOp.process:  # a subclass's own process() sees pairs
+            self.process(origin, list(zip(keys, rows, strict=True)), ts)
+            return
+        self._process_with(self.spec.function.process_element, origin, zip(keys, rows, strict=True), ts, len(rows))
+
+    def _process_with(self, f: Any, origin: tuple, data: Any, ts: list | None, n: int | None = None) -> None:
+        """``f`` over ``data``, ``(key, record)`` pairs (``n`` of them: any iterable; without
+        ``n``, a list)."""
+        self.records_in += len(data) if n is None else n
         backend = self.backend
         ctx = self.ctx
         ctx.domain = None
         values, stamps = self.buffer.values, self.buffer.timestamps
         key = value = None
         try:
-            for i, (key, value) in enumerate(data):
-                backend.current_key = key
-                t = None if ts is None else ts[i]
-                ctx.current_timestamp = t
-                r = f(value, ctx)
-                if r is not None:
-                    for x in r:
-                        values.append(x)
-                        stamps.append(t)
+            if type(backend).current_key is not CurrentKey.current_key:
+                for i, (key, value) in enumerate(data):
+                    backend.current_key = key
+                    t = None if ts is None else ts[i]
+                    ctx.current_timestamp = t
+                    r = f(value, ctx)
+                    if r is not None:
+                        for x in r:
+                            values.append(x)
+                            stamps.append(t)
+            else:
+                # the per-record path: a str or int key is its own state key (CurrentKey's
+                # setter, inlined); records without timestamps skip the timestamp's lookup
+                stamps_of = repeat(None) if ts is None else ts
+                for (key, value), t in zip(data, stamps_of, strict=False):  # repeat(None) never ends
+                    tk = type(key)
+                    if tk is str or tk is int:
+                        backend._key = backend._sk = key
+                    else:
+                        backend.current_key = key
+                    ctx.current_timestamp = t
+                    r = f(value, ctx)
+                    if r is not None:
+                        for x in r:
+                            values.append(x)
+                            stamps.append(t)
         except Exception as e:
             raise user_error(self.spec, e, value, key) from e
         finally:

@@ -22,7 +22,7 @@ from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.api.typed_values import converter
 from flowpoint.errors import FlowpointError, InvalidKeyError, SerializationError
 from flowpoint.graph.transformation import describe_function
-from flowpoint.state.keygroups import canonical_bytes
+from flowpoint.state.keygroups import canonical_bytes, key_groups_of_columns, key_groups_of_keys
 from flowpoint.tasks.batches import KeyedBatch, as_rows, encode, num_records
 from flowpoint.tasks.context import ProcessContext
 from flowpoint.tasks.pickling import unpicklable_record
@@ -712,16 +712,20 @@ class KeyedWriter(ExchangeWriter):
         rows = as_rows(data, self.edge.input_type)
         get_key = self.selector.get_key
         keys = apply_each(get_key, rows, lambda e, x: _key_error(self.edge, e, x))
-        dests: list[int] = []
-        append = dests.append
-        hash_ = mmh3.hash
         maxp = self.edge.max_parallelism
-        dest_of = self._dest
-        for key, value in zip(keys, rows, strict=True):
-            if type(key) is str:
-                append(((hash_(b"s" + key.encode(), 0, False) & 0x7FFFFFFF) % maxp) * p // maxp)
-            else:
-                append(dest_of(key, value))
+        groups = key_groups_of_keys(keys, maxp) if len(keys) >= 64 else None  # all str or all int: at once
+        if groups is not None:
+            dests: list[int] = (groups * p // maxp).tolist()
+        else:
+            dests = []
+            append = dests.append
+            hash_ = mmh3.hash
+            dest_of = self._dest
+            for key, value in zip(keys, rows, strict=True):
+                if type(key) is str:
+                    append(((hash_(b"s" + key.encode(), 0, False) & 0x7FFFFFFF) % maxp) * p // maxp)
+                else:
+                    append(dest_of(key, value))
         buckets: list[list] = [[] for _ in range(p)]
         for dest, key, value in zip(dests, keys, rows, strict=True):
             buckets[dest].append((key, value))
@@ -741,16 +745,45 @@ class KeyedWriter(ExchangeWriter):
         self.out.append((dest, (self.edge.index, (*origin, self.partition), blob)))
 
     def _process_columnar(self, origin: tuple, data: pa.RecordBatch, ts: list | None) -> None:
-        """Key groups per distinct key (dictionary encoding), then one ``take`` per receiver."""
+        """Key groups of the whole batch at once where the key's columns allow it (strings,
+        integers: ``key_groups_of_columns``), else per distinct key (dictionary encoding); then
+        one ``take`` per receiver."""
+        fields = self.columns
+        assert fields is not None
+        columns = [data.column(f) for f in fields]
+        for f, col in zip(fields, columns, strict=True):
+            if col.null_count:
+                row = data.slice(col.to_pylist().index(None), 1).to_pylist()[0]
+                raise _invalid_key(self.edge, f"a key must not be None (field {f!r} is null)", row)
+        maxp = self.edge.max_parallelism
+        groups = key_groups_of_columns(columns, maxp, as_tuple=False) if len(fields) == 1 else None
+        if groups is not None:
+            dests = groups * self.edge.parallelism // maxp
+        else:
+            dests = self._dests_by_distinct_key(columns, maxp)
+        p = self.edge.parallelism
+        ts_np = None if ts is None else np.asarray(ts, dtype=np.int64)
+        if p == 1:
+            self._send_bucket(0, origin, KeyedBatch(data, fields), ts)
+            return
+        order = np.argsort(dests, kind="stable")
+        bounds = np.searchsorted(dests[order], np.arange(p + 1))
+        for dest in range(p):
+            a, b = int(bounds[dest]), int(bounds[dest + 1])
+            if a == b:
+                continue
+            take = order[a:b]
+            piece = data.take(pa.array(take))
+            self._send_bucket(dest, origin, KeyedBatch(piece, fields), None if ts_np is None else ts_np[take].tolist())
+
+    def _dests_by_distinct_key(self, columns: list, maxp: int) -> np.ndarray:
+        """Each row's receiver, from the key group of each distinct key (dictionary encoding);
+        many distinct keys of strings or integers are hashed all at once instead."""
         fields = self.columns
         assert fields is not None
         codes = None
         uniques: list[list] = []
-        for f in fields:
-            col = data.column(f)
-            if col.null_count:
-                row = data.slice(col.to_pylist().index(None), 1).to_pylist()[0]
-                raise _invalid_key(self.edge, f"a key must not be None (field {f!r} is null)", row)
+        for col in columns:
             enc = pc.dictionary_encode(col)
             idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
             uniques.append(enc.dictionary.to_pylist())
@@ -761,6 +794,10 @@ class KeyedWriter(ExchangeWriter):
             inverse = codes
         else:
             present, inverse = np.unique(codes, return_inverse=True)
+            if len(present) * 8 > len(codes):
+                groups = key_groups_of_columns(columns, maxp, as_tuple=True)
+                if groups is not None:
+                    return groups * self.edge.parallelism // maxp
             keys_u = []
             for code in present.tolist():
                 parts = []
@@ -777,21 +814,7 @@ class KeyedWriter(ExchangeWriter):
             if d is None:
                 d = cache[key] = self._dest(key, key)
             dest_u.append(d)
-        dests = np.asarray(dest_u, dtype=np.int64)[inverse]
-        p = self.edge.parallelism
-        ts_np = None if ts is None else np.asarray(ts, dtype=np.int64)
-        if p == 1:
-            self._send_bucket(0, origin, KeyedBatch(data, fields), ts)
-            return
-        order = np.argsort(dests, kind="stable")
-        bounds = np.searchsorted(dests[order], np.arange(p + 1))
-        for dest in range(p):
-            a, b = int(bounds[dest]), int(bounds[dest + 1])
-            if a == b:
-                continue
-            take = order[a:b]
-            piece = data.take(pa.array(take))
-            self._send_bucket(dest, origin, KeyedBatch(piece, fields), None if ts_np is None else ts_np[take].tolist())
+        return np.asarray(dest_u, dtype=np.int64)[inverse]
 
 
 def _key_error(edge: Any, e: BaseException, x: Any) -> FlowpointError:

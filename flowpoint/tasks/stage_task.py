@@ -425,6 +425,12 @@ def feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWatermar
         if edge_index in strip:
             data = data.batch if isinstance(data, KeyedBatch) else [v for _, v in data]
         elif isinstance(data, KeyedBatch) and not getattr(head, "columnar_input", False):
+            process_keyed = getattr(head, "process_keyed", None)
+            if process_keyed is not None:  # keys and records side by side, no pairs built
+                keys, rows = data.keys_and_rows(plan.ops[plan.head].input_type)
+                head.num_in += len(rows)
+                process_keyed(origin, keys, rows, ts)
+                continue
             data = data.pairs(plan.ops[plan.head].input_type)
         head.num_in += num_records(data)
         head.process(origin, data, ts)
