@@ -298,3 +298,41 @@ def test_keyed_exchange_routes_batches_of_str_and_int_keys_by_key_group(columnar
             assert assign_to_key_group(key, 128) in key_group_range_for_operator(128, 3, dest)
             seen += 1
     assert seen == 2000
+
+
+@pytest.mark.parametrize("field", ["id", ["id"], ["id", "n"], ["n", "id"]])
+def test_a_record_has_one_key_whether_its_batch_is_columnar_or_rows(field):
+    """``key_by("id")``, ``key_by(["id"])``, ``key_by(["id", "n"])``: the same record gets the same
+    key and the same receiver in an Arrow batch and as a Row (a union of a columnar source and a
+    mapped stream reaches one keyed operator through both paths; the key is what
+    ``FieldKeySelector.get_key`` says: one field's value, or the tuple of a list's fields, even a
+    list of one)."""
+    import pickle
+
+    import pyarrow as pa
+
+    from flowpoint.api.functions import FieldKeySelector
+    from flowpoint.tasks.batches import KeyedBatch, decode
+    from flowpoint.tasks.operators import KeyedWriter
+    from flowpoint.tasks.plan import EdgeSpec
+
+    ids = [f"user-{i % 70}" for i in range(300)]
+    ns = [(i * 7919) % 100 - 50 for i in range(300)]
+    selector = FieldKeySelector(field)
+    routed = {}
+    for columnar in (True, False):
+        if columnar:
+            data = pa.record_batch([pa.array(ids), pa.array(ns, pa.int64())], names=["id", "n"])
+        else:
+            data = [Row.of(("id", "n"), (a, b)) for a, b in zip(ids, ns, strict=True)]
+        writer = KeyedWriter(EdgeSpec(1, 0, "keyed", selector, 3, 128, None, "target"), partition=0)
+        writer.process((0, 0, 0), data)
+        got = []
+        for dest, (_, _, blob) in writer.out:
+            batch, _ = decode(blob)
+            pairs = batch.pairs() if isinstance(batch, KeyedBatch) else pickle.loads(blob[1])
+            got += [(tuple(value), key, dest) for key, value in pairs]
+        routed[columnar] = sorted(got, key=repr)
+    assert routed[True] == routed[False]
+    expected = {(r[0], r[1]): selector.get_key(Row.of(("id", "n"), r)) for r in zip(ids, ns, strict=True)}
+    assert all(key == expected[value] for value, key, _ in routed[False])

@@ -688,7 +688,10 @@ class KeyedWriter(ExchangeWriter):
         super().__init__(edge, partition)
         self.selector = edge.key_selector
         fields = getattr(self.selector, "fields", None) if type(self.selector).__name__ == "FieldKeySelector" else None
-        self.columns = fields if fields and all(isinstance(f, str) for f in fields) else None
+        # a columnar batch's key is one column's value or the tuple of several: key_by(["id"]),
+        # whose key is the 1-tuple, takes the row path, so that a record has one key either way
+        one_tuple = fields is not None and len(fields) == 1 and isinstance(self.selector.field, tuple)
+        self.columns = fields if fields and all(isinstance(f, str) for f in fields) and not one_tuple else None
         self.dest_cache: dict[Any, int] = {}
 
     def _dest(self, key: Any, value: Any) -> int:
