@@ -60,7 +60,7 @@ def test_key_group_ranges_are_contiguous_and_cover_all_key_groups(pm):
     ranges = [key_group_range_for_operator(max_parallelism, parallelism, i) for i in range(parallelism)]
     assert ranges[0].start == 0
     assert ranges[-1].end == max_parallelism - 1
-    for a, b in zip(ranges, ranges[1:]):
+    for a, b in zip(ranges, ranges[1:], strict=False):
         assert b.start == a.end + 1
     assert sum(len(r) for r in ranges) == max_parallelism
     # each operator owns at least one key group, and the sizes differ by at most one
