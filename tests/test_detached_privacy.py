@@ -60,20 +60,68 @@ echo probed
 """
 
 
-@pytest.fixture
-def base():
+def _new_base() -> Path:
     """A directory the other user can enter (a home directory is 0755): tmp_path is below
     directories only root can enter, where nothing would be readable by anyone else anyway."""
     d = tempfile.mkdtemp(prefix="flowpoint-issue25-", dir="/tmp")
     os.chmod(d, 0o755)
-    yield Path(d)
+    return Path(d)
+
+
+def _remove_base(d: Path) -> None:
     # a cancelled job's process writes its entry's end and its archive as it exits: wait for it
-    for entry in Path(d).glob(".flowpoint/jobs/*.json"):
-        pid = JobRegistry(entry.parent)._load(entry.stem).pid
+    for entry in d.glob(".flowpoint/jobs/*.json"):
+        job = JobRegistry(entry.parent)._load(entry.stem)
+        if job is None:
+            continue
+        if job.end_time_ms is None and pid_alive(job.pid):  # its test did not get to cancel it
+            _cli(d, "cancel", entry.stem, timeout=120)
+        pid = job.pid
         deadline = time.monotonic() + 60
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-    subprocess.run(["rm", "-rf", d], check=False)
+    subprocess.run(["rm", "-rf", str(d)], check=False)
+
+
+UMASKS = {"umask-022": 0o022, "umask-002": 0o002, "umask-000": 0o000}
+
+
+@pytest.fixture(scope="module")
+def detached(request):
+    """``{name: (base, job id, log) or the exception starting it raised}``: a detached job under
+    each umask and one more for the dropped connections (those this session's tests use), each
+    with a home of its own, all started at once (one after another they took a minute: each
+    starts a Spark of its own). Each test cancels its job; the rest are cancelled at the end."""
+    runs = {**UMASKS, "drops": 0o022}
+    used = set()
+    for item in request.session.items:
+        if item.module is request.module and "detached" in item.fixturenames:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            used.add(params.get("name", "drops"))
+    bases = {name: _new_base() for name in runs if name in used}
+    out: dict = {}
+
+    def start(name: str) -> None:
+        try:
+            out[name] = (bases[name], *_start_detached(bases[name], runs[name]))
+        except BaseException as e:  # reported by the test that uses it
+            out[name] = e
+
+    threads = [threading.Thread(target=start, args=(name,)) for name in bases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    yield out
+    for base in bases.values():
+        _remove_base(base)
+
+
+def _started(detached: dict, name: str) -> tuple[Path, str, Path]:
+    run = detached[name]
+    if isinstance(run, BaseException):
+        raise run
+    return run
 
 
 def _env(base: Path) -> dict[str, str]:
@@ -113,9 +161,10 @@ def _mode(path: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("umask", [0o022, 0o002, 0o000], ids=["umask-022", "umask-002", "umask-000"])
-def test_run_detached_keeps_its_log_and_the_token_from_other_users_under_any_umask(base, umask, other_uid):
-    job_id, log = _start_detached(base, umask)
+@pytest.mark.parametrize("name", list(UMASKS))
+def test_run_detached_keeps_its_log_and_the_token_from_other_users_under_any_umask(detached, name, other_uid):
+    umask = UMASKS[name]
+    base, job_id, log = _started(detached, name)
     try:
         home = base / ".flowpoint"
         assert log.parent == home / "logs"
@@ -172,10 +221,10 @@ def _drop_connections(port: int, n: int) -> None:
 
 
 @pytest.mark.slow
-def test_three_hundred_dropped_connections_leave_the_jobs_output_readable(base):
+def test_three_hundred_dropped_connections_leave_the_jobs_output_readable(detached):
     """Before the fix each dropped connection printed socketserver's traceback into the job's
     stderr (8,229 lines for these 300)."""
-    job_id, log = _start_detached(base, 0o022)
+    base, job_id, log = _started(detached, "drops")
     try:
         text = _wait(lambda: (t := log.read_text()) and "[flowpoint] dashboard:" in t and t, 60, "the dashboard line")
         port = int(re.search(r"dashboard: http://127\.0\.0\.1:(\d+)/", text).group(1))
