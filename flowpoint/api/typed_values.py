@@ -82,7 +82,7 @@ def converter(type_info: TypeInformation | None) -> Callable[[Any], Any] | None:
             def to_row(v: Any) -> Any:
                 if v is None:
                     return None
-                if plain and type(v) is Row and v._fields == names:
+                if plain and isinstance(v, Row) and v._fields == names:
                     return v
                 if isinstance(v, dict):  # a record by field name
                     v = [v.get(n) for n in names]

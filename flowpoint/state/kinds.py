@@ -50,7 +50,7 @@ def immutable(value: Any) -> bool:
     t = type(value)
     if t in ATOMIC:
         return True
-    if t is tuple or t is Row:
+    if t is tuple or isinstance(value, Row):
         return all(type(x) in ATOMIC for x in value)
     return False
 
