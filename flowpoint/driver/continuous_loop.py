@@ -83,7 +83,7 @@ class ContinuousLoop(CommittedLoop):
     # -- what the restart manager asks of a loop (start, run, reset, restore: CommittedLoop) ----
 
     def position(self) -> str:
-        return f"the continuous run {self.restarts.restarts} (after segment {self.epoch})"
+        return f"the continuous run {self.restarts.restarts} (after segment {self.unit})"
 
     # -- one run -------------------------------------------------------------------------------
 
@@ -95,7 +95,7 @@ class ContinuousLoop(CommittedLoop):
         try:
             spec = ContinuousSpec(
                 self.files.run_key, self.files.location(), self.control.address, self.control.secret, self.slots,
-                self.epoch, self.restarts.restarts,
+                self.unit, self.restarts.restarts,
                 buffer_timeout_ms=self.buffer_timeout_ms,
                 buffers_per_channel=int(self.config.get("taskmanager.network.memory.buffers-per-channel")),
                 max_frame_items=int(self.config.get("execution.buffer-max-batches")),
@@ -157,7 +157,7 @@ class ContinuousLoop(CommittedLoop):
         e = self.launcher.error
         if e is None:
             return JobExecutionError("the continuous run's Spark job ended before the job finished")
-        return spark_failure(e, self.epoch)
+        return spark_failure(e, self.unit)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -165,7 +165,7 @@ class ContinuousLoop(CommittedLoop):
         cp = self.checkpoints
         self.sources = SourceAssignment(self.graph, self.config, self.splits, self.control.send)
         self.inflight: dict[int, _InFlight] = {}
-        self.segment = self.epoch
+        self.segment = self.unit
         self.final_sent = False
         self.last_commit = time.monotonic()
         last_segment = self.last_injected = time.monotonic()
@@ -302,7 +302,7 @@ class ContinuousLoop(CommittedLoop):
         positions = self.sources.cut(flight.planned, acks)
         live = {nd.id for nd in self.graph.sinks() if getattr(nd.t.sink, "continuous_live", False)}
         _, read = commit_unit(st, n, acks, f"segment {n}", live_sinks=live, stateless_chains=False, count_state_tasks=False)
-        self.epoch = n
+        self.unit = n
         target = flight.barrier.target
         if target is not None and cp is not None and not flight.expired:
             if cp.pending is not None:  # the previous checkpoint's _metadata first (milliseconds)

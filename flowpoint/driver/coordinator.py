@@ -96,7 +96,7 @@ class Coordinator:
 
     @property
     def epoch(self) -> int:
-        return self._loop.epoch if self._loop is not None else 0
+        return self._loop.unit if self._loop is not None else 0
 
     @property
     def records_read(self) -> int:

@@ -47,10 +47,10 @@ class EpochLoop(CommittedLoop):
             )
             raise CheckpointError(msg)
         super().restore(restore)
-        self._checkpointed_epoch = self.epoch
+        self._checkpointed_epoch = self.unit
 
     def position(self) -> str:
-        return f"epoch {self.epoch}"
+        return f"epoch {self.unit}"
 
     def attempt(self) -> None:
         idle_s = int(self.config.get("execution.epoch.interval")) / 1000.0
@@ -62,7 +62,7 @@ class EpochLoop(CommittedLoop):
         last_epoch_at = time.monotonic()
         while not self.cancel.is_set():
             self._checkpoint_if_due()
-            if self.savepoints.pending() and self.savepoints.take(self._drain, lambda: self.epoch):
+            if self.savepoints.pending() and self.savepoints.take(self._drain, lambda: self.unit):
                 self.stopped = True
                 return
             self.splits.discover()
@@ -73,7 +73,7 @@ class EpochLoop(CommittedLoop):
                 self.cancel.wait(idle_s)
                 continue
             newly_finished = any(fin and not self.splits.finished(key) for key, (_, fin) in plan.positions.items())
-            if plan.records == 0 and last and self.epoch > 0 and not newly_finished:
+            if plan.records == 0 and last and self.unit > 0 and not newly_finished:
                 break  # (a split that finishes only now still gets an epoch: it carries its final watermark)
             last_epoch_at = time.monotonic()
             self._run_epoch(plan.reads, plan.positions, last, compaction_bytes)
@@ -93,23 +93,23 @@ class EpochLoop(CommittedLoop):
     def _run_epoch(self, reads: dict, new_positions: dict, last: bool, compaction_bytes: int | None = None) -> None:
         if compaction_bytes is None:
             compaction_bytes = int(self.config.get("state.working.compaction-bytes"))
-        self.epoch += 1
+        self.unit += 1
         cp = self.checkpoints
         done, aborted = cp.take_notifications() if cp else ((), ())
         target = cp.sync_request() if cp else None
         slices = self._slices(compaction_bytes)
         st = self.state
         spec = UnitSpec(
-            self.files.run_key, self.epoch, self.files.location(), last, done, aborted, target, now_ms(), dict(st.watermarks),
+            self.files.run_key, self.unit, self.files.location(), last, done, aborted, target, now_ms(), dict(st.watermarks),
             self.splits.counts(), dict(st.generators), st.restored_uids,
         )
         t0 = time.monotonic()
         acks = self.launcher.run_epoch(spec, reads, slices)
-        _, read = commit_unit(st, self.epoch, acks, f"epoch {self.epoch}", advance_sources=lambda: self.splits.advance(new_positions))
+        _, read = commit_unit(st, self.unit, acks, f"epoch {self.unit}", advance_sources=lambda: self.splits.advance(new_positions))
         if target is not None:
             cp.attach_snapshots(target.checkpoint_id, acks)
         # the records the sources read (the plan's count is an estimate for files)
-        self.progress.committed(self.epoch, read, time.monotonic() - t0, st.records_read)
+        self.progress.committed(self.unit, read, time.monotonic() - t0, st.records_read)
 
     def _slices(self, compaction_bytes: int) -> dict[int, list[TaskSlice]]:
         """Each partition's own share of the epoch (see flowpoint/partition/protocol.py)."""
@@ -140,10 +140,10 @@ class EpochLoop(CommittedLoop):
         if meta is not None:
             self.restarts.checkpoint_completed()
             notify_checkpoint_complete(self.graph, meta)
-        if self.epoch > self._checkpointed_epoch and cp.due():
+        if self.unit > self._checkpointed_epoch and cp.due():
             st = self.state
-            cp.trigger(self.epoch, st.stateful_tasks(), self.splits.positions(), st.sink_states(), st.records_read, st.event_time())
-            self._checkpointed_epoch = self.epoch
+            cp.trigger(self.unit, st.stateful_tasks(), self.splits.positions(), st.sink_states(), st.records_read, st.event_time())
+            self._checkpointed_epoch = self.unit
 
 
 def notify_checkpoint_complete(graph: JobGraph, meta: Any) -> None:

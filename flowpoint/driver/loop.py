@@ -36,7 +36,7 @@ class LoopServices:
 
 class CommittedLoop:
     """What both loops (epochs, continuous) do for the restart manager over the services they
-    share: ``state`` (CommittedState), ``splits`` (SplitPlanner), ``restarts`` and ``epoch``,
+    share: ``state`` (CommittedState), ``splits`` (SplitPlanner), ``restarts`` and ``unit``,
     the number of the last committed unit of work."""
 
     def __init__(self, graph: JobGraph, config: Any, services: LoopServices) -> None:
@@ -51,7 +51,7 @@ class CommittedLoop:
         self.progress = services.progress
         self.launcher = services.launcher
         self.cancel = services.cancel
-        self.epoch = 0  # the last committed unit of work (the epoch running, on the epoch runtime)
+        self.unit = 0  # the last committed unit of work: an epoch or a segment (the epoch running, on the epoch runtime)
         self.stopped = False  # a stop-with-savepoint ended the job
 
     def start(self, restore: RestoredJob | None) -> None:
@@ -65,7 +65,7 @@ class CommittedLoop:
 
     def reset(self) -> None:
         self.state.reset()
-        self.epoch = 0
+        self.unit = 0
         self.splits.init()
 
     def restore(self, restore: RestoredJob | None) -> None:
@@ -73,6 +73,6 @@ class CommittedLoop:
             self.state.restore_sinks(None)
             return
         self.state.apply_restore(restore, self.restarts.allow_non_restored)
-        self.epoch = restore.epoch
+        self.unit = restore.epoch
         self.splits.restore(restore.positions)
         self.state.restore_sinks(restore.sinks)
