@@ -368,13 +368,33 @@ class KeyedStream(DataStream):
         return self._unsupported("Setting slot sharing group")
 
     # a keyed stream is partitioned by its key: another partitioning is refused, as in Flink and
-    # PyFlink (same message; a FlowpointError, which an ``except Exception`` catches too)
-    def _partitioned(self, *_args: Any) -> Any:
-        msg = ("Cannot override partitioning for KeyedStream. Apply the keyed operation first (process, reduce, "
-               "window, ...) and partition its output, or call it before key_by(...)")
-        raise JobGraphError(msg)
+    # PyFlink: PyFlink's message exactly (str(e)), as a FlowpointError, which an ``except
+    # Exception`` catches as it catches PyFlink's Exception; a note names the call and the way out
+    def _partitioned(self, method: str) -> Any:
+        error = JobGraphError("Cannot override partitioning for KeyedStream.")
+        error.add_note(
+            f"{method}() on the KeyedStream of key_by(...) after {self._t.inputs[0].name!r}: apply the keyed operation first "
+            f"(process, reduce, window, ...) and partition its output, or call {method}() before key_by(...)"
+        )
+        raise error
 
-    shuffle = rescale = rebalance = forward = broadcast = partition_custom = _partitioned  # type: ignore[assignment]
+    def shuffle(self) -> DataStream:
+        return self._partitioned("shuffle")
+
+    def rescale(self) -> DataStream:
+        return self._partitioned("rescale")
+
+    def rebalance(self) -> DataStream:
+        return self._partitioned("rebalance")
+
+    def forward(self) -> DataStream:
+        return self._partitioned("forward")
+
+    def broadcast(self, *args: Any) -> Any:
+        return self._partitioned("broadcast")
+
+    def partition_custom(self, partitioner: Partitioner | Any, key_selector: KeySelector | Any) -> DataStream:
+        return self._partitioned("partition_custom")
 
     def _keyed(self, kind: str, name: str, function: Any, output_type: TypeInformation | None, **options: Any) -> DataStream:
         t = self._add(kind, name, function, output_type)
