@@ -285,8 +285,9 @@ class DataStream:
         """Run the job and iterate over this stream's records (PyFlink's ``execute_and_collect``);
         with ``limit``, as PyFlink: a list of the first ``limit`` records, the job cancelled once
         they came (or all of them, if the job ends first)."""
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-            msg = f"execute_and_collect(limit=...) needs a non-negative int; got {limit!r}"
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            # PyFlink (Flink's DataStream.executeAndCollect) refuses 0 too: "Limit must be greater than 0"
+            msg = f"Limit must be greater than 0: execute_and_collect(limit=...) of {self._t.name!r} needs a positive int; got {limit!r}"
             raise ConfigurationError(msg)
         sink = CollectSink(streaming=True)
         self.sink_to(sink, name="Collect")
