@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from flowpoint.api.broadcast_state import BroadcastState, ReadOnlyBroadcastState
-from flowpoint.api.operator_state import BROADCAST, OperatorStateStore
 from flowpoint.api.functions import TimerService
+from flowpoint.api.operator_state import BROADCAST, OperatorStateStore
 from flowpoint.api.time import TimeDomain
 from flowpoint.errors import StateAccessError
 from flowpoint.tasks.batches import as_rows

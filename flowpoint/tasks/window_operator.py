@@ -37,7 +37,13 @@ from flowpoint.api.state import (
     ValueStateDescriptor,
 )
 from flowpoint.api.time import MAX_WATERMARK
-from flowpoint.api.windows import CountWindow, TimestampedValue, Trigger, TriggerResult, WindowAssigner
+from flowpoint.api.windows import (
+    CountWindow,
+    TimestampedValue,
+    Trigger,
+    TriggerResult,
+    WindowAssigner,
+)
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.tasks.batches import KeyedBatch
