@@ -226,15 +226,37 @@ def test_keyed_broadcast_timers_fire_with_the_key_and_the_broadcast_state(make_e
 
 
 class TimerOnBroadcastSide(KeyedBroadcastProcessFunction):
+    """PyFlink's broadcast-side Context has a timer service too: its clocks work, but there is
+    no current key for a timer."""
+
     def process_broadcast_element(self, value, ctx):
-        ctx.timer_service()
+        service = ctx.timer_service()
+        assert service.current_watermark() == ctx.current_watermark()
+        assert service.current_processing_time() == ctx.current_processing_time()
+        service.register_event_time_timer(10)
 
     def process_element(self, value, ctx):
         return []
 
 
-def test_the_broadcast_side_has_no_timer_service(make_env):
+def test_a_timer_registered_on_the_broadcast_side_fails_naming_it(make_env):
     env = make_env(parallelism=1)
     env.from_collection([1]).key_by(lambda x: x).connect(env.from_collection([0]).broadcast(RULES)).process(TimerOnBroadcastSide()).sink_to(CollectSink())
-    with pytest.raises((StateAccessError, UserFunctionError, JobExecutionError), match="process_broadcast_element"):
+    with pytest.raises((StateAccessError, UserFunctionError, JobExecutionError), match="in process_broadcast_element, which has no current key"):
         env.execute("timer on the broadcast side")
+
+
+class TimerInPlainBroadcast(BroadcastProcessFunction):
+    def process_broadcast_element(self, value, ctx):
+        return []
+
+    def process_element(self, value, ctx):
+        assert ctx.timer_service().current_watermark() == ctx.current_watermark()
+        ctx.timer_service().register_processing_time_timer(10)
+
+
+def test_a_non_keyed_broadcast_function_has_clocks_but_no_timers(make_env):
+    env = make_env(parallelism=1)
+    env.from_collection([1]).connect(env.from_collection([0]).broadcast(RULES)).process(TimerInPlainBroadcast()).name("plain").sink_to(CollectSink())
+    with pytest.raises((StateAccessError, UserFunctionError, JobExecutionError), match="'plain' registered a timer, but timers exist only on keyed streams"):
+        env.execute("timer in a non-keyed broadcast function")

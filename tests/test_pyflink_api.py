@@ -79,8 +79,14 @@ def test_keyed_stream_is_not_an_operator(env):
 def test_a_keyed_stream_refuses_another_partitioning_as_pyflink_does(env, method):
     keyed = env.from_collection([1]).key_by(lambda x: x)
     args = (lambda key, n: 0, lambda x: x) if method == "partition_custom" else ()
-    with pytest.raises(JobGraphError, match=r"^Cannot override partitioning for KeyedStream\."):
+    with pytest.raises(JobGraphError) as raised:
         getattr(keyed, method)(*args)
+    assert str(raised.value) == "Cannot override partitioning for KeyedStream."  # PyFlink's message exactly
+    assert isinstance(raised.value, FlowpointError)  # and PyFlink's `except Exception` still catches it
+    assert raised.value.__notes__ == [
+        f"{method}() on the KeyedStream of key_by(...) after 'Collection Source': apply the keyed operation first "
+        f"(process, reduce, window, ...) and partition its output, or call {method}() before key_by(...)"
+    ]
     # the keyed operation's output partitions as any stream does
     assert type(getattr(keyed.map(lambda x: x), method)(*args)).__name__ in ("DataStream", "BroadcastStream")
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowpoint import Row, StreamExecutionEnvironment
+from flowpoint import CollectSink, Row, StreamExecutionEnvironment, Types, ValueStateDescriptor
 from flowpoint.api.aggregates import Aggregates
 from flowpoint.api.functions import OutputTag, ProcessWindowFunction
 from flowpoint.api.time import MAX_WATERMARK, Duration, Time
@@ -402,3 +402,32 @@ def test_pyflinks_count_assigners_are_count_windows(make_env, assigner, size, sl
     env.execute("count assigners")
     assert sinks[0].results and sorted(sinks[0].results) == sorted(sinks[1].results)
     assert sinks[2].results and sorted(sinks[2].results) == sorted(sinks[3].results)
+
+
+class _IdsAndWindowState(ProcessWindowFunction):
+    """The window each firing sees, and a per-window counter (window_state())."""
+
+    def process(self, key, context, elements):
+        firings = context.window_state().get_state(ValueStateDescriptor("firings", Types.INT()))
+        firings.update((firings.value() or 0) + 1)
+        yield key, repr(context.window()), [e[1] for e in elements], firings.value()
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_count_windows_are_numbered_per_key_as_pyflinks_and_keep_their_state(make_env, backend):
+    """A count window's functions see CountWindow(id=n), the key's n-th firing (PyFlink's ids),
+    over RocksDB too; window_state() stays the operator's window's (the GlobalWindow); slide=0 is
+    tumbling (PyFlink's default); another trigger shows the GlobalWindow again."""
+    env = make_env(parallelism=2)
+    env.get_configuration().set("state.backend.type", backend)
+    sinks = [CollectSink() for _ in range(3)]
+    keyed = env.from_collection([("a", i) for i in range(5)] + [("b", 9), ("b", 8)]).set_parallelism(1).key_by(lambda r: r[0])
+    keyed.count_window(2, 0).process(_IdsAndWindowState()).sink_to(sinks[0])
+    keyed.count_window(3, 1).process(_IdsAndWindowState()).sink_to(sinks[1])
+    keyed.count_window(2).trigger(CountTrigger.of(5)).process(_IdsAndWindowState()).sink_to(sinks[2])
+    env.execute("count window ids")
+    assert sorted(sinks[0].results) == [
+        ("a", "CountWindow(id=0)", [0, 1], 1), ("a", "CountWindow(id=1)", [2, 3], 2), ("b", "CountWindow(id=0)", [9, 8], 1)]
+    assert sorted(sinks[1].results) == [
+        ("a", "CountWindow(id=0)", [0, 1, 2], 1), ("a", "CountWindow(id=1)", [1, 2, 3], 2), ("a", "CountWindow(id=2)", [2, 3, 4], 3)]
+    assert sinks[2].results == [("a", "GlobalWindow", [0, 1, 2, 3, 4], 1)]

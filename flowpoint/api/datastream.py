@@ -285,8 +285,9 @@ class DataStream:
         """Run the job and iterate over this stream's records (PyFlink's ``execute_and_collect``);
         with ``limit``, as PyFlink: a list of the first ``limit`` records, the job cancelled once
         they came (or all of them, if the job ends first)."""
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-            msg = f"execute_and_collect(limit=...) needs a non-negative int; got {limit!r}"
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            # PyFlink (Flink's DataStream.executeAndCollect) refuses 0 too: "Limit must be greater than 0"
+            msg = f"Limit must be greater than 0: execute_and_collect(limit=...) of {self._t.name!r} needs a positive int; got {limit!r}"
             raise ConfigurationError(msg)
         sink = CollectSink(streaming=True)
         self.sink_to(sink, name="Collect")
@@ -368,13 +369,33 @@ class KeyedStream(DataStream):
         return self._unsupported("Setting slot sharing group")
 
     # a keyed stream is partitioned by its key: another partitioning is refused, as in Flink and
-    # PyFlink (same message; a FlowpointError, which an ``except Exception`` catches too)
-    def _partitioned(self, *_args: Any) -> Any:
-        msg = ("Cannot override partitioning for KeyedStream. Apply the keyed operation first (process, reduce, "
-               "window, ...) and partition its output, or call it before key_by(...)")
-        raise JobGraphError(msg)
+    # PyFlink: PyFlink's message exactly (str(e)), as a FlowpointError, which an ``except
+    # Exception`` catches as it catches PyFlink's Exception; a note names the call and the way out
+    def _partitioned(self, method: str) -> Any:
+        error = JobGraphError("Cannot override partitioning for KeyedStream.")
+        error.add_note(
+            f"{method}() on the KeyedStream of key_by(...) after {self._t.inputs[0].name!r}: apply the keyed operation first "
+            f"(process, reduce, window, ...) and partition its output, or call {method}() before key_by(...)"
+        )
+        raise error
 
-    shuffle = rescale = rebalance = forward = broadcast = partition_custom = _partitioned  # type: ignore[assignment]
+    def shuffle(self) -> DataStream:
+        return self._partitioned("shuffle")
+
+    def rescale(self) -> DataStream:
+        return self._partitioned("rescale")
+
+    def rebalance(self) -> DataStream:
+        return self._partitioned("rebalance")
+
+    def forward(self) -> DataStream:
+        return self._partitioned("forward")
+
+    def broadcast(self, *args: Any) -> Any:
+        return self._partitioned("broadcast")
+
+    def partition_custom(self, partitioner: Partitioner | Any, key_selector: KeySelector | Any) -> DataStream:
+        return self._partitioned("partition_custom")
 
     def _keyed(self, kind: str, name: str, function: Any, output_type: TypeInformation | None, **options: Any) -> DataStream:
         t = self._add(kind, name, function, output_type)

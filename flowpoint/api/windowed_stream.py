@@ -133,6 +133,7 @@ class WindowedStream:
         self._evictor: Evictor | None = None
         self._lateness = 0
         self._late_tag: OutputTag | None = None
+        self._count_window_ids = False  # count_window: functions see CountWindow(id), as PyFlink's
 
     def _default_trigger(self) -> Any:
         """The assigner's trigger: PyFlink's assigners take the environment
@@ -169,6 +170,7 @@ class WindowedStream:
             )
             raise JobGraphError(msg)
         self._trigger = trigger
+        self._count_window_ids = False  # another trigger: the firings are no longer PyFlink's count windows
         return self
 
     def evictor(self, evictor: Evictor) -> WindowedStream:
@@ -299,6 +301,7 @@ class WindowedStream:
             incremental_function=incremental,
             window_function_kind=wf_kind,
             window_function=wf,
+            count_window_ids=self._count_window_ids,
         )
         if self._all:
             t.parallelism = 1
@@ -346,11 +349,16 @@ def count_window_all(data_stream: DataStream, size: int, slide: int | None = Non
 
 
 def _count(ws: WindowedStream, size: int, slide: int | None) -> WindowedStream:
+    """Count windows on the GlobalWindow; window functions see ``CountWindow(id)`` as PyFlink's
+    (``slide`` None or 0, PyFlink's default, is tumbling)."""
     for what, n in (("size", size), ("slide", slide)):
-        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < (1 if what == "size" else 0)):
             msg = f"count_window{'_all' if ws._all else ''}() needs a positive int {what}; got {n!r}"
             raise ConfigurationError(msg)
-    if slide is None:
-        return ws.trigger(PurgingTrigger.of(CountTrigger.of(size)))
-    # PyFlink's CountSlidingWindowAssigner: the first window once there are ``size`` elements
-    return ws.evictor(CountEvictor.of(size)).trigger(SlidingCountTrigger(size, slide))
+    if not slide:
+        ws.trigger(PurgingTrigger.of(CountTrigger.of(size)))
+    else:
+        # PyFlink's CountSlidingWindowAssigner: the first window once there are ``size`` elements
+        ws.evictor(CountEvictor.of(size)).trigger(SlidingCountTrigger(size, slide))
+    ws._count_window_ids = True
+    return ws

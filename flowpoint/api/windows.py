@@ -115,9 +115,9 @@ class GlobalWindow(Window):
 
 class CountWindow(Window):
     """PyFlink's window of a count window with an id (``CountWindow(id=3)``). flowpoint's
-    ``count_window`` runs on :class:`GlobalWindows` with a count trigger, as Java Flink does, so
-    window functions there see :class:`GlobalWindow` (docs/pyflink.md lists the difference);
-    this class is for programs that name the type."""
+    ``count_window`` runs on :class:`GlobalWindows` with a count trigger, as Java Flink does;
+    its window functions see ``CountWindow(id=n)`` for the key's n-th firing, the ids PyFlink's
+    count assigners give (tasks/window_operator.py)."""
 
     def __init__(self, id: int):  # noqa: A002 - PyFlink's name
         self.id = id
@@ -451,7 +451,7 @@ class GlobalWindows(WindowAssigner):
 class CountTumblingWindowAssigner(GlobalWindows):
     """PyFlink's ``CountTumblingWindowAssigner.of(size)``: ``window(...)`` with it is
     ``count_window(size)``, a global window fired and purged every ``size`` elements of a key
-    (window functions see a :class:`GlobalWindow`, as with ``count_window``)."""
+    (window functions see ``CountWindow(id=n)``, as in PyFlink)."""
 
     def __init__(self, window_size: int, window_slide: int | None = None):
         self.size = window_size

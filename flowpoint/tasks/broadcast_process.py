@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from flowpoint.api.broadcast_state import BroadcastState, ReadOnlyBroadcastState
+from flowpoint.api.functions import TimerService
 from flowpoint.api.operator_state import BROADCAST, OperatorStateStore
 from flowpoint.api.time import TimeDomain
 from flowpoint.errors import StateAccessError
 from flowpoint.tasks.batches import as_rows
-from flowpoint.tasks.keyed_process import FunctionTimers, KeyedTimerService, TimerOp
+from flowpoint.tasks.context import OperatorClocks
+from flowpoint.tasks.keyed_process import FunctionTimers, TimerOp
 from flowpoint.tasks.operators import Operator, run_per_record
 
 
@@ -56,14 +58,13 @@ class _Context:
     def get_current_key(self) -> Any:
         return self.op.backend.current_key
 
-    def timer_service(self) -> KeyedTimerService:
-        """The current key's timers and the clocks (``process_element`` and ``on_timer`` of a
-        KeyedBroadcastProcessFunction, as in PyFlink; the broadcast side has no current key)."""
+    def timer_service(self) -> TimerService:
+        """As in PyFlink, every context has one: in ``process_element`` and ``on_timer`` of a
+        KeyedBroadcastProcessFunction the current key's timers and the clocks; elsewhere (the
+        broadcast side, a non-keyed function) the clocks, and registering a timer is refused."""
         service = getattr(self.op, "timer_service", None)
         if service is None or self.writable:
-            where = "process_broadcast_element (no current key there)" if self.writable else "a non-keyed BroadcastProcessFunction"
-            msg = f"operator {self.op.spec.name!r}: timer_service() is not available in {where}; register timers in process_element or on_timer of a KeyedBroadcastProcessFunction"
-            raise StateAccessError(msg)
+            return BroadcastSideClocks(self.op, keyed=service is not None)
         return service
 
     def time_domain(self) -> TimeDomain | None:
@@ -82,6 +83,31 @@ class _Context:
                 function(key, state)
         finally:
             backend.current_key = None
+
+
+class BroadcastSideClocks(OperatorClocks):
+    """The timer service of a broadcast function's context without a current key: the clocks
+    work, a timer has no key to belong to."""
+
+    __slots__ = ("_keyed",)
+
+    def __init__(self, op: Any, keyed: bool):
+        super().__init__(op)
+        self._keyed = keyed
+
+    def _no_timers(self, *_args: Any) -> None:
+        if not self._keyed:
+            super()._no_timers()
+        msg = (
+            f"operator {self._op.spec.name!r} registered or deleted a timer in process_broadcast_element, which has no "
+            f"current key: register timers in process_element or on_timer of the KeyedBroadcastProcessFunction"
+        )
+        raise StateAccessError(msg)
+
+    register_event_time_timer = _no_timers
+    register_processing_time_timer = _no_timers
+    delete_event_time_timer = _no_timers
+    delete_processing_time_timer = _no_timers
 
 
 class _BroadcastMixin:

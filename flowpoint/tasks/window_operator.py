@@ -17,6 +17,9 @@ process/apply, the elements with their timestamps when an evictor is set (reduce
 run over the evicted contents when the window fires); trigger state (``_trigger:<name>``) and
 per-window state (``_window-state:<name>``) with the window as namespace; for merging assigners
 (sessions) the key's in-flight windows and the window holding each one's state; the timers.
+Count windows (``count_window``, PyFlink's count assigners) run on the GlobalWindow with a count
+trigger; their window functions see ``CountWindow(id=n)``, the key's n-th firing (from 0), as
+PyFlink's assigners number them (``_count-window-id``, keyed).
 """
 
 from __future__ import annotations
@@ -34,7 +37,13 @@ from flowpoint.api.state import (
     ValueStateDescriptor,
 )
 from flowpoint.api.time import MAX_WATERMARK
-from flowpoint.api.windows import TimestampedValue, Trigger, TriggerResult, WindowAssigner
+from flowpoint.api.windows import (
+    CountWindow,
+    TimestampedValue,
+    Trigger,
+    TriggerResult,
+    WindowAssigner,
+)
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
 from flowpoint.tasks.batches import KeyedBatch
@@ -46,6 +55,7 @@ from flowpoint.tasks.user_errors import user_function_error
 
 CONTENTS_STATE = "_window-contents"
 MERGING_SET_STATE = "_window-merging-set"
+COUNT_WINDOW_ID_STATE = "_count-window-id"
 TRIGGER_STATE_PREFIX = "_trigger:"
 WINDOW_STATE_PREFIX = "_window-state:"
 LATE_DROPPED = "numLateRecordsDropped"
@@ -171,11 +181,12 @@ class GlobalStateStore:
 class WindowContext(ProcessWindowFunction.Context):
     """The ``context`` of ``ProcessWindowFunction.process`` and ``clear``."""
 
-    __slots__ = ("_op", "_window")
+    __slots__ = ("_op", "_window", "_state_window")
 
     def __init__(self, op: WindowOperator):
         self._op = op
-        self._window: Any = None
+        self._window: Any = None  # what the function sees (a count window's CountWindow)
+        self._state_window: Any = None  # the operator's window, the namespace of its state
 
     def window(self) -> Any:
         return self._window
@@ -191,7 +202,7 @@ class WindowContext(ProcessWindowFunction.Context):
             msg = f"operator {self._op.spec.name!r}: per-window state is not available with merging (session) windows, as in Flink"
             raise StateAccessError(msg)
         store = self._op.window_store
-        store.namespace = self._op.assigner.namespace_of(self._window)
+        store.namespace = self._op.assigner.namespace_of(self._state_window)
         return store
 
     def global_state(self) -> Any:
@@ -245,6 +256,7 @@ class WindowOperator(TimerOp):
         self.event_time = self.assigner.is_event_time()
         self.merging = self.assigner.is_merging()
         self.run_window_function = WindowFunctionRunner(o.get("window_function"), o.get("window_function_kind"))
+        self.count_window_ids = bool(o.get("count_window_ids"))
         self.columnar_input = supports_columnar(self)  # built-in aggregations take whole batches
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -262,6 +274,7 @@ class WindowOperator(TimerOp):
         self.window_store = NamespacedStateStore(backend, WINDOW_STATE_PREFIX)
         self.global_store = GlobalStateStore(backend)
         self.merging_state = backend.get_partitioned_state(ValueStateDescriptor(MERGING_SET_STATE)) if self.merging else None
+        self.count_window_id = backend.get_partitioned_state(ValueStateDescriptor(COUNT_WINDOW_ID_STATE)) if self.count_window_ids else None
         self.tctx = WindowTriggerContext(self)
         self.wctx = WindowContext(self)
         self.buffer = OutputBuffer()
@@ -458,7 +471,7 @@ class WindowOperator(TimerOp):
     def _clear_all_state(self, key: Any, window: Any, mws: MergingWindowSet | None) -> None:
         self.contents.clear()
         self.trigger.clear(window, self.tctx.at(key, window))
-        self.wctx._window = window
+        self.wctx._window = self.wctx._state_window = window
         self.run_window_function.clear(self.wctx)
         if mws is not None:
             mws.retire_window(window)
@@ -467,7 +480,7 @@ class WindowOperator(TimerOp):
 
     def _fire(self, key: Any, window: Any) -> None:
         """Run the window function over the contents (namespace already set)."""
-        self.wctx._window = window
+        self.wctx._window = self.wctx._state_window = window
         if self.evictor is not None:
             self._fire_evicting(key, window)
             return
@@ -480,7 +493,17 @@ class WindowOperator(TimerOp):
             inputs = [self.incremental.get_result(raw)]
         else:
             inputs = list(raw)
-        self._emit(self.run_window_function(key, window, self.wctx, inputs), window)
+        self._emit(self.run_window_function(key, self._shown(window), self.wctx, inputs), window)
+
+    def _shown(self, window: Any) -> Any:
+        """The window the function sees: a count window's next ``CountWindow(id)`` of the
+        current key (PyFlink's ids: the key's n-th firing), else the window itself."""
+        if not self.count_window_ids:
+            return window
+        n = self.count_window_id.value() or 0
+        self.count_window_id.update(n + 1)
+        self.wctx._window = CountWindow(n)
+        return self.wctx._window
 
     def _fire_evicting(self, key: Any, window: Any) -> None:
         pairs = self.contents.raw()
@@ -499,7 +522,7 @@ class WindowOperator(TimerOp):
                 acc = fn.add(v, acc)
             inputs = [fn.get_result(acc)]
         if inputs:
-            self._emit(self.run_window_function(key, window, self.wctx, inputs), window)
+            self._emit(self.run_window_function(key, self._shown(window), self.wctx, inputs), window)
         self.evictor.evict_after(elements, len(elements), window, self.tctx)
         self.contents.update([(e.value, e.timestamp) for e in elements])
 
