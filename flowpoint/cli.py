@@ -60,6 +60,7 @@ RUN_EXAMPLES = """examples:
   flowpoint run -D execution.runtime=epoch job.py      # any configuration setting
   flowpoint run -s /tmp/sp/savepoint-0f4e9a-1a2b3c4d5e6f job.py   # restore a savepoint or checkpoint
   flowpoint run --resume job.py                        # restore the newest checkpoint of the job's last run
+  flowpoint run --resume --as-of "2026-11-26 10:00" job.py  # the job's newest checkpoint completed by then
   flowpoint run -pyfs util.py,lib/ -pyreq requirements.txt -pyarch venv.zip#venv job.py
   flowpoint run -pyfs src/ -pym mypackage.job          # run a module (found in src/) instead of a script"""
 
@@ -157,6 +158,12 @@ def _run_command(sub: Any) -> None:
         help="restore the newest retained checkpoint of this job's previous run under state.checkpoints.dir: the run with "
         "this job's name and operators (uids, max parallelism) that no later run has resumed; or of the run JOB-ID "
         "(an id or a unique prefix). Ambiguous or mismatching runs are refused with a list of them",
+    )
+    run.add_argument(
+        "--as-of", metavar="TIME",
+        help="with --resume: restore the newest retained checkpoint of this job completed at or before TIME "
+        "('2026-11-26 10:00' in this machine's time zone, ISO 8601 with an offset, or epoch milliseconds), from any "
+        "run of the job that is not running, and say which (execution.state-recovery.as-of)",
     )
     run.add_argument(
         "--resume-fallback", action="store_true",
@@ -311,6 +318,9 @@ def _settings(args: argparse.Namespace) -> dict:
     if args.from_path and args.resume is not None:
         msg = "-s/--fromSavepoint and --resume both say where to restore from: give one"
         raise FlowpointError(msg)
+    if args.as_of is not None and args.resume is None:
+        msg = "--as-of picks one of the checkpoints --resume restores: add --resume (flowpoint run --resume --as-of TIME job.py)"
+        raise FlowpointError(msg)
     if args.resume_fallback and args.resume is None:
         msg = "--resume-fallback only applies to --resume (which checkpoint of the previous run to restore); add --resume"
         raise FlowpointError(msg)
@@ -320,6 +330,8 @@ def _settings(args: argparse.Namespace) -> dict:
         settings["execution.state-recovery.from-latest"] = True
         if args.resume:
             settings["execution.state-recovery.from-job"] = args.resume
+    if args.as_of is not None:
+        settings["execution.state-recovery.as-of"] = args.as_of
     if args.resume_fallback:
         settings["execution.state-recovery.fallback-on-corruption"] = True
     if args.allow_non_restored_state:

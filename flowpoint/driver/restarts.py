@@ -21,7 +21,7 @@ from flowpoint.checkpoint.signing import Keyring
 from flowpoint.clock import now_ms
 from flowpoint.driver.history import JobHistory
 from flowpoint.driver.restore import RestoredJob, plan_restore
-from flowpoint.driver.resume import restore_point
+from flowpoint.driver.restore_point import restore_point
 from flowpoint.spark.failures import failure_identity, is_recoverable
 
 if TYPE_CHECKING:
@@ -137,7 +137,8 @@ class RestartManager:
         self.resumed_from = (meta.job_id, meta.checkpoint_id)  # recorded in the job registry
         self._restore_point = (meta, job_dir_uri, allow)  # a failure before the first checkpoint goes back here
         self.predecessor = meta.job_id if meta.job_id != self.job_id else None
-        self.progress.say(f"restoring {meta.kind} {meta.checkpoint_id} ({unit_name(meta.stats.get('runtime'))} {meta.epoch}) of job {meta.job_id} from {job_dir_uri}")
+        why = f": {found.why}" if found.why else ""
+        self.progress.say(f"restoring {meta.kind} {meta.checkpoint_id} ({unit_name(meta.stats.get('runtime'))} {meta.epoch}) of job {meta.job_id} from {job_dir_uri}{why}")
         self.history.restored(meta.checkpoint_id, meta.kind == "savepoint", job_dir_uri)
         for uid in restore.dropped_uids:
             log.warning("dropping state of uid %r: the job has no such stateful operator (--allow-non-restored-state)", uid)

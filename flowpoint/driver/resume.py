@@ -40,13 +40,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from flowpoint.api.storage_options import storage_options
 from flowpoint.checkpoint.directory import CHK_PATTERN, resolve_restore_path
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.metadata import read_metadata
-from flowpoint.driver.registry import JobRegistry, registry_dir
+from flowpoint.driver.registry import JobRegistry
 from flowpoint.errors import CheckpointError, CorruptStateError
 
 if TYPE_CHECKING:
@@ -118,31 +117,7 @@ class Restored:
     meta: CheckpointMetadata
     restore: RestoredJob
     skipped: list[str] = field(default_factory=list)  # checkpoints that did not verify (fallback)
-
-
-def restore_point(config: Any, settings: Any, graph: JobGraph, plan: Plan) -> Restored | None:
-    """The restore a new run starts from (``plan`` maps and verifies one checkpoint, as
-    :func:`flowpoint.driver.restore.plan_restore`); None: start from the beginning."""
-    options = storage_options(config)
-    path = config.get("execution.savepoint.path")
-    by_id = config.get("execution.state-recovery.from-job")
-    latest = bool(config.get("execution.state-recovery.from-latest")) or bool(by_id)
-    if path and latest:
-        msg = "-s/--fromSavepoint (execution.savepoint.path) and --resume (execution.state-recovery.*) both say where to restore from: give one"
-        raise CheckpointError(msg)
-    if path:
-        access, meta = resolve_restore_path(str(path), options)
-        return Restored(access.uri(), meta, plan(access.uri(), meta))
-    if not latest:
-        return None
-    if not settings.checkpoints_dir:
-        msg = "--resume needs the checkpoints directory of the previous run: set state.checkpoints.dir (flowpoint.yaml or -D)"
-        raise CheckpointError(msg)
-
-    registry = JobRegistry(registry_dir(config))
-    run = choose_run(settings.checkpoints_dir, options, graph, registry, str(by_id) if by_id else None)
-    fallback = bool(config.get("execution.state-recovery.fallback-on-corruption"))
-    return restore_run(run, options, plan, fallback)
+    why: str = ""  # why this checkpoint, when the user asked for one by time (--as-of)
 
 
 # -- choosing the run ----------------------------------------------------------------------------
@@ -215,10 +190,10 @@ def _superseded_by(run: Run, entries: list[JobEntry], with_checkpoints: set[str]
     return ""
 
 
-def choose_run(root: str, options: dict, graph: JobGraph, registry: JobRegistry, by_id: str | None = None) -> Run:
-    runs = scan_runs(root, options, registry)
-    if by_id is not None:
-        return _run_by_id(runs, by_id.strip().lower(), root, graph, registry)
+def judge_runs(runs: list[Run], graph: JobGraph, registry: JobRegistry, superseded: bool = True) -> list[Run]:
+    """The runs of this job's name, each with ``why_not`` set when it is not this job's previous
+    run: another job (fingerprint, or state that does not fit), running now, or (``superseded``)
+    already resumed by a later run."""
     fingerprint = job_fingerprint(graph)
     entries = registry.entries()
     with_checkpoints = {r.job_id for r in runs}
@@ -237,7 +212,16 @@ def choose_run(root: str, options: dict, graph: JobGraph, registry: JobRegistry,
         if r.entry is not None and not r.entry.ended and not r.entry.is_stale():
             r.why_not = f"running now (process {r.entry.pid} on {r.entry.host})"
             continue
-        r.why_not = _superseded_by(r, entries, with_checkpoints)
+        if superseded:
+            r.why_not = _superseded_by(r, entries, with_checkpoints)
+    return named
+
+
+def choose_run(root: str, options: dict, graph: JobGraph, registry: JobRegistry, by_id: str | None = None) -> Run:
+    runs = scan_runs(root, options, registry)
+    if by_id is not None:
+        return run_by_id(runs, by_id.strip().lower(), root, graph, registry)
+    named = judge_runs(runs, graph, registry)
     candidates = [r for r in named if not r.why_not]
     listing = "\n".join(r.describe() for r in named)
     explicit = "pass --resume <job-id> (or -s <chk dir>) to restore one of them, or run without --resume to start from the beginning"
@@ -266,7 +250,7 @@ def choose_run(root: str, options: dict, graph: JobGraph, registry: JobRegistry,
     raise CheckpointError(msg)
 
 
-def _run_by_id(runs: list[Run], prefix: str, root: str, graph: JobGraph, registry: JobRegistry) -> Run:
+def run_by_id(runs: list[Run], prefix: str, root: str, graph: JobGraph, registry: JobRegistry) -> Run:
     matches = [r for r in runs if r.job_id.startswith(prefix)] if prefix else []
     if len(matches) == 1:
         run = matches[0]
