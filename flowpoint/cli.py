@@ -26,6 +26,7 @@ from typing import Any
 from flowpoint.api.cli_context import CliContext, cli_context
 from flowpoint.api.config import STRICT_KEY, check_key, parse_option
 from flowpoint.api.environment import PlanPrinted
+from flowpoint.api.storage_options import storage_options
 from flowpoint.checkpoint.directory import list_checkpoints
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.driver.failure_report import failure_lines
@@ -266,6 +267,24 @@ def _stop_cancel_inspect_ui(sub: Any, job_help: str, raw: Any) -> None:
         formatter_class=raw,
     )
     inspect.add_argument("path", metavar="PATH", help="savepoint or chk-<n> directory, or its _metadata file (path or URI)")
+    state = sub.add_parser(
+        "state", help="print a running job's keyed state as of its latest completed checkpoint",
+        description="Print one keyed state of a running job's operator as of the job's latest completed checkpoint,\n"
+        "without stopping the job (the checkpoint is pinned while it is read). For a Spark DataFrame of it:\n"
+        "flowpoint.state_reader(spark, job=JOB).keyed_state(UID, NAME).",
+        epilog="examples:\n"
+        "  flowpoint state 0f4e9a6b counts count            # the first 20 keys and values\n"
+        "  flowpoint state 0f4e9a6b counts count --key 42   # one key (a Python literal, or the text itself)\n"
+        "  flowpoint state clicks counts count --limit 100  # by the job's name",
+        formatter_class=raw,
+    )
+    state.add_argument("job_id", metavar="JOB", help="the running job's id, a unique prefix of it, or its name")
+    state.add_argument("uid", metavar="UID", help="the operator's uid")
+    state.add_argument("name", metavar="NAME", help="the keyed state's name (its descriptor's)")
+    state.add_argument("--key", help="print only this key's value")
+    state.add_argument("--limit", type=int, default=20, help="print at most this many keys (default 20)")
+    state.add_argument("-D", dest="dynamic", action="append", default=[], metavar="key=value",
+                       help="a filesystem setting for the checkpoint storage (s3.endpoint, s3.access-key, ...; repeatable)")
     ui = sub.add_parser(
         "ui", help="serve the dashboard and REST API of every job (running and ended)",
         description="Serve a dashboard and Flink's REST API (docs/rest.md) for every job of the job registry, running\n"
@@ -541,6 +560,11 @@ def _control(args: argparse.Namespace) -> int:
         return commands.cancel_command(args.job_id)
     if args.command == "inspect":
         return commands.inspect_command(args.path)
+    if args.command == "state":
+        # the state command's module reads checkpoints; the other commands never load it
+        from flowpoint.control.state_command import state_command
+
+        return state_command(args.job_id, args.uid, args.name, args.key, args.limit, storage_options(_dynamic_settings(args.dynamic)))
     if args.command == "ui":
         # lazy: the dashboard's HTTP server, only for `flowpoint ui`
         from flowpoint.control.ui import ui_command

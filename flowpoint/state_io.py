@@ -18,18 +18,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowpoint.checkpoint.filesystem import split_uri
+from flowpoint.checkpoint.readers import CheckpointPin
 from flowpoint.checkpoint.savepoint import (
     STATE_KINDS,
     OperatorSnapshot,
     PartState,
     load_operator_state,
-    open_savepoint,
+    open_for_reading,
     require_operator,
     savepoint_dir_name,
     write_savepoint,
 )
 from flowpoint.checkpoint.signing import Keyring
 from flowpoint.driver.job_status import new_job_id
+from flowpoint.driver.live_reads import pin_latest, running_job_checkpoints
 from flowpoint.errors import ConfigurationError
 from flowpoint.state.compatibility import infer_kind
 from flowpoint.state.key_identity import KeyedStateMap, keyed_state_maps, state_key
@@ -46,14 +48,26 @@ class StateReader:
     def __init__(self, spark: Any, path: str, options: dict[str, str] | None = None, keyring: Keyring | None = None):
         self.spark = spark
         self.path = path
-        self.access, self.metadata = open_savepoint(path, options)
-        # values are unpickled: a directory another user can write is not read (as for a restore)
-        self.access.check_trusted("the directory state_reader reads", "the path given to state_reader")
-        # ... nor a _metadata this installation (or one it trusts) did not sign: the Spark tasks
-        # reading the files check each against the SHA-256 this verified _metadata records
-        m = self.metadata
-        where = self.access.uri(f"chk-{m.checkpoint_id}/_metadata" if m.kind == "checkpoint" else "_metadata")
-        (keyring or Keyring()).verify(m, where)
+        self.pin: CheckpointPin | None = None  # a running job's checkpoint is pinned (state_reader(job=...))
+        # values are unpickled: a directory another user can write is not read (as for a
+        # restore), nor a _metadata this installation (or one it trusts) did not sign
+        self.access, self.metadata = open_for_reading(path, options, keyring, "the directory state_reader reads", "the path given to state_reader")
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.metadata.checkpoint_id
+
+    def close(self) -> None:
+        """Release the pin on a running job's checkpoint: retention may delete it from now on
+        (DataFrames read from it must have been computed)."""
+        if self.pin is not None:
+            self.pin.release()
+
+    def __enter__(self) -> StateReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def operators(self) -> list[dict[str, Any]]:
         """``[{"uid", "name", "parallelism", "max_parallelism", "state_names", "states"}]``."""
@@ -105,18 +119,38 @@ class StateReader:
 
 
 def state_reader(
-    spark: Any, path: str, options: dict[str, str] | None = None, *,
+    spark: Any, path: str | None = None, options: dict[str, str] | None = None, *, job: str | None = None,
     trust_savepoint_from_others: bool = False, key_file: str | None = None, trusted_key_files: tuple[str, ...] = (),
 ) -> StateReader:
     """Open a savepoint or retained checkpoint (directory or ``_metadata``) to read its state;
     ``options`` are filesystem settings (``s3.endpoint``, ``s3.access-key``, ...), which the
     Spark tasks reading the files get too.
 
+    ``job=<job id, a unique prefix of one, or a job name>`` instead of ``path``: the latest
+    completed checkpoint of that running job (found through the job registry, as ``flowpoint
+    list`` finds it), consistent as of that checkpoint, without stopping the job. The reader pins
+    it (flowpoint/checkpoint/readers.py), so that the job's retention keeps it until
+    ``reader.close()`` or the end of a ``with state_reader(...) as reader:`` block.
+
     Reading unpickles the state, so ``_metadata`` must be signed with this installation's key
     (``key_file``, default ``$FLOWPOINT_HOME/checkpoint-key``) or one of ``trusted_key_files``;
     anything else is refused (UntrustedStateError) unless ``trust_savepoint_from_others``
     (docs/checkpoints.md, "Integrity and trust")."""
-    return StateReader(spark, path, options, Keyring(key_file, tuple(trusted_key_files), trust_savepoint_from_others))
+    keyring = Keyring(key_file, tuple(trusted_key_files), trust_savepoint_from_others)
+    if (path is None) == (job is None):
+        msg = "state_reader takes a savepoint or checkpoint path, or job=<a running job's id or name>: give one of them"
+        raise ConfigurationError(msg)
+    if path is not None:
+        return StateReader(spark, path, options, keyring)
+    job_dir = running_job_checkpoints(job)
+    pin, chk_uri = pin_latest(job_dir, options)
+    try:
+        reader = StateReader(spark, chk_uri, options, keyring)
+    except BaseException:
+        pin.release()
+        raise
+    reader.pin = pin
+    return reader
 
 
 @dataclass

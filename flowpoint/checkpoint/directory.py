@@ -5,12 +5,13 @@ Layout (docs/architecture.md, section 7)::
     <checkpoints dir>/<job-id>/chk-<n>/_metadata   one per retained checkpoint (+ files exclusive to it)
     <checkpoints dir>/<job-id>/shared/             files used by several checkpoints (incremental SSTs)
     <checkpoints dir>/<job-id>/taskowned/          created with the job directory
+    <checkpoints dir>/<job-id>/readers/            pins of checkpoints being read (checkpoint/readers.py)
 
 Paths the store takes and returns (``chk_dir(7) == "chk-7"``, ``StateFile.path``) are relative
 to the *job* directory, :attr:`CheckpointStore.job_access`.
 
 Retention: after ``chk-<n>/_metadata`` is written, the newest ``num_retained`` complete
-checkpoints stay; older ``chk-*`` directories go (their ``_metadata`` first, so a crash midway
+checkpoints stay, and any a reader has pinned; older ``chk-*`` directories go (their ``_metadata`` first, so a crash midway
 leaves incomplete directories, never a complete checkpoint with missing files), and so does
 every ``shared/`` file that no retained checkpoint references. A ``shared/`` file that no complete
 checkpoint ever referenced (left by an aborted upload) is only removed while no newer checkpoint
@@ -35,6 +36,7 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
+from flowpoint.checkpoint.readers import pinned_ids
 from flowpoint.checkpoint.verification import verify_sizes
 from flowpoint.errors import CheckpointError
 
@@ -267,6 +269,7 @@ class CheckpointStore:
         ids = _chk_ids(self.job_access)
         complete = self._complete(ids)
         keep = set(sorted(complete)[-self.num_retained :])
+        keep |= pinned_ids(self.job_access) & set(complete)  # being read while the job runs (readers.py)
         in_progress = [i for i in ids if i not in complete and i > completed]
         discard = [i for i in ids if i not in keep and i not in in_progress]
         referenced = set().union(*(complete[i].referenced_files() for i in keep))

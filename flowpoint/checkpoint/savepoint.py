@@ -491,6 +491,17 @@ def open_savepoint(path: str, options: Mapping[str, Any] | None = None) -> tuple
     return directory, meta
 
 
+def open_for_reading(path: str, options: Mapping[str, Any] | None, keyring: Keyring | None, what: str, setting: str) -> tuple[CheckpointStorageAccess, CheckpointMetadata]:
+    """:func:`open_savepoint` for reading its state, which unpickles it: the directory must be
+    safe from other users, and ``_metadata`` signed with a key of ``keyring`` (UntrustedStateError
+    otherwise); every file read later is checked against the SHA-256 this verified ``_metadata`` records."""
+    access, meta = open_savepoint(path, options)
+    access.check_trusted(what, setting)
+    where = access.uri(f"chk-{meta.checkpoint_id}/_metadata" if meta.kind == "checkpoint" else "_metadata")
+    (keyring or default_keyring()).verify(meta, where)
+    return access, meta
+
+
 def read_canonical(access: CheckpointStorageAccess, f: StateFile, uid: str, data: bytes | None = None) -> pa.Table:
     """One canonical file, checked against its recorded size and checksum (before it is
     decoded), and its Parquet footer, schema and row count. CorruptStateError naming it otherwise."""
