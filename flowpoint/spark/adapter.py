@@ -19,7 +19,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from flowpoint.spark.state_frames import rows_to_dataframe
+from flowpoint.spark.state_frames import rows_to_dataframe, values_dataframe
 
 
 class SparkAdapter(ABC):
@@ -119,6 +119,10 @@ class SparkAdapter(ABC):
 
     def rows_dataframe(self, rows: list[tuple], with_state_name: bool) -> Any:
         return rows_to_dataframe(self.spark, rows, with_state_name)
+
+    def values_dataframe(self, rows: list[tuple], columns: tuple[str, ...]) -> Any:
+        """Rows of Python values as a DataFrame, each column typed by its values."""
+        return values_dataframe(self.spark, rows, columns)
 
     # -- shipping code ----------------------------------------------------------------------------
 

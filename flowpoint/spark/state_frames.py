@@ -42,11 +42,16 @@ def _column_type(values: list[Any]) -> tuple[Any, bool]:
 
 def rows_to_dataframe(spark: Any, rows: list[tuple], with_state_name: bool) -> Any:
     """``(state_name, key, namespace, user_key, value)`` rows as a DataFrame of decoded values."""
+    offset = 0 if with_state_name else 1
+    return values_dataframe(spark, [r[offset:] for r in rows], COLUMNS[offset:])
+
+
+def values_dataframe(spark: Any, rows: list[tuple], columns: tuple[str, ...]) -> Any:
+    """Rows of Python values as a DataFrame with these columns, each typed by its values (text,
+    each value's repr, when they mix types)."""
     from pyspark.sql.types import DoubleType, StructField, StructType
 
-    columns = list(COLUMNS) if with_state_name else list(COLUMNS[1:])
-    offset = 0 if with_state_name else 1
-    data = [[_spark_value(v) for v in r[offset:]] for r in rows]
+    data = [[_spark_value(v) for v in r] for r in rows]
     fields = []
     for i, name in enumerate(columns):
         t, as_text = _column_type([r[i] for r in data])
