@@ -32,10 +32,13 @@ from flowpoint.errors import CheckpointError, ConfigurationError, CorruptStateEr
 
 def test_times_are_read_as_iso_8601_in_this_machine_s_zone_or_epoch_milliseconds():
     assert parse_as_of("1764151200000") == 1764151200000
-    assert parse_as_of("2025-11-26T10:00:00Z") == 1764151200000
-    assert parse_as_of("2025-11-26 11:00:00+01:00") == 1764151200000
+    # a time to the second, minute or day means up to its end, as `flowpoint checkpoints` shows seconds
+    assert parse_as_of("2025-11-26T10:00:00.000Z") == 1764151200000
+    assert parse_as_of("2025-11-26T10:00:00Z") == 1764151200999
+    assert parse_as_of("2025-11-26 11:00:00+01:00") == 1764151200999
     local = datetime(2025, 11, 26, 10, 0).astimezone()
-    assert parse_as_of("2025-11-26 10:00") == int(local.timestamp() * 1000)
+    assert parse_as_of("2025-11-26 10:00") == int(local.timestamp() * 1000) + 59_999
+    assert parse_as_of("2025-11-26") == int(datetime(2025, 11, 26).astimezone().timestamp() * 1000) + 24 * 3600 * 1000 - 1
     for bad in ("yesterday", "26/11/2025 10:00", ""):
         with pytest.raises(ConfigurationError, match="--as-of .* is not a time; give one like"):
             parse_as_of(bad)

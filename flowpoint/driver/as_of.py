@@ -41,7 +41,10 @@ FORMATS = "'2026-11-26 10:00', '2026-11-26T10:00:30+01:00', '2026-11-26T09:00Z' 
 
 def parse_as_of(value: object) -> int:
     """Milliseconds since the epoch of an ``--as-of`` time: ISO 8601 (a space or ``T`` between
-    date and time; no offset: this machine's time zone), or milliseconds since the epoch."""
+    date and time; no offset: this machine's time zone), or milliseconds since the epoch. A time
+    given to the day, minute or second means its end (``10:00`` is up to 10:00:59.999), as
+    `flowpoint checkpoints` shows completion times to the second: a checkpoint listed as
+    completed at 10:00:07 counts as of ``10:00:07``."""
     text = str(value).strip()
     if re.fullmatch(r"\d{10,}", text):
         return int(text)
@@ -52,7 +55,17 @@ def parse_as_of(value: object) -> int:
         raise ConfigurationError(msg) from None
     if when.tzinfo is None:
         when = when.astimezone()  # this machine's time zone, as `flowpoint checkpoints` shows times
-    return int(when.timestamp() * 1000)
+    return int(when.timestamp() * 1000) + _precision_ms(text) - 1
+
+
+def _precision_ms(text: str) -> int:
+    """The length of the unit the time is given to: a day, a minute, a second or a millisecond."""
+    clock = re.search(r"[T ](\d{2}):(\d{2})(:\d{2})?(\.\d+)?", text)
+    if clock is None:
+        return 24 * 3600 * 1000
+    if clock.group(4):
+        return 1
+    return 1000 if clock.group(3) else 60_000
 
 
 def shown(ms: int) -> str:
@@ -75,9 +88,9 @@ def restore_as_of(root: str, options: dict, graph: JobGraph, registry: JobRegist
     eligible = sorted(((t, r, c) for t, r, c in times if t <= as_of_ms), key=lambda x: (x[0], x[2]), reverse=True)
     if not eligible:
         oldest = min(times, key=lambda x: x[0], default=None)
-        first = f"; the oldest retained one is chk-{oldest[2]} of job {oldest[1].job_id}, completed {shown(oldest[0])}" if oldest else ""
-        msg = (f"--resume --as-of {shown(as_of_ms)}: no retained checkpoint of job {graph.job_name!r} under {root} completed at "
-               f"or before then{first} (`flowpoint checkpoints {root.rstrip('/')}/<job-id>` lists a run's checkpoints)")
+        first = (f"; the oldest retained one is chk-{oldest[2]} of job {oldest[1].job_id}, completed {shown(oldest[0])} "
+                 f"(`flowpoint checkpoints {oldest[1].uri}` lists that run's checkpoints)") if oldest else ""
+        msg = f"--resume --as-of {shown(as_of_ms)}: no retained checkpoint of job {graph.job_name!r} under {root} completed at or before then{first}"
         raise CheckpointError(msg)
     completed, run, chosen = eligible[0]
     later = [c for t, r, c in times if r is run and t > as_of_ms]
