@@ -100,8 +100,9 @@ class BarrierAlignment:
         self.task._barrier(barrier)
 
     def timed_out(self) -> bool:
-        """The barrier being aligned is past its aligned-checkpoint-timeout."""
-        return self.aligning is not None and bool(self.aligning.timeout_at) and now_ms() >= self.aligning.timeout_at
+        """The barrier being aligned (the caller checked there is one: the input loop asks at
+        every item) is past its aligned-checkpoint-timeout."""
+        return bool(self.aligning.timeout_at) and now_ms() >= self.aligning.timeout_at
 
     def switch_to_unaligned(self, live: set) -> None:
         """aligned-checkpoint-timeout: the barrier being aligned is older than the timeout (or

@@ -166,7 +166,7 @@ class Subtask(SourceReading, BarrierSnapshot):
             item = gate.get(self._wait())
             self.idle_ns += time.perf_counter_ns() - t0
             self._tick()
-            if self.alignment.timed_out():
+            if self.alignment.aligning is not None and self.alignment.timed_out():
                 self.alignment.switch_to_unaligned(live)
             if gate.queued_barriers:
                 gate.promote_overdue(now_ms())
