@@ -1,7 +1,7 @@
 """RocksDB compaction for a key set that grows without end (issue 27): what an incremental
 checkpoint uploads, and what point reads cost, under flowpoint's universal compaction settings
 and alternatives. Offline (no Spark): one DB with flowpoint's options
-(``flowpoint.state.rocksdb._options``), fed ``--per`` new keys per checkpoint (the soak's rate:
+(``flowpoint.state.rocksdb_options._options``), fed ``--per`` new keys per checkpoint (the soak's rate:
 3,000 records/s over two subtasks, a checkpoint every 2 s, is 3,000 new keys per DB per
 checkpoint), flushed and checkpointed ``--checkpoints`` times; what a checkpoint uploads is the
 size of the SST files it holds that the previous one did not (as ``shared/`` in an incremental
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from rocksdict import Checkpoint, Rdict, UniversalCompactOptions  # noqa: E402
 
-from flowpoint.state import rocksdb as R  # noqa: E402
+from flowpoint.state import rocksdb_options as R  # noqa: E402
 
 
 def universal(min_merge_width: int, trigger: int, amp: int, size_ratio: int = 1, slowdown: int = 0, stop: int = 0):
@@ -45,7 +45,7 @@ def universal(min_merge_width: int, trigger: int, amp: int, size_ratio: int = 1,
 
 
 CONFIGS = {
-    "flowpoint": lambda o: None,  # what flowpoint.state.rocksdb._options sets now (merge width 4, 24 runs, 200 %)
+    "flowpoint": lambda o: None,  # what flowpoint.state.rocksdb_options._options sets now (merge width 4, 24 runs, 200 %)
     "before": universal(2, 12, 200),  # issue 27's soak: merge width 2, 12 runs, 200 % size amplification
     "width4-runs24-amp1000": universal(4, 24, 1000),
     "width4-runs24-amp600": universal(4, 24, 600),

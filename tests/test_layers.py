@@ -160,3 +160,28 @@ def test_every_import_inside_a_function_says_why():
                     if i < 0 or not lines[i].strip().startswith("#"):
                         silent.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} ({m})")
     assert silent == []
+
+
+def _longer_than(kinds: tuple[type, ...], limit: int) -> list[str]:
+    """Every definition of ``kinds`` in flowpoint/ longer than ``limit`` lines (decorators and
+    docstring included)."""
+    long = []
+    for m, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, kinds):
+                start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                n = node.end_lineno - start + 1
+                if n > limit:
+                    long.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name} ({m}): {n} lines")
+    return long
+
+
+def test_no_class_over_300_lines():
+    """A class holds one concept (issue 28): one that grows past 300 lines is split, by
+    composition with small named classes or into functions in a module named after what they
+    do (as ``tasks/subtask.py`` and ``state/rocksdb.py`` were)."""
+    assert _longer_than((ast.ClassDef,), 300) == []
+
+
+def test_no_function_over_80_lines():
+    assert _longer_than((ast.FunctionDef, ast.AsyncFunctionDef), 80) == []

@@ -49,8 +49,8 @@ def encode(entries: list[tuple[int, Any]]) -> bytes:
 
 def decode(data: bytes, where: str) -> list[tuple[int, Any]]:
     """The deltas of a part; a truncated or malformed part is a CorruptStateError naming ``where``."""
-    # lazy: RocksDB's code (16 ms), only when a part is read
-    from flowpoint.state.rocksdb import RocksDBDelta
+    # lazy: RocksDB's code, only when a part is read
+    from flowpoint.state.rocksdb_delta import RocksDBDelta
 
     if not data.startswith(MAGIC):
         msg = f"{where} is not a flowpoint RocksDB changelog part (it does not start with {MAGIC!r})"
@@ -102,4 +102,62 @@ def replay(backend: Any, parts: list[tuple[str, bytes]]) -> None:
             backend.apply(delta)
 
 
-__all__ = ["LOCAL_PREFIX", "MAGIC", "decode", "encode", "replay"]
+# a changelog kept in memory beyond this (checkpoints not completing) is dropped: the next
+# checkpoint then materializes instead of uploading it
+CHANGELOG_MEMORY_BYTES = 256 << 20
+
+
+class DeltaLog:
+    """A RocksDB backend's changelog in memory: every committed delta applied since version
+    ``start`` (None: not known since when; the next materialization restarts it). Off (no
+    ``entries``) until :meth:`record` is called."""
+
+    __slots__ = ("entries", "nbytes", "start")
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, Any, int]] | None = None  # (version, delta, its bytes)
+        self.start: int | None = None
+        self.nbytes = 0
+
+    def record(self, version: int) -> None:
+        """Keep every committed delta from now on; the log is complete from ``version``."""
+        if self.entries is None:
+            self.entries, self.start, self.nbytes = [], version, 0
+
+    def forget(self) -> None:
+        """A change the log cannot replay (or cannot say when it happened) was made."""
+        if self.entries is not None:
+            self.entries, self.start, self.nbytes = [], None, 0
+
+    def applied(self, delta: Any, version: int | None) -> None:
+        """A committed ``delta`` reached the DB, completing ``version`` (None: no version)."""
+        if self.entries is None or not delta:
+            return
+        if version is None:
+            self.forget()  # a change no version names: the log cannot say when it happened
+            return
+        size = delta.nbytes()
+        self.entries.append((version, delta, size))
+        self.nbytes += size
+        if self.nbytes > CHANGELOG_MEMORY_BYTES:
+            self.forget()  # checkpoints have not completed for long: the next one materializes
+
+    def since(self, version: int, current: int) -> tuple[list[tuple[int, Any]], int] | None:
+        """``(the deltas applied after version, in order, their bytes)`` while the DB is at
+        ``current``; None if the log does not hold all of them. The deltas up to ``version``
+        go: a completed checkpoint holds them."""
+        if self.entries is None or self.start is None or not self.start <= version <= current:
+            return None
+        if version > self.start:
+            self.entries = [e for e in self.entries if e[0] > version]
+            self.nbytes = sum(e[2] for e in self.entries)
+            self.start = version
+        return [(v, d) for v, d, _size in self.entries], self.nbytes
+
+    def materialized(self, version: int) -> None:
+        """A snapshot of the DB at ``version`` was taken: a log forgotten earlier restarts here."""
+        if self.entries is not None and self.start is None:
+            self.entries, self.start, self.nbytes = [], version, 0
+
+
+__all__ = ["CHANGELOG_MEMORY_BYTES", "LOCAL_PREFIX", "MAGIC", "DeltaLog", "decode", "encode", "replay"]

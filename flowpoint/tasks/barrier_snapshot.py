@@ -17,7 +17,7 @@ from flowpoint.clock import now_ms
 from flowpoint.partition.backend import state_schemas
 from flowpoint.partition.protocol import TaskAck
 from flowpoint.state.keygroups import key_group_range_for_operator
-from flowpoint.tasks.channel_state import data_items, write_channel_state
+from flowpoint.tasks.channel_state import write_channel_state
 from flowpoint.tasks.unit_end import end_unit
 
 
@@ -66,16 +66,16 @@ class BarrierSnapshot:
     def _barrier(self, barrier: Barrier) -> None:
         """Snapshot at barrier ``n``, forward it, acknowledge once the parts are written."""
         ack, write = self._snapshot(barrier)
-        self._in_barrier = True  # an aligned barrier (a savepoint, the final one) is not overtaken
+        self.frames.in_barrier = True  # an aligned barrier (a savepoint, the final one) is not overtaken
         try:
             # a barrier that may go ahead after its timeout is queued behind the frames at once
             self._flush(drain=not barrier.timeout_at)
             self._broadcast(("barrier", barrier))
         finally:
-            self._in_barrier = False
+            self.frames.in_barrier = False
         # aligned-checkpoint-timeout: the frames the barrier overtook once it timed out in this
         # subtask's queues are the checkpoint's channel state
-        promoted, self.promoted = self.promoted, []
+        promoted, self.frames.promoted = self.frames.promoted, []
         if write is None and not promoted:
             self.report(("ack", ack))
             return
@@ -131,55 +131,11 @@ class BarrierSnapshot:
         ack, write = self._snapshot(barrier)
         if self.inputs is not None:  # what it had seen: the in-flight records came after these marks
             ack.input_marks = dict(self.inputs.channels)
-        outputs: dict[tuple[int, int], list] = {}
-        for key, q in self.outq.items():
-            if q:
-                outputs[key] = data_items(q)
-        for edge_id, w in self.rt.writers:
-            for dest, item in w.out:
-                outputs.setdefault((edge_id, dest), []).append(item)
-        entries = []
-        for (edge_id, dest), items in outputs.items():
-            stage_uid, parallelism = self.receivers[edge_id]
-            entries.append((stage_uid, parallelism, dest, items))
-        ahead = barrier.as_unaligned()
-        for edge_id, w in self.rt.writers:
-            for dest in range(w.edge.parallelism):
-                self.output(edge_id, dest).send_priority(("barrier", ahead))
+        entries = self.frames.unsent_entries(self.rt.writers)
+        self.frames.send_ahead(self.rt.writers, barrier.as_unaligned())
         self.pending_uc = _Unaligned(barrier, ack, write, entries, {})
         if self.gate is not None:
             self.gate.record()
-
-    def _switch_to_unaligned(self, live: set) -> None:
-        """aligned-checkpoint-timeout: the barrier being aligned is older than the timeout (or
-        an upstream subtask sent it ahead): snapshot now. The channels that delivered it had
-        nothing in flight before it; the others record until theirs arrives."""
-        barrier, arrived = self.aligning, set(self.arrived)
-        self.aligning, self.arrived = None, set()
-        self.gate.arrived_already(arrived)
-        self.gate.unblock_all()
-        self._unaligned_snapshot(barrier)
-        for c in arrived:
-            self._unaligned_input(c, [], live)
-
-    def _promote_overdue(self) -> bool:
-        """aligned-checkpoint-timeout: an aligned barrier that waited in this subtask's queues
-        past its time is sent ahead of the frames in front of it, which become the checkpoint's
-        channel state (:meth:`_barrier` writes them); True when one was."""
-        now = now_ms()
-        promoted = False
-        for key, q in self.outq.items():
-            for i, frame in enumerate(q):
-                if frame[0] == "barrier" and not frame[1].unaligned and frame[1].timeout_at and now >= frame[1].timeout_at:
-                    barrier = frame[1]
-                    ahead = [q[j] for j in range(i)]
-                    del q[i]
-                    stage_uid, parallelism = self.receivers[key[0]]
-                    self.promoted.append((stage_uid, parallelism, key[1], data_items(ahead)))
-                    self.output(*key).send_priority(("barrier", barrier.as_unaligned()))
-                    promoted = True
-                    break
-        return promoted
 
     def _unaligned_input(self, channel: Any, items: list, live: set) -> None:
         """Channel ``channel`` delivered barrier ``n`` (or ended): its in-flight items are known."""

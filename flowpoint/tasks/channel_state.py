@@ -31,12 +31,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess, read_uri_bytes
 from flowpoint.checkpoint.integrity import check_bytes
 from flowpoint.checkpoint.integrity import decode as decode_file
 from flowpoint.partition.protocol import CheckpointTarget, PartHandle
 from flowpoint.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from flowpoint.tasks.batches import KeyedBatch, decode, encode
+from flowpoint.tasks.stage_task import input_channels
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,26 @@ def read_channel_state(plan: Any, partition: int, files: tuple[RestoredChannelFi
                 continue
             out.extend(_routed(plan, partition, int(old_parallelism), int(old_partition), items, keep_marks))
     return out
+
+
+def restored_input(plan: Any, s: Any, spec: Any) -> tuple[list, dict, dict]:
+    """A restored continuous subtask's start (slice ``s``, run ``spec``): ``(the in-flight items
+    it receives, the watermarks to start from, the marks to move on to after them)``. Without
+    channel state: no items, the run's watermarks, no marks."""
+    watermarks = dict(spec.watermarks)
+    if not s.channel_state:
+        return [], watermarks, {}
+    recovered = read_channel_state(plan, s.partition, s.channel_state, spec.location.options, keep_marks="*" not in s.input_marks)
+    if not recovered:
+        return [], watermarks, {}
+    # the records in flight came after the marks this subtask had seen at the cut, which are
+    # behind the marks its senders had sent (those are the checkpoint's): start from the
+    # former, replay, then move on to the latter
+    catch_up = input_channels(plan, spec)
+    floor = s.input_marks.get("*", (MIN_WATERMARK, False))
+    for c, mark in catch_up.items():
+        watermarks[c] = min(mark, s.input_marks.get(c, floor))
+    return recovered, watermarks, catch_up
 
 
 def _routed(plan: Any, partition: int, old_p: int, old_partition: int, items: list, keep_marks: bool) -> list:

@@ -24,8 +24,8 @@ class SourceReading:
         head = self.rt.ops[self.plan.head]
         reader = self.plan.source_reader
         while True:
-            if self.deferred_done or (self.output is not None and self._unsent()):
-                self._drain()  # output that waited while a barrier went ahead: send it first
+            if self.deferred_done or (self.credited and self.frames.unsent()):
+                self.frames.drain()  # output that waited while a barrier went ahead: send it first
             t0 = time.perf_counter_ns()
             try:
                 cmd = self.commands.get_nowait() if self.open_reads else self.commands.get(timeout=self._wait())
@@ -53,7 +53,7 @@ class SourceReading:
                     self._read(head, reader, split_index, split, read_spec, finished)
                 self._after_input()
                 done = ("read-done", self.plan.stage_id, self.partition, cmd[2])
-                if self.output is not None and any(self.outq.values()):
+                if self.credited and self.frames.unsent():
                     # unaligned: the read was processed to reach a barrier while its output
                     # waits for credits; the driver assigns the next read once it is sent, so
                     # that barriers, not reads, go past backpressure

@@ -31,31 +31,27 @@ import queue
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 
-from flowpoint.api.time import MIN_WATERMARK
 from flowpoint.clock import now_ms
 from flowpoint.errors import FlowpointError
 from flowpoint.metrics.system import add_process_figures
 from flowpoint.partition.factory import partition_backend
 from flowpoint.partition.protocol import ContinuousSpec, TaskSlice, UnitSpec
+from flowpoint.tasks.barrier_alignment import BarrierAlignment, SubtaskFailed
 from flowpoint.tasks.barrier_snapshot import Barrier, BarrierSnapshot
-from flowpoint.tasks.channel_state import data_items, read_channel_state
+from flowpoint.tasks.channel_state import restored_input
 from flowpoint.tasks.input_gate import CONTROL, InputGate
+from flowpoint.tasks.output_frames import OutputFrames, Send
 from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.source_reading import SourceReading
-from flowpoint.tasks.stage_task import ChainRuntime, feed, input_channels, keyed_uids
+from flowpoint.tasks.stage_task import ChainRuntime, feed, keyed_uids
 
-Send = Callable[[int, int, list], None]  # (edge id, destination partition, items)
-
-
-class SubtaskFailed(FlowpointError):
-    """A subtask of a continuous job failed."""
+__all__ = ["Send", "Subtask", "SubtaskFailed"]
 
 
 class Subtask(SourceReading, BarrierSnapshot):
@@ -67,7 +63,6 @@ class Subtask(SourceReading, BarrierSnapshot):
         self.partition = s.partition
         self.slice = s
         self.spec = spec
-        self.send = send
         self.report = report  # a message to the driver
         self.gate = gate
         self.commands: queue.Queue = queue.Queue()  # a source subtask's assignments, barriers, commands
@@ -76,8 +71,6 @@ class Subtask(SourceReading, BarrierSnapshot):
         self.backend = partition_backend(spec.location, plan.ops[plan.head].max_parallelism, stateful=bool(self.uids))
         self.ts: Any = None
         self.rt: ChainRuntime | None = None
-        self.unsent_since: float | None = None
-        self.unsent_bytes = 0
         self.buffer_timeout = spec.buffer_timeout_ms / 1000.0
         self.watermark_interval = spec.watermark_interval_ms / 1000.0
         self.next_periodic = 0.0
@@ -86,30 +79,20 @@ class Subtask(SourceReading, BarrierSnapshot):
         self.split_seq: dict[int, int] = {}
         self.open_reads: dict[int, tuple[Any, Any]] = {}  # split index -> (OpenRead, split)
         self.positions: dict[int, tuple[Any, bool]] = {}  # open splits: (position, finished) so far
-        self.aligning: Barrier | None = None
-        self.arrived: set = set()
-        # not aligned (AT_LEAST_ONCE): barrier n -> (the barrier, the channels it arrived on)
-        self.unaligned: dict[int, tuple[Barrier, set]] = {}
+        self.alignment = BarrierAlignment(self)
         self.ended: set = set()
-        # unaligned checkpoints: each (edge, destination)'s frames not sent yet (the sender
-        # holds a credit per frame its receiver can queue), the output (tasks/credits.py) of
-        # each, the receiving stage of each edge, and the checkpoint being recorded
-        self.outq: dict[tuple[int, int], deque] = {}
-        self.output = output
-        self.receivers = {e.edge_id: (e.target_uid, e.parallelism) for op in plan.ops.values() for e in op.out_edges}
-        self.pending_uc: Any = None
+        receivers = {e.edge_id: (e.target_uid, e.parallelism) for op in plan.ops.values() for e in op.out_edges}
+        self.frames = OutputFrames(self, send, output, receivers)
+        self.credited = output is not None  # unaligned checkpoints: frames wait for credits
+        self.pending_uc: Any = None  # the unaligned checkpoint whose channel state is being recorded
         self.live: set = set()
-        self._in_barrier = False
-        self._feeding: list | None = None  # [channel, items, items done] of the frame being fed
-        self.promoted: list = []  # channel state entries of barriers sent ahead after their timeout
+        self.feeding: list | None = None  # [channel, items, items done] of the frame being fed
         self.deferred_done: list = []  # a source's read-done reports held until the read's output is sent
         self.inputs = None
         self.live_sinks = {nid for nid, op in plan.ops.items() if op.kind == "sink" and getattr(op.sink, "continuous_live", False)}
         self.done = False
         self.error: BaseException | None = None
-        # time waiting for input and blocked on output since the last metric report
-        self.idle_ns = 0
-        self.blocked_ns = 0
+        self.idle_ns = 0  # time waiting for input since the last metric report (blocked: self.frames)
         self.reported_at = time.perf_counter_ns()
         self.thread = threading.Thread(target=self._main, name=f"flowpoint-subtask-{plan.stage_id}.{s.partition}", daemon=True)
 
@@ -143,16 +126,7 @@ class Subtask(SourceReading, BarrierSnapshot):
         s, spec = self.slice, self.spec
         self.ts, _ = self.backend.acquire(self.plan.stage_id, s.partition, s.chain, self.uids)
         plan = cloudpickle.loads(cloudpickle.dumps(self.plan))  # functions private to this subtask
-        recovered = read_channel_state(self.plan, s.partition, s.channel_state, spec.location.options, keep_marks="*" not in s.input_marks) if s.channel_state else []
-        watermarks = dict(spec.watermarks)
-        if recovered:
-            # the records in flight came after the marks this subtask had seen at the cut, which
-            # are behind the marks its senders had sent (those are the checkpoint's): start
-            # from the former, replay, then move on to the latter
-            catch_up = input_channels(self.plan, spec)
-            floor = s.input_marks.get("*", (MIN_WATERMARK, False))
-            for c, mark in catch_up.items():
-                watermarks[c] = min(mark, s.input_marks.get(c, floor))
+        recovered, watermarks, catch_up = restored_input(self.plan, s, spec)
         unit_spec = UnitSpec(
             spec.run_key, self.segment, spec.location, processing_time=now_ms(), watermarks=watermarks,
             splits=dict(spec.splits), generators=dict(spec.generators), restored=spec.restored,
@@ -177,8 +151,8 @@ class Subtask(SourceReading, BarrierSnapshot):
     def _wait(self) -> float:
         now = time.monotonic()
         waits = [0.05]
-        if self.unsent_since is not None:
-            waits.append(self.unsent_since + self.buffer_timeout - now)
+        if self.frames.unsent_since is not None:
+            waits.append(self.frames.unsent_since + self.buffer_timeout - now)
         if self.watermark_interval > 0:
             waits.append(self.next_periodic - now)
         return max(0.0, min(waits))
@@ -192,12 +166,12 @@ class Subtask(SourceReading, BarrierSnapshot):
             item = gate.get(self._wait())
             self.idle_ns += time.perf_counter_ns() - t0
             self._tick()
-            if self.aligning is not None and self.aligning.timeout_at and now_ms() >= self.aligning.timeout_at:
-                self._switch_to_unaligned(live)
+            if self.alignment.aligning is not None and self.alignment.timed_out():
+                self.alignment.switch_to_unaligned(live)
             if gate.queued_barriers:
                 gate.promote_overdue(now_ms())
-            if self.output is not None and self._unsent():
-                self._drain()  # frames an aligned barrier overtook after its timeout
+            if self.credited and self.frames.unsent():
+                self.frames.drain()  # frames an aligned barrier overtook after its timeout
             if item is None:
                 continue
             channel, frame = item
@@ -206,7 +180,7 @@ class Subtask(SourceReading, BarrierSnapshot):
                     return
                 continue
             kind = frame[0]
-            if kind == "data" and self.output is not None:
+            if kind == "data" and self.credited:
                 self._feed_items(channel, frame[1], head)
             elif kind == "data":
                 feed(self.plan, head, frame[1], self.inputs, ordered=False)
@@ -214,49 +188,21 @@ class Subtask(SourceReading, BarrierSnapshot):
                 head.records_in = 0
                 self._after_input()
             elif kind == "priority":
-                self._priority(channel, frame[1], frame[2], live)
+                self.alignment.priority(channel, frame[1], frame[2], live)
             elif kind == "barrier":
-                self._arrive(channel, frame[1], live)
+                self.alignment.arrive(channel, frame[1], live)
             elif kind == "end":
                 self.ended.add(channel)
                 live.discard(channel)
-                if self.pending_uc is not None and channel not in self.pending_uc.inputs:
-                    self._unaligned_input(channel, data_items(gate.stop_recording(channel)), live)
-                if self.aligning is not None and self.arrived >= live:
-                    self._aligned()
-                self._complete_unaligned(live)
+                self.alignment.ended(channel, live)
                 if not live:
                     self._end_of_input()
-
-    def _arrive(self, channel: Any, barrier: Barrier, live: set) -> None:
-        if not self.spec.aligned and barrier.savepoint is None:
-            # AT_LEAST_ONCE: the channel is not blocked; records after the barrier on it are
-            # processed before the snapshot, and replayed after a restore from it (seed 002).
-            # Savepoints stay aligned: a savepoint is exact whatever the mode
-            self.unaligned.setdefault(barrier.n, (barrier, set()))[1].add(channel)
-            self._complete_unaligned(live)
-            return
-        if self.pending_uc is not None and self.pending_uc.barrier.n == barrier.n:
-            # the checkpoint went unaligned here (aligned-checkpoint-timeout): this channel
-            # recorded its in-flight frames up to this barrier
-            self._unaligned_input(channel, data_items(self.gate.take_recorded(channel)), live)
-            return
-        if self.aligning is None:
-            self.aligning = barrier
-            self.arrived = set()
-        elif barrier.n != self.aligning.n:  # cannot happen: a blocked channel delivers nothing
-            msg = f"barrier {barrier.n} arrived while barrier {self.aligning.n} is being aligned"
-            raise SubtaskFailed(msg)
-        self.arrived.add(channel)
-        self.gate.block(channel)
-        if self.arrived >= live:
-            self._aligned()
 
     def _feed_items(self, channel: Any, items: list, head: Any) -> None:
         """Unaligned checkpoints: a frame's items one at a time, so that a barrier that arrives
         meanwhile is taken after the item being processed, not after the whole frame (the
-        items left are in flight at the cut: :meth:`_priority`)."""
-        self._feeding = feeding = [channel, items, 0]
+        items left are in flight at the cut: :meth:`BarrierAlignment.priority`)."""
+        self.feeding = feeding = [channel, items, 0]
         try:
             for i in range(len(items)):
                 if i and self.gate.queued_barriers:
@@ -264,35 +210,14 @@ class Subtask(SourceReading, BarrierSnapshot):
                 if i and self.gate.has_priority():
                     taken = self.gate.take_priority()
                     if taken is not None:
-                        self._priority(taken[0], taken[1], taken[2], self.live)
+                        self.alignment.priority(taken[0], taken[1], taken[2], self.live)
                 feed(self.plan, head, items[i : i + 1], self.inputs, ordered=False)
                 feeding[2] = i + 1
                 self.records_in += head.records_in
                 head.records_in = 0
                 self._after_input()
         finally:
-            self._feeding = None
-
-    def _priority(self, channel: Any, barrier: Barrier, overtaken: list, live: set) -> None:
-        """An unaligned barrier overtook ``overtaken`` on ``channel``: the first of checkpoint
-        ``n`` snapshots at once; each records its channel's in-flight items. The items of the
-        frame being processed that come after the cut are in flight on their channel too."""
-        if self.pending_uc is None and self.aligning is not None and self.aligning.n == barrier.n:
-            self._switch_to_unaligned(live)  # an upstream subtask's barrier timed out: it came ahead
-        if self.pending_uc is None:
-            self._unaligned_snapshot(barrier)
-            if self._feeding is not None:
-                c, items, done = self._feeding
-                rest = items[done:]
-                if rest:
-                    if c == channel:
-                        overtaken = [("data", rest), *overtaken]
-                    else:
-                        self.gate.prepend_recorded(c, ("data", rest))
-        elif self.pending_uc.barrier.n != barrier.n:
-            msg = f"unaligned barrier {barrier.n} arrived while checkpoint {self.pending_uc.barrier.n} records its channel state"
-            raise SubtaskFailed(msg)
-        self._unaligned_input(channel, data_items(overtaken), live)
+            self.feeding = None
 
     def _on_barrier(self, barrier: Barrier) -> None:
         """A source subtask's barrier from the driver (between its reads)."""
@@ -301,23 +226,6 @@ class Subtask(SourceReading, BarrierSnapshot):
             self._unaligned_done()
         else:
             self._barrier(barrier)
-
-    def _complete_unaligned(self, live: set) -> None:
-        """Snapshot at every unaligned barrier that has arrived on every live input, in order
-        (each channel delivers barriers in order, so barrier n completes no later than n + 1)."""
-        for n in sorted(self.unaligned):
-            barrier, arrived = self.unaligned[n]
-            if not arrived >= live:
-                return
-            del self.unaligned[n]
-            self._barrier(barrier)
-
-    def _aligned(self) -> None:
-        barrier = self.aligning
-        self.aligning = None
-        self.arrived = set()
-        self.gate.unblock_all()
-        self._barrier(barrier)
 
     def _end_of_input(self) -> None:
         """Every input channel ended: tell the consumers; the subtask waits for finish."""
@@ -355,7 +263,7 @@ class Subtask(SourceReading, BarrierSnapshot):
             self._periodic_watermarks()
             self._flush()  # a watermark or idleness that moved without records goes out too
         self._after_input()
-        if self.unsent_since is not None and now - self.unsent_since >= self.buffer_timeout:
+        if self.frames.unsent_since is not None and now - self.frames.unsent_since >= self.buffer_timeout:
             self._flush()
 
     def _periodic_watermarks(self) -> None:
@@ -375,8 +283,8 @@ class Subtask(SourceReading, BarrierSnapshot):
             self._send_live()
         if not pending:
             return
-        if self.unsent_since is None:
-            self.unsent_since = time.monotonic()
+        if self.frames.unsent_since is None:
+            self.frames.unsent_since = time.monotonic()
         if self.buffer_timeout <= 0 or pending >= self.spec.max_frame_items:
             self._flush()
 
@@ -393,77 +301,12 @@ class Subtask(SourceReading, BarrierSnapshot):
                     raise bad from e
 
     def _flush(self, drain: bool = True) -> None:
-        for _, w in self.rt.writers:
-            w.flush()  # every channel's current watermark to receivers that have not seen it
-        for edge_id, w in self.rt.writers:
-            if not w.out:
-                continue
-            by_dest: dict[int, list] = {}
-            for dest, item in w.out:
-                by_dest.setdefault(dest, []).append(item)
-            w.out = []
-            for dest, items in by_dest.items():
-                if self.output is not None:
-                    self.outq.setdefault((edge_id, dest), deque()).append(("data", items))
-                else:
-                    self.blocked_ns += self.send(edge_id, dest, ("data", items))
-        self.unsent_since = None
-        if self.output is not None and drain:
-            self._drain()
+        self.frames.flush(self.rt.writers, drain)
 
     def _broadcast(self, frame: tuple) -> None:
-        for edge_id, w in self.rt.writers:
-            for dest in range(w.edge.parallelism):
-                if self.output is not None:
-                    self.outq.setdefault((edge_id, dest), deque()).append(frame)
-                else:
-                    self.send(edge_id, dest, frame)
-        if self.output is not None:
-            # a barrier that may go ahead after its timeout: the subtask goes on once it is out
-            # (sent, or sent ahead); the frames it overtook follow as credits come
-            self._drain(until_barrier_out=frame[0] == "barrier" and bool(frame[1].timeout_at))
+        self.frames.broadcast(self.rt.writers, frame)
 
-    def _drain(self, until_barrier_out: bool = False) -> None:
-        """Send the queued frames as the receivers grant credits. While a receiver has no room,
-        an unaligned barrier that reached this subtask is taken at once (it overtakes the
-        queued frames); a source with a barrier among its commands stops waiting, so that it
-        reaches the barrier (its reads before the barrier are bounded)."""
-        while True:
-            waiting = None
-            for key, q in self.outq.items():
-                if not q:
-                    continue
-                out = self.output(*key)
-                while q and out.try_send(q[0]):
-                    q.popleft()
-                if q and waiting is None:
-                    waiting = out
-            if waiting is None:
-                done, self.deferred_done = self.deferred_done, []
-                for msg in done:
-                    self.report(msg)
-                return
-            if until_barrier_out and not any(f[0] == "barrier" for q in self.outq.values() for f in q):
-                return
-            if not self._in_barrier:
-                if self.gate is not None and self.gate.queued_barriers:
-                    self.gate.promote_overdue(now_ms())
-                if self.gate is not None and self.gate.has_priority():
-                    taken = self.gate.take_priority()
-                    if taken is not None:
-                        self._priority(taken[0], taken[1], taken[2], self.live)
-                        continue
-                elif self.gate is None and self._barrier_queued():
-                    return
-            if self._promote_overdue():
-                continue
-            if self._cancelled():
-                return  # the run ends: the loop sees the cancel next
-            t0 = time.perf_counter_ns()
-            waiting.wait(0.005)
-            self.blocked_ns += time.perf_counter_ns() - t0
-
-    def _cancelled(self) -> bool:
+    def cancelled(self) -> bool:
         """The driver cancelled the run (or the slot closed) while this subtask waits to send."""
         if self.gate is not None:
             with self.gate.cond:
@@ -471,16 +314,11 @@ class Subtask(SourceReading, BarrierSnapshot):
         with self.commands.mutex:
             return any(c[0] == "cancel" for c in self.commands.queue)
 
-    def _unsent(self) -> bool:
-        return any(self.outq.values())
-
-    def _barrier_queued(self) -> bool:
+    def barrier_queued(self) -> bool:
         with self.commands.mutex:
             # an unaligned barrier, or one that turns unaligned after its timeout: the source
             # must reach it while its earlier output waits
             return any(c[0] == "barrier" and (c[1].unaligned or c[1].timeout_at) for c in self.commands.queue)
-
-    # -- barriers ------------------------------------------------------------------------------
 
     # -- metrics -------------------------------------------------------------------------------
 
@@ -493,7 +331,7 @@ class Subtask(SourceReading, BarrierSnapshot):
         now = time.perf_counter_ns()
         wall, self.reported_at = now - self.reported_at, now
         idle, self.idle_ns = self.idle_ns, 0
-        blocked, self.blocked_ns = self.blocked_ns, 0
+        blocked, self.frames.blocked_ns = self.frames.blocked_ns, 0
         busy = max(0, wall - idle - blocked)
         report = rt.meter.report(self.plan.stage_id, self.partition, busy / 1e6, blocked / 1e6, idle / 1e6)
         # the worker's memory and RocksDB's own figures: a few reads once a report, not per record
