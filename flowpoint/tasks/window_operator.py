@@ -43,6 +43,13 @@ from flowpoint.tasks.keyed_process import OutputBuffer, TimerOp
 from flowpoint.tasks.namespaced import NamespacedStateStore, namespaced_state
 from flowpoint.tasks.timers import InternalTimerService
 from flowpoint.tasks.user_errors import user_function_error
+from flowpoint.tasks.window_buffer import (
+    NamespacedBufferState,
+    buffered_input,
+    process_buffered,
+    rows_converter,
+    supports_buffered,
+)
 
 CONTENTS_STATE = "_window-contents"
 MERGING_SET_STATE = "_window-merging-set"
@@ -245,7 +252,11 @@ class WindowOperator(TimerOp):
         self.event_time = self.assigner.is_event_time()
         self.merging = self.assigner.is_merging()
         self.run_window_function = WindowFunctionRunner(o.get("window_function"), o.get("window_function_kind"))
-        self.columnar_input = supports_columnar(self)  # built-in aggregations take whole batches
+        # built-in aggregations take whole batches; so do process/apply functions, whose
+        # contents are buffered as Arrow slices (window_buffer.py), in arrival order
+        self.buffered = supports_buffered(self)
+        self.order_free_columnar = supports_columnar(self)  # BATCH: need not see input in time order
+        self.columnar_input = self.order_free_columnar or self.buffered
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -257,7 +268,11 @@ class WindowOperator(TimerOp):
         backend = self.backend
         self.timers = InternalTimerService(backend, self, self._on_event_time, self._on_processing_time)
         self.timers.open()
-        self.contents = namespaced_state(backend, self._contents_descriptor())
+        if self.buffered:
+            self.contents = NamespacedBufferState(backend, ListStateDescriptor(CONTENTS_STATE), CONTENTS_STATE)
+            self.convert_rows = rows_converter(self.spec.input_type)
+        else:
+            self.contents = namespaced_state(backend, self._contents_descriptor())
         self.trigger_store = NamespacedStateStore(backend, TRIGGER_STATE_PREFIX)
         self.window_store = NamespacedStateStore(backend, WINDOW_STATE_PREFIX)
         self.global_store = GlobalStateStore(backend)
@@ -286,9 +301,14 @@ class WindowOperator(TimerOp):
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         self.records_in += len(data)
         backend = self.backend
+        if isinstance(data, KeyedBatch) and self.buffered and not buffered_input(data):
+            data = data.pairs(self.spec.input_type)  # bare values go one by one
         if isinstance(data, KeyedBatch):
             try:
-                process_columnar(self, data, ts)
+                if self.buffered:
+                    process_buffered(self, data, ts)
+                else:
+                    process_columnar(self, data, ts)
             except FlowpointError:
                 raise
             except Exception as e:
