@@ -14,7 +14,8 @@ cleaned up.
 State (all keyed, per key; see :mod:`flowpoint.tasks.namespaced`): the window contents with the
 window as namespace — ONE accumulator per window for reduce/aggregate, the elements for
 process/apply, the elements with their timestamps when an evictor is set (reduce/aggregate then
-run over the evicted contents when the window fires); trigger state (``_trigger:<name>``) and
+run over the evicted contents when the window fires; on columnar input, process/apply contents
+are Arrow slices until the window fires, see ``window_buffer.py``); trigger state (``_trigger:<name>``) and
 per-window state (``_window-state:<name>``) with the window as namespace; for merging assigners
 (sessions) the key's in-flight windows and the window holding each one's state; the timers.
 """
@@ -37,6 +38,7 @@ from flowpoint.api.time import MAX_WATERMARK
 from flowpoint.api.windows import TimestampedValue, Trigger, TriggerResult, WindowAssigner
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
+from flowpoint.state.chunked_list import ChunkedList
 from flowpoint.tasks.batches import KeyedBatch
 from flowpoint.tasks.columnar_window import process_columnar, supports_columnar
 from flowpoint.tasks.keyed_process import OutputBuffer, TimerOp
@@ -499,7 +501,7 @@ class WindowOperator(TimerOp):
         elif self.incremental_kind == "aggregate":
             inputs = [self.incremental.get_result(raw)]
         else:
-            inputs = list(raw)
+            inputs = raw.to_list() if type(raw) is ChunkedList else list(raw)
         self._emit(self.run_window_function(key, window, self.wctx, inputs), window)
 
     def _fire_evicting(self, key: Any, window: Any) -> None:
