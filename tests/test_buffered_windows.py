@@ -6,8 +6,10 @@ and into the per-record path (the stored form is the list of elements either way
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import pickle
 import time
 from collections import Counter
 
@@ -25,7 +27,11 @@ from flowpoint import (
     WatermarkStrategy,
 )
 from flowpoint.api.functions import WindowFunction
+from flowpoint.api.types import arrow_to_rows
+from flowpoint.connectors.clicks import CLICK_EVENT_TYPE
 from flowpoint.errors import JobCancelledError
+from flowpoint.state.chunked_list import ChunkedList
+from flowpoint.state.kinds import immutable
 
 EVENTS = 6_000
 
@@ -105,7 +111,8 @@ def wait_for(predicate, timeout=120.0):
         if predicate():
             return
         time.sleep(0.05)
-    raise AssertionError("timed out")
+    msg = "timed out"
+    raise AssertionError(msg)
 
 
 def window_job(env, columnar: bool, rate: float | None = None) -> CollectSink:
@@ -168,3 +175,25 @@ def test_buffered_contents_restore_rescaled_from_a_savepoint(make_env, tmp_path,
     assert before and second.results  # the savepoint was taken between firings
     # a window that was open at the savepoint: its elements came from both runs
     assert len(second.results) < len(expected.results)
+
+
+def test_chunked_contents_are_stored_as_the_list_of_elements():
+    """A ChunkedList pickles and copies as the plain list the per-record path stores (so
+    snapshots, savepoints and the state reader see no new format), and is never changed."""
+    batch = ClickEventGenerator(num_users=5).batch(0, 6)
+
+    def convert(b):
+        return arrow_to_rows(b, CLICK_EVENT_TYPE)
+
+    first = ChunkedList((batch.slice(0, 3),), convert, 3, True)
+    extra = convert(batch.slice(5, 1))[0]
+    both = first.with_batch(batch.slice(3, 2)).with_values((extra,), immutable(extra))
+    expected = convert(batch)
+    for stored in (pickle.loads(pickle.dumps(both)), copy.deepcopy(both), list(both)):
+        assert type(stored) is list
+        assert stored == expected
+        assert [type(e) for e in stored] == [type(e) for e in expected]
+        assert [e._fields for e in stored] == [e._fields for e in expected]
+    assert len(first) == 3 and len(both) == 6  # adding made a new list
+    assert immutable(both)
+    assert not immutable(both.with_values(([1],), False))

@@ -24,7 +24,13 @@ import numpy as np
 import pyarrow as pa
 
 from flowpoint.api.types import arrow_to_rows
-from flowpoint.api.windows import EventTimeTrigger, TriggerResult, SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows
+from flowpoint.api.windows import (
+    EventTimeTrigger,
+    SlidingEventTimeWindows,
+    TimeWindow,
+    TriggerResult,
+    TumblingEventTimeWindows,
+)
 from flowpoint.errors import StateAccessError
 from flowpoint.state.chunked_list import ChunkedList
 from flowpoint.state.kinds import ABSENT, immutable
