@@ -22,6 +22,7 @@ from flowpoint import (
     Duration,
     OutputTag,
     ProcessWindowFunction,
+    RestartStrategies,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
     WatermarkStrategy,
@@ -126,8 +127,8 @@ def window_job(env, columnar: bool, rate: float | None = None) -> CollectSink:
     return sink
 
 
-def env_for(make_env, parallelism, backend, runtime, restore=None, max_records=500):
-    env = make_env(parallelism=parallelism, max_records=max_records, execution_runtime=runtime)
+def env_for(make_env, parallelism, backend, runtime, restore=None, max_records=500, **config):
+    env = make_env(parallelism=parallelism, max_records=max_records, execution_runtime=runtime, **config)
     env.get_configuration().set("state.backend.type", backend)
     if restore is not None:
         env.get_configuration().set("execution.savepoint.path", str(restore))
@@ -197,3 +198,40 @@ def test_chunked_contents_are_stored_as_the_list_of_elements():
     assert len(first) == 3 and len(both) == 6  # adding made a new list
     assert immutable(both)
     assert not immutable(both.with_values(([1],), False))
+
+
+class ElementsFailingOnce(Elements):
+    """Raises once, at the firing of the window starting at ``at``, while others are open."""
+
+    def __init__(self, at: int, flag: str):
+        self.at, self.flag = at, flag
+
+    def process(self, key, context, elements):
+        if context.window().start == self.at and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            msg = "injected failure"
+            raise RuntimeError(msg)
+        yield from super().process(key, context, elements)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_buffered_contents_survive_a_failure_and_restore_from_a_checkpoint(make_env, tmp_path, backend):
+    expected_env = env_for(make_env, 2, backend, "epoch", max_records=2_000)
+    expected = window_job(expected_env, True)
+    expected_env.execute("uninterrupted")
+    env = env_for(make_env, 2, backend, "epoch", max_records=400, state_checkpoints_dir=str(tmp_path / "ck"))
+    env.enable_checkpointing(1)  # at every epoch boundary
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    flag = str(tmp_path / "failed")
+    sink = CollectSink()
+    first_start = min(s for _k, s, _e, _ in expected.results)
+    (
+        keyed(clicks(env, EVENTS, 800), True)
+        .window(TumblingEventTimeWindows.of(Duration.of_seconds(2)))
+        .process(ElementsFailingOnce(first_start + 10_000, flag)).uid("windows")
+        .sink_to(sink).uid("collect")
+    )
+    env.execute("failing once")
+    assert os.path.exists(flag), "the injected failure never happened"
+    assert sorted(map(repr, sink.results)) == sorted(map(repr, expected.results))
