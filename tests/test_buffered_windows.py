@@ -2,7 +2,8 @@
 or WindowFunction over columnar input gets exactly the elements the per-record path gives it,
 in the same order and of the same types, with allowed lateness and late-data side outputs, and
 through savepoints restored at another parallelism, on both backends and both runtimes, from
-and into the per-record path (the stored form is the list of elements either way)."""
+and into the per-record path (the stored form is the list of elements either way), and through
+a failure restored from a checkpoint; BATCH keeps its time-ordered input."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from flowpoint import (
     OutputTag,
     ProcessWindowFunction,
     RestartStrategies,
+    RuntimeExecutionMode,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
     WatermarkStrategy,
@@ -235,3 +237,23 @@ def test_buffered_contents_survive_a_failure_and_restore_from_a_checkpoint(make_
     env.execute("failing once")
     assert os.path.exists(flag), "the injected failure never happened"
     assert sorted(map(repr, sink.results)) == sorted(map(repr, expected.results))
+
+
+@pytest.mark.slow
+def test_batch_mode_sees_window_elements_in_time_order(make_env):
+    """BATCH: a keyed operator meets its input in timestamp order (as Flink sorts it), so
+    buffered windows take it record by record there, and agree with a key selector."""
+    results = []
+    for columnar in (True, False):
+        env = make_env(parallelism=2)
+        env.set_runtime_mode(RuntimeExecutionMode.BATCH)
+        sink = CollectSink()
+        windows = keyed(clicks(env, 2_000, 800), columnar).window(TumblingEventTimeWindows.of(Duration.of_seconds(2)))
+        windows.process(Elements()).sink_to(sink)
+        env.execute("batch")
+        results.append(list(sink.results))
+    assert sorted(map(repr, results[0])) == sorted(map(repr, results[1]))
+    assert len(results[0]) > 5
+    for *_, elements in results[0]:
+        stamps = [values[0] for _t, _f, values in elements]
+        assert stamps == sorted(stamps)
