@@ -39,6 +39,7 @@ from flowpoint.api.state import (
     ValueStateDescriptor,
 )
 from flowpoint.errors import StateAccessError
+from flowpoint.state.chunked_list import ChunkedList
 
 ABSENT: Any = object()  # no value for the key (a table's answer; ValueState shows it as None)
 
@@ -52,6 +53,8 @@ def immutable(value: Any) -> bool:
         return True
     if t is tuple or isinstance(value, Row):
         return all(type(x) in ATOMIC for x in value)
+    if t is ChunkedList:  # never changed in place; its Python values may be
+        return value.frozen
     return False
 
 

@@ -68,12 +68,25 @@ def _key_codes(batch: pa.RecordBatch, fields: tuple[str, ...]) -> tuple[np.ndarr
     return dense.astype(np.int64), keys
 
 
-def process_columnar(op: Any, kb: KeyedBatch, ts: list | None) -> None:
-    """Add a columnar batch to ``op``'s windows (``op`` passed :func:`supports_columnar`)."""
+class Placed:
+    """A batch's records placed in their windows: record ``rows[i]`` goes to the window starting
+    at ``starts[i]`` (windows the watermark has not passed), its key is ``keys[codes[row]]``."""
+
+    __slots__ = ("batch", "codes", "keys", "rows", "starts", "stamps", "size")
+
+    def __init__(self, batch: pa.RecordBatch, codes: np.ndarray, keys: list, rows: np.ndarray, starts: np.ndarray, stamps: np.ndarray, size: int):
+        self.batch, self.codes, self.keys, self.rows, self.starts, self.stamps, self.size = batch, codes, keys, rows, starts, stamps, size
+
+
+def place(op: Any, kb: KeyedBatch, ts: list | None) -> Placed | None:
+    """Assign a columnar batch's records to ``op``'s windows, with the per-record path's rules:
+    late records go to the late-data side output (or are counted as dropped), records of windows
+    the watermark already passed (within the allowed lateness) are added one by one (each fires
+    its window); the rest are returned to be added per (key, window) group (None if none)."""
     batch = kb.batch
     n = batch.num_rows
     if n == 0:
-        return
+        return None
     if ts is None:
         msg = (
             f"operator {op.spec.name!r} (uid {op.spec.uid!r}) uses event-time windows, but its input records have no "
@@ -115,8 +128,18 @@ def process_columnar(op: Any, kb: KeyedBatch, ts: list | None) -> None:
             op._add(key, TimeWindow(start, start + size), None, value, int(stamps[row]))
         alive &= ~refire
     if not alive.any():
+        return None
+    return Placed(batch, codes, keys, rows[alive], starts[alive], stamps, size)
+
+
+def process_columnar(op: Any, kb: KeyedBatch, ts: list | None) -> None:
+    """Add a columnar batch to ``op``'s windows (``op`` passed :func:`supports_columnar`)."""
+    placed = place(op, kb, ts)
+    if placed is None:
         return
-    rows, starts = rows[alive], starts[alive]
+    batch, codes, keys, rows, starts, stamps, size = (
+        placed.batch, placed.codes, placed.keys, placed.rows, placed.starts, placed.stamps, placed.size,
+    )
     fn = op.incremental
     name = fn.builtin[0]
     columns = {"k": pa.array(codes[rows]), "w": pa.array(starts), "i": pa.array(rows), "t": pa.array(stamps[rows])}

@@ -402,7 +402,7 @@ def feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWatermar
     received = sorted(inputs, key=lambda item: (item[0], item[1])) if ordered else inputs
     strip = {e.index for e in plan.input_edges if e.partitioning == "keyed"} if not plan.ops[plan.head].keyed else set()
     two_inputs = hasattr(head, "process_input")  # broadcast state: edge 0 broadcast, edge 1 main
-    if plan.batch and plan.ops[plan.head].keyed and not two_inputs and not getattr(head, "columnar_input", False):
+    if plan.batch and plan.ops[plan.head].keyed and not two_inputs and not getattr(head, "order_free_columnar", False):
         received = _in_time_order(plan, received)
     for edge_index, origin, blob in received:
         if blob[0] == "wm":

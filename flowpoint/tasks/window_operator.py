@@ -14,7 +14,8 @@ cleaned up.
 State (all keyed, per key; see :mod:`flowpoint.tasks.namespaced`): the window contents with the
 window as namespace — ONE accumulator per window for reduce/aggregate, the elements for
 process/apply, the elements with their timestamps when an evictor is set (reduce/aggregate then
-run over the evicted contents when the window fires); trigger state (``_trigger:<name>``) and
+run over the evicted contents when the window fires; on columnar input, process/apply contents
+are Arrow slices until the window fires, see ``window_buffer.py``); trigger state (``_trigger:<name>``) and
 per-window state (``_window-state:<name>``) with the window as namespace; for merging assigners
 (sessions) the key's in-flight windows and the window holding each one's state; the timers.
 Count windows (``count_window``, PyFlink's count assigners) run on the GlobalWindow with a count
@@ -46,12 +47,20 @@ from flowpoint.api.windows import (
 )
 from flowpoint.errors import FlowpointError, StateAccessError, UserFunctionError
 from flowpoint.graph.transformation import describe_function
+from flowpoint.state.chunked_list import ChunkedList
 from flowpoint.tasks.batches import KeyedBatch
 from flowpoint.tasks.columnar_window import process_columnar, supports_columnar
 from flowpoint.tasks.keyed_process import OutputBuffer, TimerOp
 from flowpoint.tasks.namespaced import NamespacedStateStore, namespaced_state
 from flowpoint.tasks.timers import InternalTimerService
 from flowpoint.tasks.user_errors import user_function_error
+from flowpoint.tasks.window_buffer import (
+    NamespacedBufferState,
+    buffered_input,
+    process_buffered,
+    rows_converter,
+    supports_buffered,
+)
 
 CONTENTS_STATE = "_window-contents"
 MERGING_SET_STATE = "_window-merging-set"
@@ -257,7 +266,11 @@ class WindowOperator(TimerOp):
         self.merging = self.assigner.is_merging()
         self.run_window_function = WindowFunctionRunner(o.get("window_function"), o.get("window_function_kind"))
         self.count_window_ids = bool(o.get("count_window_ids"))
-        self.columnar_input = supports_columnar(self)  # built-in aggregations take whole batches
+        # built-in aggregations take whole batches; so do process/apply functions, whose
+        # contents are buffered as Arrow slices (window_buffer.py), in arrival order
+        self.buffered = supports_buffered(self)
+        self.order_free_columnar = supports_columnar(self)  # BATCH: need not see input in time order
+        self.columnar_input = self.order_free_columnar or self.buffered
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -269,7 +282,11 @@ class WindowOperator(TimerOp):
         backend = self.backend
         self.timers = InternalTimerService(backend, self, self._on_event_time, self._on_processing_time)
         self.timers.open()
-        self.contents = namespaced_state(backend, self._contents_descriptor())
+        if self.buffered:
+            self.contents = NamespacedBufferState(backend, ListStateDescriptor(CONTENTS_STATE), CONTENTS_STATE)
+            self.convert_rows = rows_converter(self.spec.input_type)
+        else:
+            self.contents = namespaced_state(backend, self._contents_descriptor())
         self.trigger_store = NamespacedStateStore(backend, TRIGGER_STATE_PREFIX)
         self.window_store = NamespacedStateStore(backend, WINDOW_STATE_PREFIX)
         self.global_store = GlobalStateStore(backend)
@@ -299,9 +316,14 @@ class WindowOperator(TimerOp):
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         self.records_in += len(data)
         backend = self.backend
+        if isinstance(data, KeyedBatch) and self.buffered and not buffered_input(data):
+            data = data.pairs(self.spec.input_type)  # bare values go one by one
         if isinstance(data, KeyedBatch):
             try:
-                process_columnar(self, data, ts)
+                if self.buffered:
+                    process_buffered(self, data, ts)
+                else:
+                    process_columnar(self, data, ts)
             except FlowpointError:
                 raise
             except Exception as e:
@@ -492,7 +514,7 @@ class WindowOperator(TimerOp):
         elif self.incremental_kind == "aggregate":
             inputs = [self.incremental.get_result(raw)]
         else:
-            inputs = list(raw)
+            inputs = raw.to_list() if type(raw) is ChunkedList else list(raw)
         self._emit(self.run_window_function(key, self._shown(window), self.wctx, inputs), window)
 
     def _shown(self, window: Any) -> Any:
