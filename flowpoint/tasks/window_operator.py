@@ -246,6 +246,19 @@ class WindowFunctionRunner:
             self.function.clear(context)
 
 
+def evicted_inputs(kind: str | None, fn: Any, values: list) -> list:
+    """What the window function gets of the values an evictor left: the values, their
+    reduction (``reduce``) or their aggregate's result (``aggregate``)."""
+    if kind == "reduce":
+        return [fold(fn.reduce, values)] if values else []
+    if kind == "aggregate":
+        acc = fn.create_accumulator()
+        for v in values:
+            acc = fn.add(v, acc)
+        return [fn.get_result(acc)]
+    return values
+
+
 class WindowOperator(TimerOp):
     """Keyed windows (see the module docstring). ``spec.options``: ``assigner``, ``trigger``,
     ``evictor``, ``allowed_lateness_ms``, ``late_tag_id``, ``incremental_kind`` (``"reduce"``,
@@ -533,16 +546,7 @@ class WindowOperator(TimerOp):
             return
         elements = [TimestampedValue(v, t) for v, t in pairs]
         self.evictor.evict_before(elements, len(elements), window, self.tctx)
-        values = [e.value for e in elements]
-        inputs: list = values
-        if self.incremental_kind == "reduce":
-            inputs = [fold(self.incremental.reduce, values)] if values else []
-        elif self.incremental_kind == "aggregate":
-            fn = self.incremental
-            acc = fn.create_accumulator()
-            for v in values:
-                acc = fn.add(v, acc)
-            inputs = [fn.get_result(acc)]
+        inputs = evicted_inputs(self.incremental_kind, self.incremental, [e.value for e in elements])
         if inputs:
             self._emit(self.run_window_function(key, self._shown(window), self.wctx, inputs), window)
         self.evictor.evict_after(elements, len(elements), window, self.tctx)
