@@ -43,9 +43,10 @@ def _state_answer(client, job_id: str, vid: str, after: int) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
-def test_a_running_job_s_vertex_state(make_env, tmp_path, backend):
+@pytest.mark.parametrize(("backend", "storage"), [("hashmap", "filesystem"), ("rocksdb", "filesystem"), ("hashmap", "jobmanager")])
+def test_a_running_job_s_vertex_state(make_env, tmp_path, backend, storage):
     env = checkpointing_env(make_env, tmp_path, 2, backend)
+    env.get_configuration().set("state.checkpoint-storage", storage)  # jobmanager: in the driver's memory
     build(env, 1_000_000, rate=300)
     client = env.execute_async(f"state {backend}")
     job_id = client.get_job_id()
@@ -70,7 +71,8 @@ def test_a_running_job_s_vertex_state(make_env, tmp_path, backend):
         again = call("GET", f"/jobs/{job_id}/vertices/{vid}/state")[1]
         if again["checkpoint"]["id"] == answer["checkpoint"]["id"]:
             assert job.state_samples.reads == reads  # polled: not read again
-        assert not os.listdir(tmp_path / "ck" / job_id / "readers")  # the pin went with the read
+        if storage == "filesystem":
+            assert not os.listdir(tmp_path / "ck" / job_id / "readers")  # the pin went with the read
 
         job.state_samples.cap_bytes = 10  # every part is over it now: nothing of the next checkpoint is read
         capped = _state_answer(client, job_id, vid, again["checkpoint"]["id"])
@@ -99,3 +101,18 @@ def test_samples_keep_the_newest_entries():
     for i in range(state.CACHED + 5):
         s.put(i, "u", {"i": i})
     assert s.get(0, "u") is None and s.get(state.CACHED + 4, "u") == {"i": state.CACHED + 4}
+
+
+def test_a_checkpoint_retention_took_before_the_pin_is_not_read(tmp_path):
+    from test_live_state import _complete  # writes a real checkpoint's _metadata
+
+    from flowpoint.checkpoint.directory import CheckpointStore
+    from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
+
+    job = "d" * 32
+    store = CheckpointStore(CheckpointStorageAccess(str(tmp_path / "ck")), job, num_retained=1)
+    store.init()
+    _complete(store, tmp_path, job, 1)
+    _complete(store, tmp_path, job, 2)  # retention removes 1
+    assert state._read(store, 1, ["counting"], StateSamples()) is None
+    assert not os.listdir(tmp_path / "ck" / job / "readers")  # its pin went too

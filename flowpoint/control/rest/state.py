@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import reprlib
 import threading
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.checkpoint.directory import CheckpointStore
+from flowpoint.checkpoint.metadata import metadata_path
 from flowpoint.checkpoint.parts import writes_native_files
 from flowpoint.checkpoint.readers import CheckpointPin
 from flowpoint.checkpoint.savepoint import count_native_keys, load_subtask_state, open_for_reading
+from flowpoint.errors import CheckpointError
 from flowpoint.state.key_identity import keyed_state_maps
 
 if TYPE_CHECKING:
@@ -37,6 +40,8 @@ PART_CAP_BYTES = 16 * 1024 * 1024  # a subtask's part over this is not read for 
 SAMPLE_KEYS = 10
 REPR_CHARS = 80  # a key's or value's text is cut there, with "…"
 CACHED = 64  # (checkpoint id, uid) entries kept per job
+SETTLE_S = 0.2  # as flowpoint/driver/live_reads.py's pin_latest waits before it trusts a pin
+ATTEMPTS = 3
 
 _REPR = reprlib.Repr()  # bounded work on a big value: a few items of each container
 _REPR.maxstring = _REPR.maxother = REPR_CHARS
@@ -125,10 +130,15 @@ def _operator(access: Any, meta: CheckpointMetadata, uid: str, samples: StateSam
     }
 
 
-def _read(store: CheckpointStore, checkpoint_id: int, uids: list[str], samples: StateSamples) -> dict[str, dict]:
-    """The entries of ``uids`` in checkpoint ``checkpoint_id``, read while it is pinned."""
+def _read(store: CheckpointStore, checkpoint_id: int, uids: list[str], samples: StateSamples) -> dict[str, dict] | None:
+    """The entries of ``uids`` in checkpoint ``checkpoint_id``, read while it is pinned; None
+    when retention deleted it before the pin (a newer one completed meanwhile)."""
     with CheckpointPin(store.job_access, checkpoint_id):
-        chk = store.job_access.uri(CheckpointStore.chk_dir(checkpoint_id))
+        time.sleep(SETTLE_S)  # a retention that listed the pins just before this one was written is done by then
+        rel = CheckpointStore.chk_dir(checkpoint_id)
+        if not store.job_access.exists(metadata_path(rel)):
+            return None
+        chk = store.job_access.uri(rel)
         access, meta = open_for_reading(chk, store.job_access.options, store.keyring,
                                         "the checkpoint directory of the job", "state.checkpoints.dir")
         return {uid: _operator(access, meta, uid, samples) for uid in uids}
@@ -143,12 +153,19 @@ def vertex_state(job: Any, vertex: Any, samples: StateSamples) -> dict:
     if not keyed or checkpoints is None or latest is None:
         why = "no keyed state" if not keyed else "no completed checkpoint yet" if checkpoints is None or latest is None else None
         return {"checkpoint": None, "operators": [{"uid": u, "name": n} for u, n in names.items()], "message": why}
-    cid = latest.checkpoint_id
     with samples.lock:  # one read at a time; a poll after it finds the entries
-        missing = [u for u in names if samples.get(cid, u) is None]
-        if missing:
-            for uid, entry in _read(checkpoints.store, cid, missing, samples).items():
-                samples.put(cid, uid, entry)
+        for _ in range(ATTEMPTS):
+            cid = latest.checkpoint_id
+            missing = [u for u in names if samples.get(cid, u) is None]
+            read = _read(checkpoints.store, cid, missing, samples) if missing else {}
+            if read is not None:
+                break
+            latest = job.last_completed_checkpoint()  # retention took it: the newer one
+        else:
+            msg = f"each of the last {ATTEMPTS} newest checkpoints of job {job.job_id} was deleted before it could be read; try again"
+            raise CheckpointError(msg)
+        for uid, entry in read.items():
+            samples.put(cid, uid, entry)
         entries = [{"name": names[u], **(samples.get(cid, u) or {})} for u in names]
     checkpoint = {"id": cid, "time": int(latest.trigger_time_ms + latest.end_to_end_ms), "path": latest.path}
     return {"checkpoint": checkpoint, "operators": entries, "message": None}
