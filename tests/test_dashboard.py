@@ -150,6 +150,31 @@ def test_job_page_draws_the_graph_operators_and_charts(dash):
     expect(page.locator("tr.subtask-row")).to_have_count(counting["parallelism"], timeout=30_000)
 
 
+def test_vertex_view_shows_its_keyed_state(dash):
+    """The vertex view's State panel (GET /jobs/:jid/vertices/:vid/state): per state its kind and
+    keys, the operator's size and a sample of keys, as of the latest completed checkpoint."""
+    details = wait_for(lambda: (d := dash.get(f"/jobs/{dash.job_id}")).get("vertices") and d, 60, "the job's vertices")
+    counting = next(v for v in details["vertices"] if "counting" in v["name"])
+    answer = wait_for(lambda: (a := dash.get(f"/jobs/{dash.job_id}/vertices/{counting['id']}/state")).get("checkpoint") and a,
+                      120, "a completed checkpoint's state")
+    (op,) = answer["operators"]
+    assert op["uid"] == "counting" and [s["name"] for s in op["states"]] == ["count"] and op["states"][0]["kind"] == "value"
+    dash.open(f"/jobs/{dash.job_id}")
+    page = dash.page
+    expect(page.locator(f'g.vertex[data-vertex-id="{counting["id"]}"]')).to_have_count(1, timeout=30_000)
+    if page.locator("#vertex-detail .vertex-detail-head").count() == 0:  # the previous test may have left it open
+        page.locator(f'g.vertex[data-vertex-id="{counting["id"]}"]').click()
+    panel = page.locator('#vertex-state .state-op[data-state-uid="counting"]')
+    expect(panel).to_have_count(1, timeout=30_000)
+    expect(page.locator("#vertex-state h3")).to_contain_text(re.compile(r"as of checkpoint \d+"))
+    expect(panel.locator(".state-table tbody tr")).to_have_count(1)
+    expect(panel.locator(".state-table tbody tr td").nth(1)).to_have_text("value")
+    expect(panel.locator(".state-sample tbody tr").first).to_be_visible(timeout=30_000)
+    assert 1 <= panel.locator(".state-sample tbody tr").count() <= 10
+    panel.scroll_into_view_if_needed()
+    page.screenshot(path=str(dash.workdir.parent / "state-panel.png"), full_page=True)
+
+
 def test_checkpoints_page_shows_history_chart_summary_and_configuration(dash):
     wait_for(lambda: dash.get(f"/jobs/{dash.job_id}/checkpoints").get("counts", {}).get("completed", 0) >= 2, 120, "two completed checkpoints")
     dash.open(f"/jobs/{dash.job_id}/checkpoints")

@@ -51,6 +51,14 @@ def routes() -> dict[str, object]:
             ],
         },
         f"/jobs/{JID}/checkpoints/config": {"mode": EVIL, "interval": 1000},
+        f"/jobs/{JID}/vertices/v1": {"id": "v1", "name": "vertex " + EVIL, "subtasks": []},
+        f"/jobs/{JID}/vertices/v1/state": {
+            "checkpoint": {"id": 3, "time": NOW}, "message": None,
+            "operators": [{"uid": "op" + EVIL, "name": "Map " + EVIL, "backend": EVIL, "stateSize": 10,
+                           "states": [{"name": "s" + EVIL, "kind": EVIL, "keys": 1}],
+                           "sample": {"subtask": 0, "subtask-keys": 1, "states": ["s" + EVIL],
+                                      "rows": [{"key": "'k" + EVIL + "'", "values": {"s" + EVIL: "'v" + EVIL + "'"}}]},
+                           "sample-skipped": None}]},
         f"/jobs/{JID}/exceptions": {
             "root-exception": "RuntimeError: " + EVIL, "timestamp": NOW,
             "exceptionHistory": {"entries": [{"exceptionName": "RuntimeError" + EVIL, "stacktrace": "RuntimeError: " + EVIL,
@@ -127,6 +135,17 @@ def test_job_page_shows_hostile_names_uids_and_links_as_text(page):
     expect(page.locator("tr.op-row .op-name")).to_have_text("Map " + EVIL)
     expect(page.locator("#job-epochs .spark-job")).to_have_text(f"job {EVIL}")
     expect(page.locator("#job-title")).not_to_contain_text("Spark UI")  # a javascript: URL is no link
+    no_elements_from_the_server(page)
+
+
+def test_the_state_panel_shows_keys_and_values_as_text(page):
+    page.goto(f"{page.base}/#/jobs/{JID}")
+    page.locator('g.vertex[data-vertex-id="v1"]').click()
+    panel = page.locator("#vertex-state .state-op")
+    expect(panel.locator(".state-table td").first).to_have_text("s" + EVIL)
+    expect(panel.locator(".state-sample tbody td").first).to_have_text("'k" + EVIL + "'")
+    expect(panel.locator(".state-sample tbody td").nth(1)).to_have_text("'v" + EVIL + "'")
+    expect(panel.locator(".state-sample th").nth(1)).to_have_text("s" + EVIL)
     no_elements_from_the_server(page)
 
 

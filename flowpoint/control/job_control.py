@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from flowpoint.clock import now_ms
 from flowpoint.control.rest.operations import Operations
 from flowpoint.control.rest.snapshot import JobSnapshot
+from flowpoint.control.rest.state import StateSamples
 from flowpoint.control.rest_server import ApiError
 from flowpoint.driver.registry import JobEntry, JobRegistry
 from flowpoint.errors import FlowpointError
@@ -54,6 +55,7 @@ class JobControl:
         )
         self.timestamps: dict[str, int] = {"CREATED": self.entry.start_time_ms}  # status -> first reached
         self.operations = Operations()
+        self.state_samples = StateSamples()  # GET /jobs/:jid/vertices/:vid/state's reads, per checkpoint
         self.spark_ui: str | None = client.get_spark_ui_url()  # asked once: the JVM is not asked at exit
         self.registered = False
         self._warned = False

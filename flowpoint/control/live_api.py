@@ -4,6 +4,7 @@
     GET   /jobs/:jid                              JobDetailsInfo (+ "flowpoint")
     PATCH /jobs/:jid?mode=cancel                  202 {}          (POST /jobs/:jid/cancel too)
     GET   /jobs/:jid/vertices/:vid                JobVertexDetailsInfo
+    GET   /jobs/:jid/vertices/:vid/state          its keyed state in the latest checkpoint (flowpoint's own)
     GET   /jobs/:jid/checkpoints                  CheckpointingStatistics
     GET   /jobs/:jid/checkpoints/config           CheckpointConfigInfo
     GET   /jobs/:jid/exceptions[?maxExceptions=n] JobExceptionsInfoWithHistory
@@ -27,7 +28,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from flowpoint.control import auth
-from flowpoint.control.rest import checkpoints, exceptions, jobs, timeline, vertices
+from flowpoint.control.rest import checkpoints, exceptions, jobs, state, timeline, vertices
 from flowpoint.control.rest.operations import TRIGGER_ID
 from flowpoint.control.rest_server import ApiError, Request
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from flowpoint.control.job_control import JobControl
 
 ROUTES = (
-    "GET /config, GET /overview, GET /jobs, GET /jobs/overview, GET|PATCH /jobs/:jid, GET /jobs/:jid/vertices/:vid, "
+    "GET /config, GET /overview, GET /jobs, GET /jobs/overview, GET|PATCH /jobs/:jid, GET /jobs/:jid/vertices/:vid, GET /jobs/:jid/vertices/:vid/state, "
     "GET /jobs/:jid/checkpoints, POST /jobs/:jid/checkpoints, GET /jobs/:jid/checkpoints/:triggerid, GET /jobs/:jid/checkpoints/config, "
     "GET /jobs/:jid/exceptions, GET /jobs/:jid/throughput, "
     "GET /jobs/:jid/epochs, POST /jobs/:jid/savepoints, GET /jobs/:jid/savepoints/:triggerid, POST /jobs/:jid/stop, "
@@ -168,13 +169,22 @@ def _max_exceptions(request: Request) -> int | None:
         raise ApiError(HTTPStatus.BAD_REQUEST, msg) from None
 
 
+def _find_vertex(job: JobControl, plan: Any, vertex_id: str) -> Any:
+    vertex = plan.vertex(vertex_id)
+    if vertex is None:
+        msg = f"job {job.job_id} has no vertex {vertex_id}; its vertices: {', '.join(v.id for v in plan.vertices)}"
+        raise ApiError(HTTPStatus.NOT_FOUND, msg)
+    return vertex
+
+
 def _vertex(job: JobControl, vertex_id: str) -> tuple[int, dict]:
     snap = job.snapshot()
-    vertex = snap.plan.vertex(vertex_id)
-    if vertex is None:
-        msg = f"job {job.job_id} has no vertex {vertex_id}; its vertices: {', '.join(v.id for v in snap.plan.vertices)}"
-        raise ApiError(HTTPStatus.NOT_FOUND, msg)
-    return HTTPStatus.OK, vertices.vertex_details(snap, vertex)
+    return HTTPStatus.OK, vertices.vertex_details(snap, _find_vertex(job, snap.plan, vertex_id))
+
+
+def _vertex_state(job: JobControl, vertex_id: str) -> tuple[int, dict]:
+    vertex = _find_vertex(job, job.client.get_plan(), vertex_id)
+    return HTTPStatus.OK, state.vertex_state(job, vertex, job.state_samples)
 
 
 def _config(job: JobControl) -> tuple[int, dict]:
@@ -191,6 +201,7 @@ JOB_ROUTES: dict[tuple[str, tuple[str, ...]], Callable[[JobControl, Request, lis
     ("PATCH", ()): lambda j, r, p: cancel(j, r),
     ("POST", ("cancel",)): lambda j, r, p: cancel(j, r),
     ("GET", ("vertices", ":vid")): lambda j, r, p: _vertex(j, p[0]),
+    ("GET", ("vertices", ":vid", "state")): lambda j, r, p: _vertex_state(j, p[0]),
     ("GET", ("checkpoints",)): lambda j, r, p: (HTTPStatus.OK, checkpoints.checkpointing_statistics(j.client)),
     ("GET", ("checkpoints", "config")): lambda j, r, p: _config(j),
     ("GET", ("exceptions",)): lambda j, r, p: (HTTPStatus.OK, exceptions.job_exceptions(j.client, _max_exceptions(r))),

@@ -841,6 +841,7 @@
       const tabData = this.tab === 'overview'
         ? Promise.all([optional(jobPath(jid, '/throughput')).catch(() => null), optional(jobPath(jid, '/epochs')).catch(() => null),
           app.vertex.get(jid) ? optional(jobPath(jid, `/vertices/${encodeURIComponent(app.vertex.get(jid))}`)).catch((e) => ({ error: e })) : null,
+          app.vertex.get(jid) ? optional(jobPath(jid, `/vertices/${encodeURIComponent(app.vertex.get(jid))}/state`)).catch((e) => ({ error: e })) : null,
           checkpoints.catch(() => null)])
         : this.tab === 'checkpoints'
           ? Promise.all([checkpoints, this.checkpointConfig()])
@@ -876,7 +877,7 @@
         this.lastCheckpoint = { id: latest.id, time: first(latest.latest_ack_timestamp, latest.trigger_timestamp) };
         this.renderHead(details);
       }
-      if (this.tab === 'overview') this.renderOverview(details, data[0], data[1], data[2]);
+      if (this.tab === 'overview') this.renderOverview(details, data[0], data[1], data[2], data[3]);
       else if (this.tab === 'checkpoints') this.renderCheckpoints(details, data[0], data[1]);
       else this.renderExceptions(details, data[0]);
     }
@@ -938,11 +939,12 @@
 
     // -- the Overview tab ---------------------------------------------------------------------
 
-    renderOverview(details, throughput, epochs, vertex) {
-      if (details !== undefined) this.last = { details, throughput, epochs, vertex };
+    renderOverview(details, throughput, epochs, vertex, state) {
+      if (details !== undefined) this.last = { details, throughput, epochs, vertex, state };
       const selected = app.vertex.get(this.jid);
       setHtml($('#job-graph', this.root), graphSvg(details, selected));
       this.renderVertex(details, selected, vertex);
+      this.renderVertexState(details, selected, vertex, state);
       this.renderOperators(details);
       let samples = arr(obj(throughput).samples).filter((s) => s && isNum(s.time));
       let note = '';
@@ -966,10 +968,11 @@
       const v = arr(details.vertices).find((x) => String(x.id) === selected) || {};
       const head = h`<div class="vertex-detail-head"><h3>Subtasks of ${first(v.name, obj(data).name, selected)}</h3>
         <button class="link-btn" data-vertex="${selected}">close</button></div>`;
-      if (!data) { setHtml(el, h`${head}${empty('Loading…')}`); return; }
-      if (data.error) { setHtml(el, h`${head}${errorBox(data.error)}`); return; }
+      const state = h`<div id="vertex-state"></div>`; // renderVertexState's
+      if (!data) { setHtml(el, h`${head}${empty('Loading…')}${state}`); return; }
+      if (data.error) { setHtml(el, h`${head}${errorBox(data.error)}${state}`); return; }
       const subtasks = arr(data.subtasks);
-      if (!subtasks.length) { setHtml(el, h`${head}${empty('No subtasks reported.')}`); return; }
+      if (!subtasks.length) { setHtml(el, h`${head}${empty('No subtasks reported.')}${state}`); return; }
       setHtml(el, h`${head}<div class="table-scroll"><table class="table table-compact subtasks-table"><thead><tr>
           <th class="num">Subtask</th><th>Status</th><th class="num">Attempt</th><th>Endpoint</th><th>Duration</th>
           <th class="num">Records in</th><th class="num">Records out</th><th class="num">Busy</th><th class="num">Backpressured</th><th class="num">Idle</th>
@@ -979,7 +982,41 @@
             <td class="mono">${first(t.endpoint, t.host, DASH)}</td><td>${fmt.duration(t.duration)}</td>
             <td class="num">${fmt.count(m['read-records'])}</td><td class="num">${fmt.count(m['write-records'])}</td>
             <td class="num">${fmt.duration(m['accumulated-busy-time'])}</td><td class="num">${fmt.duration(m['accumulated-backpressured-time'])}</td><td class="num">${fmt.duration(m['accumulated-idle-time'])}</td></tr>`;
-        })}</tbody></table></div>`);
+        })}</tbody></table></div>${state}`);
+    }
+
+    /** The selected vertex's keyed state in the latest completed checkpoint (flowpoint's
+     * /vertices/:vid/state): per operator its states, size and a sample of keys. */
+    renderVertexState(details, selected, vertex, data) {
+      const el = $('#vertex-state', this.root);
+      if (!el || !selected) return;
+      const title = (cp) => h`<h3>State${cp ? h` <span class="sub">as of checkpoint ${cp.id}${isNum(cp.time) ? ` · ${fmt.ago(cp.time)}` : ''}</span>` : ''}</h3>`;
+      if (data === undefined || (!data && !vertex)) { setHtml(el, ''); return; }
+      if (!data) { // no route: an ended job's archive has no state samples
+        setHtml(el, TERMINAL.has(String(details.state)) ? h`${title(null)}${empty('The state of an ended job is not kept in its archive.')}` : '');
+        return;
+      }
+      if (data.error) { setHtml(el, h`${title(null)}${errorBox(data.error)}`); return; }
+      const ops = arr(data.operators).filter((o) => o && typeof o === 'object');
+      if (!data.checkpoint) { setHtml(el, h`${title(null)}${empty(data.message === 'no keyed state' || !ops.length ? 'No keyed state in this vertex.' : 'No completed checkpoint yet.')}`); return; }
+      setHtml(el, h`${title(data.checkpoint)}${ops.map((o) => this.stateOperator(o))}`);
+    }
+
+    stateOperator(o) {
+      const states = arr(o.states).filter((s) => s && typeof s === 'object');
+      const sample = o.sample && typeof o.sample === 'object' ? o.sample : null;
+      const columns = sample ? arr(sample.states).map(String) : [];
+      const rows = sample ? arr(sample.rows).filter((r) => r && typeof r === 'object') : [];
+      const sampleHtml = sample
+        ? h`<div class="note">A sample: ${rows.length} of the ${fmt.count(sample['subtask-keys'])} keys of subtask ${first(sample.subtask, DASH)}</div>
+          <div class="table-scroll"><table class="table table-compact state-sample"><thead><tr><th>Key</th>${columns.map((c) => h`<th>${c}</th>`)}</tr></thead>
+          <tbody>${rows.map((r) => h`<tr><td class="mono">${first(r.key, DASH)}</td>${columns.map((c) => h`<td class="mono">${first(obj(r.values)[c], DASH)}</td>`)}</tr>`)}</tbody></table></div>`
+        : h`<div class="note">${first(o['sample-skipped'], 'No sample.')}</div>`;
+      return h`<div class="state-op" data-state-uid="${o.uid}">
+        <div class="op-name">${first(o.name, o.uid)} <span class="sub"><span class="mono">${o.uid}</span> · ${first(o.backend, DASH)} · ${fmt.bytes(o.stateSize)}</span></div>
+        <table class="table table-compact state-table"><thead><tr><th>State</th><th>Kind</th><th class="num">Keys</th></tr></thead>
+        <tbody>${states.map((s) => h`<tr><td class="mono">${s.name}</td><td>${first(s.kind, DASH)}</td><td class="num">${fmt.count(s.keys)}</td></tr>`)}</tbody></table>
+        ${sampleHtml}</div>`;
     }
 
     localThroughput(details) {
@@ -1465,7 +1502,7 @@ ${reason ? h`<tr class="ck-sub" data-toggle="${key}"><td></td><td colspan="8"><s
       const jid = app.view.jid;
       if (app.vertex.get(jid) === id) app.vertex.delete(jid); else app.vertex.set(jid, id);
       const last = app.view.last;
-      if (last) app.view.renderOverview(last.details, last.throughput, last.epochs, null);
+      if (last) app.view.renderOverview(last.details, last.throughput, last.epochs, null, null);
       rerender();
       return;
     }
