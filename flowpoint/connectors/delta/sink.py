@@ -185,6 +185,14 @@ class DeltaSink(Sink):
         self._driver_app_id = state["app_id"]
         self._driver_next = int(state["next"])
         self._driver_batches = [[int(n), [list(f) for f in files]] for n, files in state["batches"]]
+        done = self._committed_version()
+        if done is not None and done >= self._driver_next:
+            # an older checkpoint than the one the table's commits reached: what came after it is
+            # replayed and committed again under new numbers (never lost; repeated)
+            log.warning("%s: the table already holds this sink's commits up to batch %d, made after the restored "
+                        "checkpoint (batches below %d); the records after that checkpoint are written again",
+                        self.where, done, self._driver_next)
+            self._driver_next = done + 1
         if self._driver_batches:
             # the checkpoint we restored completed: its batches belong in the table now; those
             # the table's txn version shows committed before the crash are not committed again
@@ -214,9 +222,13 @@ class DeltaSink(Sink):
             if self._driver_batches:
                 self._commit()
 
-    def committed_version(self) -> int | None:
+    def _committed_version(self) -> int | None:
         """The last batch number this sink committed to the table (its ``txn`` version), or None."""
-        return self._table().transaction_version(self._driver_app_id)
+        try:
+            return self._table().transaction_version(self._driver_app_id)
+        except Exception as e:  # delta-rs and object store errors
+            msg = f"{self.where}: cannot read the table's transaction log: {e}; check the path and set_storage_options(...)"
+            raise DeltaSinkError(msg) from None
 
     def _table(self) -> Any:
         from deltalake import DeltaTable
