@@ -249,3 +249,53 @@ def test_restoring_an_older_checkpoint_repeats_what_came_after_it_and_loses_noth
     restored.notify_checkpoint_complete(2)
     assert [r["key"] for r in read(t)] == [1, 2, 2]  # repeated, as after any older restore; nothing lost
     assert deltalake.DeltaTable(str(t)).transaction_version(older["app_id"]) == 3  # never goes back
+
+
+@pytest.mark.slow
+def test_a_failure_right_after_a_commit_restores_that_checkpoint_without_committing_it_again(make_env, tmp_path, monkeypatch):
+    """The driver commits a checkpoint's transaction, then fails before it goes on (as if it
+    crashed right after the commit): the job restarts from that checkpoint, whose batches come
+    back; the table's txn shows them committed, so no batch is in two commits and every result
+    is in the table once."""
+    original = DeltaSink._commit
+    failed = []
+
+    def commit_then_fail(self):
+        before = len(self._driver_batches)
+        original(self)
+        if before and not failed and self._driver_checkpoint is not None:
+            failed.append(self._driver_checkpoint)
+            msg = "injected: the driver fails right after committing"
+            raise DeltaSinkError(msg)
+
+    monkeypatch.setattr(DeltaSink, "_commit", commit_then_fail)
+    restores = []
+    original_restore = DeltaSink.restore_driver_state
+
+    def restore(self, state):
+        if state is not None and state["batches"]:
+            restores.append(([n for n, _ in state["batches"]], deltalake.DeltaTable(str(t)).transaction_version(state["app_id"])))
+        original_restore(self, state)
+
+    monkeypatch.setattr(DeltaSink, "restore_driver_state", restore)
+    t = tmp_path / "table"
+    env = make_env(parallelism=2, max_records=150, state_checkpoints_dir=str(tmp_path / "ck"))
+    env.enable_checkpointing(1)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    (
+        env.from_source(DataGeneratorSource(record, count=EVENTS), source_name="numbers").uid("numbers")
+        .key_by(key_of)
+        .process(Counting()).uid("counting")
+        .map(as_row, output_type=BUCKETED).uid("rows")
+        .sink_to(DeltaSink.builder().set_table_path(str(t)).build()).uid("delta")
+    )
+    env.execute("delta commit then fail")
+    assert failed, "the injected failure never happened"
+    # the restart restored a checkpoint whose batches the table already held
+    assert any(done is not None and max(numbers) <= done for numbers, done in restores), restores
+    table = deltalake.DeltaTable(str(t))
+    got = Counter((r["key"], r["n"]) for r in table.to_pyarrow_table().to_pylist())
+    expected = Counter(expected_outputs(EVENTS))
+    assert got == expected, f"duplicates: {sum((got - expected).values())}, missing: {sum((expected - got).values())}"
+    batches = [n for h in table.history() if h.get("operation") == "WRITE" for n in h["flowpoint.batches"]]
+    assert len(batches) == len(set(batches)), f"a batch committed twice: {sorted(batches)}"
