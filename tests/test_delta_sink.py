@@ -299,3 +299,60 @@ def test_a_failure_right_after_a_commit_restores_that_checkpoint_without_committ
     assert got == expected, f"duplicates: {sum((got - expected).values())}, missing: {sum((expected - got).values())}"
     batches = [n for h in table.history() if h.get("operation") == "WRITE" for n in h["flowpoint.batches"]]
     assert len(batches) == len(set(batches)), f"a batch committed twice: {sorted(batches)}"
+
+
+@pytest.fixture(scope="module")
+def s3_lake():
+    """A moto S3 server in a process of its own (delta-rs holds the GIL while it waits for S3, so
+    a server thread in this process would never answer) and a bucket ``lake``; the storage
+    options a DeltaSink needs to reach it."""
+    pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import pyarrow.fs as pafs
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1", endpoint_override=f"127.0.0.1:{port}",
+                          scheme="http", allow_bucket_creation=True).create_dir("lake")
+        yield {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_an_s3_table_is_written_and_a_restore_commits_nothing_twice(s3_lake):
+    def s3_sink():
+        s = DeltaSink.builder().set_table_path("s3://lake/clicks").set_partition_columns(["bucket"]).set_storage_options(s3_lake).build()
+        s.input_type = BUCKETED
+        s.on_job_config(None)
+        s.on_job_start(1000)
+        return s
+
+    s = s3_sink()
+    epoch(s, 1, 0, [Row(bucket="a", key=1, n=1), Row(bucket="b", key=2, n=1)])
+    state = s.snapshot_driver_state()
+    table = deltalake.DeltaTable("s3://lake/clicks", storage_options=s3_lake)
+    assert table.to_pyarrow_table().num_rows == 0  # written, not committed
+    s.notify_checkpoint_complete(1)
+    s3_sink().restore_driver_state(state)  # the driver died after the commit
+    table = deltalake.DeltaTable("s3://lake/clicks", storage_options=s3_lake)
+    assert table.version() == 1
+    assert sorted((r["bucket"], r["key"]) for r in table.to_pyarrow_table().to_pylist()) == [("a", 1), ("b", 2)]
