@@ -356,3 +356,21 @@ def test_an_s3_table_is_written_and_a_restore_commits_nothing_twice(s3_lake):
     table = deltalake.DeltaTable("s3://lake/clicks", storage_options=s3_lake)
     assert table.version() == 1
     assert sorted((r["bucket"], r["key"]) for r in table.to_pyarrow_table().to_pylist()) == [("a", 1), ("b", 2)]
+
+
+def test_stop_with_savepoint_then_restore_commits_nothing_twice(tmp_path):
+    """A job stopped with a savepoint commits what the savepoint staged as it ends; a job
+    restored from that savepoint finds it committed and goes on with the next batch."""
+    t = tmp_path / "t"
+    first = sink(t)
+    epoch(first, 1, 0, [Row(key=1, n=1)])
+    savepoint = first.snapshot_driver_state()
+    first.on_job_end("FINISHED")  # stop-with-savepoint: the job ends
+    assert version(t) == 1
+    second = sink(t)
+    second.restore_driver_state(savepoint)
+    assert version(t) == 1
+    epoch(second, 2, 0, [Row(key=2, n=1)])
+    second.on_job_end("FINISHED")
+    assert version(t) == 2 and [r["key"] for r in read(t)] == [1, 2]
+    assert deltalake.DeltaTable(str(t)).transaction_version(savepoint["app_id"]) == 2
