@@ -200,7 +200,7 @@ class DeltaSink(Sink):
 
     def on_epoch_committed(self, epoch: int, payloads: list[tuple[int, Any]], parallelism: int) -> None:
         for _, files in payloads:
-            self._driver_pending.extend(files)
+            self._driver_pending.extend(files or ())
 
     def snapshot_driver_state(self) -> Any:
         if self._driver_pending:
@@ -262,7 +262,7 @@ class DeltaSink(Sink):
                     self._actions(table, files), "append", self.schema, partition_by=self.partition_columns or None,
                     commit_properties=CommitProperties(app_transactions=[Transaction(self._driver_app_id, last)], custom_metadata=meta),
                 )
-                log.debug("%s: committed %d data files (batches up to %d) as table version %d", self.where, len(files), last, table.version() + 1)
+                log.debug("%s: committed %d data files (batches up to %d)", self.where, len(files), last)
         except DeltaSinkError:
             raise
         except Exception as e:  # delta-rs: storage errors, conflicting commits
