@@ -138,6 +138,7 @@ from flowpoint.connectors.datagen import (
     NumberSequenceSource,
     RateLimiterStrategy,
 )
+from flowpoint.connectors.delta import DeltaSink
 from flowpoint.connectors.file_sink import (
     BucketAssigner,
     Encoder,
@@ -214,6 +215,7 @@ __all__ = [
     "DataStreamSink",
     "DeliveryGuarantee",
     "DeltaEvictor",
+    "DeltaSink",
     "Duration",
     "DynamicEventTimeSessionWindows",
     "DynamicProcessingTimeSessionWindows",

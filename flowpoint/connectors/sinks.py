@@ -6,7 +6,8 @@ payloads back to the sink with :meth:`Sink.on_epoch_committed`, in subtask order
 the epoch has committed: print and collect sinks therefore show each record exactly once even
 when Spark retries a task. A user's ``SinkFunction`` writes during the epoch and is
 at-least-once; exactly-once sinks stage their output and make it final when a checkpoint
-completes (``FileSink``: connectors/file_sink.py; ``KafkaSink``: connectors/kafka/sink.py).
+completes (``FileSink``: connectors/file_sink.py; ``KafkaSink``: connectors/kafka/sink.py;
+``DeltaSink``: connectors/delta/sink.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,24 @@
+"""Errors of the Delta Lake sink. Each names the table path (and the column, where one is at
+fault) and says what to do; ``recoverable`` says whether a restart can get past it
+(flowpoint/errors.py)."""
+
+from __future__ import annotations
+
+from flowpoint.errors import ConfigurationError, FlowpointError
+
+
+class DeltaSinkError(FlowpointError):
+    """Root of the Delta sink's errors: writing a data file or committing a checkpoint's
+    transaction failed (storage unreachable, a conflicting writer). Recoverable: the job restarts
+    from its last checkpoint, whose transaction is committed then (once: its ``txn`` action
+    shows whether it already was)."""
+
+    recoverable = True
+
+
+class DeltaConfigurationError(DeltaSinkError, ConfigurationError):
+    """The sink cannot write this stream to this table: a bad builder setting, a stream without
+    a declared type, or a schema or partitioning that differs from the existing table's. Not
+    recoverable: the same job would fail the same way again."""
+
+    recoverable = False

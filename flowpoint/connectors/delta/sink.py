@@ -1,0 +1,294 @@
+"""``DeltaSink``: a stream written into a Delta Lake table exactly once, with delta-rs
+(``deltalake``) on the executors and the driver; no JVM package.
+
+    stream.sink_to(DeltaSink.builder()
+        .set_table_path("s3://bucket/clicks_per_minute")
+        .set_partition_columns(["day"])
+        .set_mode("append")              # or "overwrite_partitions"
+        .set_storage_options({"AWS_REGION": "eu-west-1"})
+        .build())
+
+Two phases, as the other exactly-once sinks (connectors/file_sink.py, connectors/kafka/sink.py):
+
+* write: each sink task writes its epoch's records as Parquet data files into the table's
+  directory (connectors/delta/writer.py) and acknowledges the epoch with their paths and
+  statistics. Nothing is visible: a Delta reader sees only files the log adds.
+* pre-commit: the files of the epochs committed since the last checkpoint become a numbered
+  batch in the checkpoint (``snapshot_driver_state``, in ``_metadata``).
+* commit: when that checkpoint completes, the driver commits every batch up to it in one Delta
+  transaction (add actions; in ``overwrite_partitions`` mode also remove actions for the files
+  the table held in the partitions the transaction writes) with a ``txn`` action: app id = the
+  sink's identity (made when the job first starts, kept in its checkpoints, so the same across
+  restarts and ``--resume``), version = the last batch number; the checkpoint id goes into the
+  commit's info (``flowpoint.checkpointId``).
+* recovery: a restore brings the checkpoint's uncommitted batches back; the driver reads the
+  table's ``txn`` version for the app id and commits only batches above it, so a checkpoint
+  committed just before a crash is never committed twice.
+
+A finished bounded job commits what is left at its end. See docs/lakehouse.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+import pyarrow as pa
+
+from flowpoint.connectors.delta.errors import DeltaConfigurationError, DeltaSinkError
+from flowpoint.connectors.delta.schema import (
+    check_existing,
+    check_partition_columns,
+    partition_string,
+    table_schema,
+)
+from flowpoint.connectors.delta.writer import DeltaFileWriter
+from flowpoint.connectors.sinks import Sink, SinkWriter
+
+log = logging.getLogger("flowpoint")
+
+MODES = ("append", "overwrite_partitions")
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+class DeltaSinkBuilder:
+    def __init__(self) -> None:
+        self._path: str | None = None
+        self._partitions: list[str] = []
+        self._mode = "append"
+        self._options: dict[str, str] = {}
+
+    def set_table_path(self, path: Any) -> DeltaSinkBuilder:
+        self._path = os.fspath(path) if isinstance(path, os.PathLike) else path
+        return self
+
+    def set_partition_columns(self, columns: list[str]) -> DeltaSinkBuilder:
+        if isinstance(columns, str) or not all(isinstance(c, str) and c for c in columns):
+            msg = f"DeltaSink.set_partition_columns needs a list of column names; got {columns!r}"
+            raise DeltaConfigurationError(msg)
+        self._partitions = list(columns)
+        return self
+
+    def set_mode(self, mode: str) -> DeltaSinkBuilder:
+        if mode not in MODES:
+            msg = f"DeltaSink.set_mode: {mode!r} is not a mode; use 'append' or 'overwrite_partitions'"
+            raise DeltaConfigurationError(msg)
+        self._mode = mode
+        return self
+
+    def set_storage_options(self, options: dict[str, str]) -> DeltaSinkBuilder:
+        if not isinstance(options, dict):
+            msg = f"DeltaSink.set_storage_options needs a dict of delta-rs storage options; got {options!r:.80}"
+            raise DeltaConfigurationError(msg)
+        self._options = {str(k): str(v) for k, v in options.items()}
+        return self
+
+    def build(self) -> DeltaSink:
+        if not isinstance(self._path, str) or not self._path:
+            msg = "DeltaSink needs set_table_path(...): a local directory or a URI such as s3://bucket/table"
+            raise DeltaConfigurationError(msg)
+        if self._mode == "overwrite_partitions" and not self._partitions:
+            msg = (f"DeltaSink at {self._path!r}: mode 'overwrite_partitions' needs set_partition_columns([...]) "
+                   f"(each checkpoint replaces the partitions it writes)")
+            raise DeltaConfigurationError(msg)
+        if len(set(self._partitions)) != len(self._partitions):
+            msg = f"DeltaSink at {self._path!r}: partition columns {self._partitions} repeat a column"
+            raise DeltaConfigurationError(msg)
+        path = self._path if _is_uri(self._path) else os.path.abspath(self._path)
+        return DeltaSink(path, self._partitions, self._mode, self._options)
+
+
+class DeltaSink(Sink):
+    """``stream.sink_to(DeltaSink.builder()...build())``: exactly once into a Delta table."""
+
+    guarantee = "exactly-once"
+    accepts_arrow = True  # Arrow batches reach the writers unconverted
+
+    def __init__(self, table_path: str, partition_columns: list[str], mode: str, storage_options: dict[str, str]):
+        self.table_path = table_path
+        self.partition_columns = list(partition_columns)
+        self.mode = mode
+        self.storage_options = dict(storage_options)
+        self.input_type: Any = None  # the stream's type (sink_to sets it)
+        self.schema: pa.Schema | None = None  # the table's columns (on_job_config), travels to the tasks
+        self._driver_reset()
+
+    @staticmethod
+    def builder() -> DeltaSinkBuilder:
+        return DeltaSinkBuilder()
+
+    @property
+    def where(self) -> str:
+        return f"DeltaSink at {self.table_path!r}"
+
+    def default_name(self) -> str:
+        return "Delta Sink"
+
+    def create_writer(self, subtask_index: int, parallelism: int, context: Any) -> SinkWriter:
+        return DeltaFileWriter(self, subtask_index)
+
+    # -- driver side ---------------------------------------------------------------------------
+
+    def _driver_reset(self) -> None:
+        self._driver_pending: list = []  # data files of committed epochs since the last checkpoint
+        self._driver_batches: list = []  # [[batch number, files]] in checkpoints, not yet in the table
+        self._driver_next = 1
+        self._driver_app_id: str | None = None
+        self._driver_table: Any = None
+        self._driver_checkpoint: int | None = None
+
+    def _options(self) -> dict[str, str] | None:
+        return dict(self.storage_options) or None
+
+    def on_job_config(self, config: Any) -> None:
+        """Before the job starts: the table's columns from the stream's type; the table is
+        created if missing, else its columns and partitioning must be the stream's."""
+        from deltalake import DeltaTable
+
+        schema = table_schema(self.input_type, self.where)
+        check_partition_columns(schema, self.partition_columns, self.where)
+        self.schema = schema
+        try:
+            if DeltaTable.is_deltatable(self.table_path, self._options()):
+                table = DeltaTable(self.table_path, storage_options=self._options())
+                existing = pa.schema(table.schema().to_arrow())
+                check_existing(existing, table.metadata().partition_columns, schema, self.partition_columns, self.where)
+                self.schema = pa.schema([pa.field(n, schema.field(n).type) for n in existing.names])  # the table's order
+            else:
+                if not _is_uri(self.table_path):
+                    os.makedirs(self.table_path, exist_ok=True)
+                DeltaTable.create(self.table_path, schema, mode="ignore", partition_by=self.partition_columns or None,
+                                  storage_options=self._options())
+                log.info("%s: created the table (columns %s, partitioned by %s)", self.where, schema.names, self.partition_columns)
+        except DeltaConfigurationError:
+            raise
+        except Exception as e:  # delta-rs and object store errors
+            msg = f"{self.where}: cannot open or create the table: {e}; check the path and set_storage_options(...)"
+            raise DeltaSinkError(msg) from None
+
+    def on_job_start(self, checkpoint_interval_ms: int | None) -> None:
+        self.restore_driver_state(None)  # a fresh start; a restore, which comes after this, replaces it
+        if checkpoint_interval_ms is None:
+            log.info("%s: checkpointing is off, so nothing is committed until the bounded job finishes", self.where)
+
+    def restore_driver_state(self, state: Any) -> None:
+        self._driver_reset()
+        if state is None:
+            self._driver_app_id = f"flowpoint-delta-{uuid.uuid4().hex}"
+            return
+        self._driver_app_id = state["app_id"]
+        self._driver_next = int(state["next"])
+        self._driver_batches = [[int(n), [list(f) for f in files]] for n, files in state["batches"]]
+        done = self._committed_version()
+        if done is not None and done >= self._driver_next:
+            # an older checkpoint than the one the table's commits reached: what came after it is
+            # replayed and committed again under new numbers (never lost; repeated)
+            log.warning("%s: the table already holds this sink's commits up to batch %d, made after the restored "
+                        "checkpoint (batches below %d); the records after that checkpoint are written again",
+                        self.where, done, self._driver_next)
+            self._driver_next = done + 1
+        if self._driver_batches:
+            # the checkpoint we restored completed: its batches belong in the table now; those
+            # the table's txn version shows committed before the crash are not committed again
+            self._commit()
+
+    def on_epoch_committed(self, epoch: int, payloads: list[tuple[int, Any]], parallelism: int) -> None:
+        for _, files in payloads:
+            self._driver_pending.extend(files or ())
+
+    def snapshot_driver_state(self) -> Any:
+        if self._driver_pending:
+            self._driver_batches.append([self._driver_next, self._driver_pending])
+            self._driver_next += 1
+            self._driver_pending = []
+        return {"app_id": self._driver_app_id, "next": self._driver_next,
+                "batches": [[n, [list(f) for f in files]] for n, files in self._driver_batches]}
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self._driver_checkpoint = checkpoint_id
+        if self._driver_batches:
+            self._commit()
+
+    def on_job_end(self, status: str) -> None:
+        if status == "FINISHED":
+            # every epoch committed and none will be replayed: what is left is final
+            self.snapshot_driver_state()
+            if self._driver_batches:
+                self._commit()
+
+    def _committed_version(self) -> int | None:
+        """The last batch number this sink committed to the table (its ``txn`` version), or None."""
+        try:
+            return self._table().transaction_version(self._driver_app_id)
+        except Exception as e:  # delta-rs and object store errors
+            msg = f"{self.where}: cannot read the table's transaction log: {e}; check the path and set_storage_options(...)"
+            raise DeltaSinkError(msg) from None
+
+    def _table(self) -> Any:
+        from deltalake import DeltaTable
+
+        if self._driver_table is None:
+            self._driver_table = DeltaTable(self.table_path, storage_options=self._options())
+        else:
+            self._driver_table.update_incremental()
+        return self._driver_table
+
+    def _commit(self) -> None:
+        from deltalake import CommitProperties, Transaction
+
+        batches = self._driver_batches
+        try:
+            table = self._table()
+            done = table.transaction_version(self._driver_app_id)
+            if done is not None:
+                skipped = [n for n, _ in batches if n <= done]
+                if skipped:
+                    log.info("%s: batches %s were committed before the restore (txn %s version %d); not committed again",
+                             self.where, skipped, self._driver_app_id, done)
+                batches = [b for b in batches if b[0] > done]
+            if batches:
+                last = batches[-1][0]
+                files = [f for _, fs in batches for f in fs]
+                meta: dict[str, Any] = {"flowpoint.appId": self._driver_app_id, "flowpoint.batches": [n for n, _ in batches]}
+                if self._driver_checkpoint is not None:
+                    meta["flowpoint.checkpointId"] = self._driver_checkpoint
+                table.create_write_transaction(
+                    self._actions(table, files), "append", self.schema, partition_by=self.partition_columns or None,
+                    commit_properties=CommitProperties(app_transactions=[Transaction(self._driver_app_id, last)], custom_metadata=meta),
+                )
+                log.debug("%s: committed %d data files (batches up to %d)", self.where, len(files), last)
+        except DeltaSinkError:
+            raise
+        except Exception as e:  # delta-rs: storage errors, conflicting commits
+            msg = (f"{self.where}: committing the checkpoint's transaction failed: {e}; the job restarts from its last "
+                   f"checkpoint, whose transaction is committed then (none twice)")
+            raise DeltaSinkError(msg) from None
+        self._driver_batches = []
+
+    def _actions(self, table: Any, files: list) -> list:
+        from deltalake._internal import RemoveAction
+        from deltalake.transaction import AddAction
+
+        now = int(time.time() * 1000)
+        adds = [AddAction(rel, int(size), dict(values), now, True, stats) for rel, size, values, stats in files]
+        if self.mode != "overwrite_partitions":
+            return adds
+        touched = {tuple(values.get(c) for c in self.partition_columns) for _, _, values, _ in files}
+        existing = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        removes = []
+        for f in existing:
+            values = {c: f.get(f"partition.{c}") for c in self.partition_columns}
+            key = tuple(None if v is None else _log_string(v) for v in values.values())
+            if key in touched:
+                removes.append(RemoveAction(f["path"], True, now, int(f["size_bytes"]), {c: None if v is None else _log_string(v) for c, v in values.items()}))
+        return [*removes, *adds]
+
+
+def _log_string(value: Any) -> str:
+    return value if isinstance(value, str) else partition_string(value)
