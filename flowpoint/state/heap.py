@@ -148,9 +148,6 @@ class HeapTable:
         self.data = data
         self.undo = undo
 
-    def peek(self, key: Any) -> Any:
-        return self.data.get(key, ABSENT)
-
     def read(self, key: Any) -> Any:
         value = self.data.get(key, ABSENT)
         if value is ABSENT or type(value) in ATOMIC or key in self.undo:
@@ -158,6 +155,14 @@ class HeapTable:
         if not immutable(value):  # user code may change it in place: keep the value to undo to
             self.undo[key] = private_copy(value)
         return value
+
+    current = read  # ListState's list, an accumulator: changed in place as a read value may be
+
+    def elements(self, key: Any) -> Any:
+        value = self.data.get(key, ABSENT)
+        if value is ABSENT or all(map(immutable, value)):
+            return value  # not marked as changed: the caller copies the list
+        return self.read(key)  # the elements handed out may be changed in place
 
     def write(self, key: Any, value: Any) -> None:
         undo = self.undo

@@ -10,13 +10,23 @@ so both backends behave alike by construction. The backend's current key is its 
 
 A table provides, for a state key ``k`` (``ABSENT`` when there is no value):
 
-- ``peek(k)``: the stored value, not to be changed or handed to user code if mutable;
-- ``read(k)``: the stored value, which user code may now change in place (the table keeps what
-  it needs to undo or write that change);
+- ``read(k)``: the value to show (ValueState, ReducingState and AggregatingState ``get``),
+  which user code may now change in place (the table keeps what it needs to undo or write that
+  change);
+- ``current(k)``: the value to add to (ListState's list, which ``add`` appends to in place; the
+  reduce or aggregate accumulator), which may be changed in place; a plain table's ``current``
+  is its ``read``;
+- ``elements(k)``: ListState's list to show, which the caller copies and does not change (a
+  list of immutable elements is not marked as changed);
 - ``write(k, value)``, ``remove(k)``;
 - MapState's entries of ``k``: ``map_get``, ``map_put``, ``map_put_all``, ``map_remove``,
   ``map_contains``, ``map_items``, ``map_keys``, ``map_values``, ``map_is_empty`` (``remove(k)``
   clears the whole map).
+
+The backends' tables store the values as they are. A state with a time-to-live gets the same
+kind over a TTL table (``ttl.py``) that wraps the backend's table: it stores each value (list
+element, map entry) with its last access time and hides the expired ones, so the kinds never
+see the timestamps and states without TTL never pass through it.
 """
 
 from __future__ import annotations
@@ -117,13 +127,9 @@ class KeyedListState(_KeyedState, ListState):
     __slots__ = ()
 
     def get(self) -> list:
-        key = self._key()
-        t = self._t
-        current = t.peek(key)
+        current = self._t.elements(self._key())
         if current is ABSENT:
             return []
-        if not all(map(immutable, current)):
-            current = t.read(key)  # the elements handed out may be changed in place
         return list(current)
 
     def add(self, value: Any) -> None:
@@ -131,7 +137,7 @@ class KeyedListState(_KeyedState, ListState):
             msg = f"list state {self._descriptor.name!r}: cannot add None"
             raise StateAccessError(msg)
         key = self._key()
-        current = self._t.read(key)
+        current = self._t.current(key)
         if current is ABSENT:
             self._t.write(key, [value])
         else:
@@ -141,7 +147,7 @@ class KeyedListState(_KeyedState, ListState):
         key = self._key()
         if not values:
             return
-        current = self._t.read(key)
+        current = self._t.current(key)
         if current is ABSENT:
             self._t.write(key, list(values))
         else:
@@ -198,7 +204,7 @@ class KeyedReducingState(_KeyedState, ReducingState):
 
     def add(self, value: Any) -> None:
         key = self._key()
-        current = self._t.read(key)  # the reduce function may change it in place
+        current = self._t.current(key)  # the reduce function may change it in place
         if current is ABSENT:
             self._t.write(key, value)
         else:
@@ -217,7 +223,7 @@ class KeyedAggregatingState(_KeyedState, AggregatingState):
     def add(self, value: Any) -> None:
         key = self._key()
         fn = self._descriptor.agg_function  # type: ignore[attr-defined]
-        current = self._t.read(key)  # the aggregate function may change it in place
+        current = self._t.current(key)  # the aggregate function may change it in place
         acc = fn.create_accumulator() if current is ABSENT else current
         self._t.write(key, fn.add(value, acc))
 

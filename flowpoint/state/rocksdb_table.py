@@ -112,6 +112,17 @@ class RocksDBTable:
             self.dirty.add(key)  # user code may change it in place: write it with the delta
         return value
 
+    current = read  # ListState's list, an accumulator: changed in place as a read value may be
+
+    def elements(self, key: Any) -> Any:
+        value = self.cache.get(key, _MISS)
+        if value is _MISS:
+            value = self._load(key)
+        if value is _ABSENT or all(map(immutable, value)):
+            return value  # not marked as changed: the caller copies the list
+        self.dirty.add(key)  # the elements handed out may be changed in place
+        return value
+
     def write(self, key: Any, value: Any) -> None:
         self.cache[key] = value
         self.dirty.add(key)

@@ -1,12 +1,17 @@
 """Keyed state with a time-to-live (``descriptor.enable_time_to_live(StateTtlConfig...)``).
 
-The TTL states wrap the backend's own states (HashMap or RocksDB alike): a value is stored as
-``(value, last access ms)``, a list as such pairs, a map as ``user key -> (value, last access
-ms)``; reducing and aggregating states keep ``(accumulator, last access ms)`` in a value state of
-the same name. Time is the operator's processing time, the epoch's (``clock.processing_time``).
+TTL is a state table (``kinds.py``) that wraps the backend's own table (HashMap or RocksDB
+alike), so each kind of state is written once: the kind reads and writes user values, the TTL
+table stores them with their last access time and hides the expired ones. A value is stored as
+``(value, last access ms)``, a list as such pairs (each element with its own time), a map as
+``user key -> (value, last access ms)``; reducing and aggregating states keep ``(accumulator,
+last access ms)`` as a value state of the same name does. The backend's table is registered
+under the plain kind it stores (value, list or map), as it always was, so checkpoints and
+savepoints hold the same bytes. Time is the operator's processing time, the epoch's
+(``clock.processing_time``).
 
 Expired values (``last access + ttl <= now``) are removed whenever their key's state is read, and
-by a background pass after an epoch (:meth:`TtlState.cleanup`): every epoch with
+by a background pass after an epoch (:meth:`TtlTable.cleanup`): every epoch with
 ``cleanup_full_snapshot()``, else at most once per TTL period per task, so an expired value is gone
 from checkpoints and savepoints at most two TTL periods after its last access even if its key is
 never touched again. ``disable_cleanup_in_background()`` leaves only the removal on access.
@@ -14,30 +19,30 @@ never touched again. ``disable_cleanup_in_background()`` leaves only the removal
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from flowpoint.api.state import (
-    AggregatingState,
-    ListState,
     ListStateDescriptor,
-    MapState,
     MapStateDescriptor,
-    ReducingState,
     StateDescriptor,
-    ValueState,
     ValueStateDescriptor,
 )
+from flowpoint.state.kinds import ABSENT
 
 
-class TtlState:
-    """Shared by the TTL states: the config, the clock and the background cleanup."""
+class TtlTable:
+    """What the three TTL tables share: the wrapped table, the config, the clock and the
+    background cleanup."""
+
+    __slots__ = ("inner", "name", "config", "ttl", "return_expired", "update_on_read", "clock", "backend", "last_pass")
 
     def __init__(self, inner: Any, descriptor: StateDescriptor, clock: Any, backend: Any):
-        self.inner = inner
-        self.descriptor = descriptor
+        self.inner = inner  # the backend's table of this state
+        self.name = descriptor.name
         self.config = descriptor.ttl_config
         self.ttl = self.config.ttl_ms
+        self.return_expired = self.config.return_expired
+        self.update_on_read = self.config.update_on_read
         self.clock = clock
         self.backend = backend
         self.last_pass: int | None = None
@@ -45,11 +50,8 @@ class TtlState:
     def now(self) -> int:
         return int(self.clock.processing_time)
 
-    def expired(self, ts: int, now: int) -> bool:
-        return ts + self.ttl <= now
-
-    def clear(self) -> None:
-        self.inner.clear()
+    def remove(self, key: Any) -> None:
+        self.inner.remove(key)
 
     # -- background cleanup, after an epoch ------------------------------------------------------
 
@@ -66,184 +68,173 @@ class TtlState:
         backend = self.backend
         looked = 0
         try:
-            for key, _ in backend.iter_entries(self.descriptor.name):
+            for key, _ in backend.iter_entries(self.name):
                 backend.current_key = key
-                self.clean_current(now)
+                self.clean(backend._sk, now)
                 looked += 1
         finally:
             backend.current_key = None
         return looked
 
-    def clean_current(self, now: int) -> None:
+    def clean(self, key: Any, now: int) -> None:
         raise NotImplementedError
 
 
-class _TtlSingle(TtlState):
+class TtlValueTable(TtlTable):
     """One ``(value, last access)`` pair per key: value, reducing and aggregating states."""
 
-    def _read(self) -> Any:
-        stored = self.inner.value()
-        if stored is None:
-            return None
+    __slots__ = ()
+
+    def read(self, key: Any) -> Any:
+        stored = self.inner.read(key)
+        if stored is ABSENT:
+            return ABSENT
         value, ts = stored
         now = self.now()
-        if self.expired(ts, now):
-            self.inner.clear()
-            return value if self.config.return_expired else None
-        if self.config.update_on_read and ts != now:
-            self.inner.update((value, now))
-        return value
+        if ts + self.ttl <= now:
+            self.inner.remove(key)
+            if not self.return_expired:
+                return ABSENT
+        elif self.update_on_read and ts != now:
+            self.inner.write(key, (value, now))
+        return ABSENT if value is None else value
 
-    def clean_current(self, now: int) -> None:
-        stored = self.inner.value()
-        if stored is not None and self.expired(stored[1], now):
-            self.inner.clear()
+    def current(self, key: Any) -> Any:
+        """The accumulator to add to: an expired one counts as none (it is overwritten)."""
+        stored = self.inner.current(key)
+        if stored is ABSENT or stored[1] + self.ttl <= self.now() or stored[0] is None:
+            return ABSENT
+        return stored[0]
+
+    def write(self, key: Any, value: Any) -> None:
+        self.inner.write(key, (value, self.now()))
+
+    def clean(self, key: Any, now: int) -> None:
+        stored = self.inner.read(key)
+        if stored is not ABSENT and stored[1] + self.ttl <= now:
+            self.inner.remove(key)
 
 
-class TtlValueState(_TtlSingle, ValueState):
-    def value(self) -> Any:
-        return self._read()
+class StampedList:
+    """ListState's list as ``add`` appends to it: each element appended with the time now."""
 
-    def update(self, value: Any) -> None:
-        if value is None:
-            self.inner.clear()
+    __slots__ = ("pairs", "now")
+
+    def __init__(self, pairs: list, now: int):
+        self.pairs = pairs  # the stored list of (element, last access)
+        self.now = now
+
+    def append(self, value: Any) -> None:
+        self.pairs.append((value, self.now))
+
+    def extend(self, values: list[Any]) -> None:
+        now = self.now
+        self.pairs.extend([(v, now) for v in values])
+
+
+class TtlListTable(TtlTable):
+    """A list of ``(element, last access)`` pairs per key: each element expires on its own."""
+
+    __slots__ = ()
+
+    def _store(self, key: Any, pairs: list) -> None:
+        if pairs:
+            self.inner.write(key, pairs)
         else:
-            self.inner.update((value, self.now()))
+            self.inner.remove(key)
 
-
-class TtlListState(TtlState, ListState):
-    def _unexpired(self, stored: list, now: int) -> list:
-        return [(v, ts) for v, ts in stored if not self.expired(ts, now)]
-
-    def get(self) -> list:
-        stored = self.inner.get() or []
-        if not stored:
-            return []
+    def elements(self, key: Any) -> Any:
+        stored = self.inner.elements(key)
+        if stored is ABSENT or not stored:
+            return ABSENT
         now = self.now()
-        live = self._unexpired(stored, now)
-        out = [v for v, _ in (stored if self.config.return_expired else live)]
-        if self.config.update_on_read:
-            live = [(v, now) for v, _ in live]
-            self.inner.update(live)
+        ttl = self.ttl
+        live = [(v, ts) for v, ts in stored if ts + ttl > now]
+        out = [v for v, _ in (stored if self.return_expired else live)]
+        if self.update_on_read:
+            self._store(key, [(v, now) for v, _ in live])
         elif len(live) != len(stored):
-            self.inner.update(live)
+            self._store(key, live)
         return out
 
-    def add(self, value: Any) -> None:
-        self.inner.add((value, self.now()))
+    def current(self, key: Any) -> Any:
+        stored = self.inner.current(key)
+        return ABSENT if stored is ABSENT else StampedList(stored, self.now())
 
-    def add_all(self, values: list[Any]) -> None:
+    def write(self, key: Any, values: list[Any]) -> None:
         now = self.now()
-        self.inner.add_all([(v, now) for v in values])
+        self.inner.write(key, [(v, now) for v in values])
 
-    def update(self, values: list[Any]) -> None:
-        now = self.now()
-        self.inner.update([(v, now) for v in values])
-
-    def clean_current(self, now: int) -> None:
-        stored = self.inner.get() or []
-        live = self._unexpired(stored, now)
+    def clean(self, key: Any, now: int) -> None:
+        stored = self.inner.elements(key)
+        if stored is ABSENT:
+            return
+        live = [(v, ts) for v, ts in stored if ts + self.ttl > now]
         if len(live) != len(stored):
-            self.inner.update(live)
+            self._store(key, live)
 
 
-class TtlMapState(TtlState, MapState):
-    def _live(self, user_key: Any, stored: Any, now: int) -> tuple[bool, Any]:
-        """``(visible, value)`` of one entry; an expired one is removed."""
-        value, ts = stored
-        if self.expired(ts, now):
-            self.inner.remove(user_key)
-            return self.config.return_expired, value
-        if self.config.update_on_read and ts != now:
-            self.inner.put(user_key, (value, now))
-        return True, value
+class TtlMapTable(TtlTable):
+    """``user key -> (value, last access)`` per key: each entry expires on its own."""
 
-    def get(self, key: Any) -> Any:
-        stored = self.inner.get(key)
-        if stored is None:
-            return None
-        visible, value = self._live(key, stored, self.now())
-        return value if visible else None
+    __slots__ = ()
 
-    def put(self, key: Any, value: Any) -> None:
-        self.inner.put(key, (value, self.now()))
+    def _live(self, key: Any, uk: Any, stored: Any, now: int) -> bool:
+        """Whether an entry is shown; an expired one is removed, a read one touched (on read)."""
+        ts = stored[1]
+        if ts + self.ttl <= now:
+            self.inner.map_remove(key, uk)
+            return self.return_expired
+        if self.update_on_read and ts != now:
+            self.inner.map_put(key, uk, (stored[0], now))
+        return True
 
-    def put_all(self, dict_value: dict[Any, Any]) -> None:
+    def map_get(self, key: Any, uk: Any) -> Any:
+        stored = self.inner.map_get(key, uk)
+        if stored is ABSENT or not self._live(key, uk, stored, self.now()):
+            return ABSENT
+        return stored[0]
+
+    def map_put(self, key: Any, uk: Any, value: Any) -> None:
+        self.inner.map_put(key, uk, (value, self.now()))
+
+    def map_put_all(self, key: Any, values: dict) -> None:
         now = self.now()
-        self.inner.put_all({k: (v, now) for k, v in dict_value.items()})
+        self.inner.map_put_all(key, {k: (v, now) for k, v in values.items()})
 
-    def remove(self, key: Any) -> None:
-        self.inner.remove(key)
+    def map_remove(self, key: Any, uk: Any) -> None:
+        self.inner.map_remove(key, uk)
 
-    def contains(self, key: Any) -> bool:
-        stored = self.inner.get(key)
-        return stored is not None and self._live(key, stored, self.now())[0]
+    def map_contains(self, key: Any, uk: Any) -> bool:
+        stored = self.inner.map_get(key, uk)
+        return stored is not ABSENT and self._live(key, uk, stored, self.now())
 
-    def items(self) -> Iterator[tuple[Any, Any]]:
+    def map_items(self, key: Any) -> list:
         now = self.now()
-        out = []
-        for k, stored in list(self.inner.items()):
-            visible, value = self._live(k, stored, now)
-            if visible:
-                out.append((k, value))
-        return iter(out)
+        return [(uk, stored[0]) for uk, stored in self.inner.map_items(key) if self._live(key, uk, stored, now)]
 
-    def keys(self) -> Iterator[Any]:
-        return iter([k for k, _ in self.items()])
+    def map_keys(self, key: Any) -> list:
+        return [uk for uk, _ in self.map_items(key)]
 
-    def values(self) -> Iterator[Any]:
-        return iter([v for _, v in self.items()])
+    def map_values(self, key: Any) -> list:
+        return [v for _, v in self.map_items(key)]
 
-    def is_empty(self) -> bool:
-        return not any(True for _ in self.items())
+    def map_is_empty(self, key: Any) -> bool:
+        return not self.map_items(key)
 
-    def clean_current(self, now: int) -> None:
-        for k, (_, ts) in list(self.inner.items()):
-            if self.expired(ts, now):
-                self.inner.remove(k)
+    def clean(self, key: Any, now: int) -> None:
+        for uk, (_, ts) in self.inner.map_items(key):
+            if ts + self.ttl <= now:
+                self.inner.map_remove(key, uk)
 
 
-class _TtlAccumulating(_TtlSingle):
-    """Reducing and aggregating states: ``(accumulator, last access)`` in a value state."""
-
-    def _live_accumulator(self) -> tuple[Any, int]:
-        """The accumulator to add to (None when there is none or it expired) and the time."""
-        stored = self.inner.value()
-        now = self.now()
-        return (None if stored is None or self.expired(stored[1], now) else stored[0]), now
-
-
-class TtlReducingState(_TtlAccumulating, ReducingState):
-    def get(self) -> Any:
-        return self._read()
-
-    def add(self, value: Any) -> None:
-        current, now = self._live_accumulator()
-        new = value if current is None else self.descriptor.reduce_function.reduce(current, value)
-        self.inner.update((new, now))
-
-
-class TtlAggregatingState(_TtlAccumulating, AggregatingState):
-    def get(self) -> Any:
-        acc = self._read()
-        return None if acc is None else self.descriptor.agg_function.get_result(acc)
-
-    def add(self, value: Any) -> None:
-        f = self.descriptor.agg_function
-        acc, now = self._live_accumulator()
-        self.inner.update((f.add(value, f.create_accumulator() if acc is None else acc), now))
-
-
-def ttl_state(backend: Any, descriptor: StateDescriptor, clock: Any) -> TtlState:
-    """The TTL state for ``descriptor`` (whose ``ttl_config`` is set) over ``backend``."""
+def ttl_table(backend: Any, descriptor: StateDescriptor, clock: Any) -> TtlTable:
+    """The TTL table of ``descriptor`` (whose ``ttl_config`` is set) over the table ``backend``
+    registers for its stored form: a value state of the same name for value, reducing and
+    aggregating states, a list state for a list state, a map state for a map state."""
     kind = descriptor.kind
-    if kind == "value":
-        return TtlValueState(backend.get_partitioned_state(ValueStateDescriptor(descriptor.name)), descriptor, clock, backend)
     if kind == "list":
-        return TtlListState(backend.get_partitioned_state(ListStateDescriptor(descriptor.name)), descriptor, clock, backend)
+        return TtlListTable(backend.get_partitioned_state(ListStateDescriptor(descriptor.name))._t, descriptor, clock, backend)
     if kind == "map":
-        return TtlMapState(backend.get_partitioned_state(MapStateDescriptor(descriptor.name)), descriptor, clock, backend)
-    inner = backend.get_partitioned_state(ValueStateDescriptor(descriptor.name))
-    if kind == "reducing":
-        return TtlReducingState(inner, descriptor, clock, backend)
-    return TtlAggregatingState(inner, descriptor, clock, backend)
+        return TtlMapTable(backend.get_partitioned_state(MapStateDescriptor(descriptor.name))._t, descriptor, clock, backend)
+    return TtlValueTable(backend.get_partitioned_state(ValueStateDescriptor(descriptor.name))._t, descriptor, clock, backend)

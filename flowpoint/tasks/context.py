@@ -6,7 +6,8 @@ from typing import Any
 
 from flowpoint.api.functions import ProcessFunction, RuntimeContext, TimerService
 from flowpoint.errors import StateAccessError
-from flowpoint.state.ttl import ttl_state
+from flowpoint.state.kinds import keyed_state
+from flowpoint.state.ttl import ttl_table
 
 
 class TaskRuntimeContext(RuntimeContext):
@@ -19,7 +20,7 @@ class TaskRuntimeContext(RuntimeContext):
         self.backend = backend
         self.attempt = 0
         self.clock: Any = None  # the operator: its processing_time is the TTL states' time
-        self.ttl_states: dict[str, Any] = {}  # state name -> TtlState (background cleanup per epoch)
+        self.ttl_states: dict[str, Any] = {}  # state name -> its TtlTable (background cleanup per epoch)
         self.metric_group: Any = None  # the operator's MetricGroup (set by the chain runtime)
 
     def get_task_name(self) -> str:
@@ -52,15 +53,15 @@ class TaskRuntimeContext(RuntimeContext):
             raise StateAccessError(msg)
         ttl = getattr(descriptor, "ttl_config", None)
         if ttl is not None and ttl.is_enabled():
-            state = ttl_state(self.backend, descriptor, self.clock)
-            self.ttl_states[descriptor.name] = state
-            return state
+            table = ttl_table(self.backend, descriptor, self.clock)
+            self.ttl_states[descriptor.name] = table
+            return keyed_state(self.backend, table, descriptor)
         return self.backend.get_partitioned_state(descriptor)
 
     def cleanup_expired_state(self) -> None:
         """After an epoch: the TTL states' background cleanup (flowpoint/state/ttl.py)."""
-        for state in self.ttl_states.values():
-            state.cleanup()
+        for table in self.ttl_states.values():
+            table.cleanup()
 
     get_state = _keyed
     get_list_state = _keyed

@@ -49,6 +49,8 @@ class NamespaceTable:
         return ABSENT if value is None else value
 
     read = peek  # the backend's MapState keeps what user code changes in a value it got
+    current = peek
+    elements = peek
 
     def write(self, ns: Any, value: Any) -> None:
         self.m.put(ns, value)
