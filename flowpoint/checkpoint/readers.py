@@ -32,6 +32,7 @@ log = logging.getLogger("flowpoint")
 READERS_DIR = "readers"
 HEARTBEAT_S = 10.0
 PIN_TTL_MS = 60_000
+RELEASE_WAIT_S = 30.0  # for a renewal under way (a slow object store) to end before the pin goes
 PIN_NAME = re.compile(r"^chk-(\d+)\.[0-9a-f]{32}\.pin$")
 
 
@@ -71,7 +72,7 @@ class CheckpointPin:
         thread = threading.Thread(target=_beat, args=(job_access, self.rel, self._stop, heartbeat_s),
                                   name=f"flowpoint-pin-chk-{checkpoint_id}", daemon=True)
         thread.start()
-        self._finalizer = weakref.finalize(self, _release, job_access, self.rel, self._stop)
+        self._finalizer = weakref.finalize(self, _release, job_access, self.rel, self._stop, thread)
 
     @property
     def uri(self) -> str:
@@ -95,8 +96,10 @@ def _beat(access: CheckpointStorageAccess, rel: str, stop: threading.Event, ever
             log.warning("could not renew the reader pin %s", access.uri(rel), exc_info=True)
 
 
-def _release(access: CheckpointStorageAccess, rel: str, stop: threading.Event) -> None:
+def _release(access: CheckpointStorageAccess, rel: str, stop: threading.Event, beat: threading.Thread) -> None:
     stop.set()
+    if beat is not threading.current_thread():
+        beat.join(RELEASE_WAIT_S)  # a write under way would put the pin back after the delete
     try:
         access.delete(rel)
     except Exception:  # noqa: BLE001 - it lapses after PIN_TTL_MS
