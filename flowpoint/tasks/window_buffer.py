@@ -117,6 +117,18 @@ def process_buffered(op: Any, kb: KeyedBatch, ts: list | None) -> None:
         _add_slice(op, g_keys[g], TimeWindow(start, start + placed.size), ordered.slice(offs[g], cnts[g]), tmax[g])
 
 
+def after_group(op: Any, key: Any, window: Any, tctx: Any, t: int) -> None:
+    """The columnar paths' end of adding a group of records to a window's contents (``t``: the
+    group's latest timestamp): the trigger, firing or purging, the window's cleanup timer."""
+    result = op.trigger.on_element(None, t, window, tctx)
+    if result is not CONTINUE:
+        if result.is_fire():
+            op._fire(key, window)
+        if result.is_purge():
+            op.contents.clear()
+    op._register_cleanup_timer(window, tctx.ns)
+
+
 def _add_slice(op: Any, key: Any, window: TimeWindow, chunk: pa.RecordBatch, t: int) -> None:
     """The window operator's ``_add`` for a group of records (``t``: the latest timestamp)."""
     op.backend.current_key = key
@@ -124,13 +136,7 @@ def _add_slice(op: Any, key: Any, window: TimeWindow, chunk: pa.RecordBatch, t: 
     contents = op.contents
     contents.namespace = tctx.ns
     contents.add_batch(chunk, op.convert_rows)
-    result = op.trigger.on_element(None, t, window, tctx)
-    if result is not CONTINUE:
-        if result.is_fire():
-            op._fire(key, window)
-        if result.is_purge():
-            contents.clear()
-    op._register_cleanup_timer(window, tctx.ns)
+    after_group(op, key, window, tctx, t)
 
 
 def rows_converter(type_info: Any) -> Any:

@@ -56,6 +56,7 @@ from flowpoint.tasks.timers import InternalTimerService
 from flowpoint.tasks.user_errors import user_function_error
 from flowpoint.tasks.window_buffer import (
     NamespacedBufferState,
+    after_group,
     buffered_input,
     process_buffered,
     rows_converter,
@@ -410,13 +411,7 @@ class WindowOperator(TimerOp):
         contents = self.contents
         contents.namespace = tctx.ns
         contents.merge_accumulator(partial)
-        result = self.trigger.on_element(None, t, window, tctx)
-        if result is not CONTINUE:
-            if result.is_fire():
-                self._fire(key, window)
-            if result.is_purge():
-                contents.clear()
-        self._register_cleanup_timer(window, tctx.ns)
+        after_group(self, key, window, tctx, t)
 
     def _merge(self, key: Any, result: Any, merged: list[Any], state_window: Any, merged_state_windows: list[Any]) -> None:
         if self.event_time and result.max_timestamp() + self.lateness <= self.watermark:
