@@ -229,7 +229,10 @@ def test_exactly_once_through_a_failure_and_a_restart(make_env, tmp_path, runtim
     assert all(r["bucket"] == str(r["key"] % 3) for r in table.to_pyarrow_table().to_pylist())
     commits = [h for h in table.history() if h.get("operation") == "WRITE"]
     assert len(commits) >= 2 and all("flowpoint.appId" in h for h in commits)  # one per completed checkpoint with output
-    assert len({h["flowpoint.appId"] for h in commits}) == 1  # one identity across the restart
+    # the restart took an identity of its own, naming the one it restored
+    ids = [h["flowpoint.appId"] for h in reversed(commits)]
+    assert len(set(ids)) == 2, ids
+    assert any(h.get("flowpoint.restoredFrom") == ids[0] for h in commits if h["flowpoint.appId"] == ids[-1])
 
 
 def test_restoring_an_older_checkpoint_repeats_what_came_after_it_and_loses_nothing(tmp_path):
@@ -248,7 +251,33 @@ def test_restoring_an_older_checkpoint_repeats_what_came_after_it_and_loses_noth
     restored.snapshot_driver_state()
     restored.notify_checkpoint_complete(2)
     assert [r["key"] for r in read(t)] == [1, 2, 2]  # repeated, as after any older restore; nothing lost
-    assert deltalake.DeltaTable(str(t)).transaction_version(older["app_id"]) == 3  # never goes back
+    assert deltalake.DeltaTable(str(t)).transaction_version(older["app_id"]) == 2  # never goes back
+    assert deltalake.DeltaTable(str(t)).transaction_version(restored._driver_app_id) == 2  # the restored run's own
+
+
+def test_two_jobs_restored_from_one_savepoint_both_land_every_batch(tmp_path):
+    """Two runs restored from one savepoint into one table: each commits under an identity of its
+    own, so neither takes the other's txn version for its own and skips a batch (a silent loss
+    when both kept the savepoint's)."""
+    t = tmp_path / "t"
+    first = sink(t)
+    epoch(first, 1, 0, [Row(key=1, n=1)])
+    savepoint = first.snapshot_driver_state()
+    first.on_job_end("FINISHED")
+    a, b = sink(t), sink(t)
+    a.restore_driver_state(savepoint)
+    b.restore_driver_state(savepoint)
+    assert version(t) == 1  # the savepoint's batch once
+    epoch(a, 2, 0, [Row(key=2, n=1)])
+    a.snapshot_driver_state()
+    a.notify_checkpoint_complete(2)
+    epoch(b, 2, 0, [Row(key=3, n=1)])  # the same batch number as a's
+    b.snapshot_driver_state()
+    b.notify_checkpoint_complete(2)
+    assert [r["key"] for r in read(t)] == [1, 2, 3]
+    history = [h for h in deltalake.DeltaTable(str(t)).history() if h.get("operation") == "WRITE"]
+    assert {h.get("flowpoint.restoredFrom") for h in history} == {None, savepoint["app_id"]}
+    assert len({h["flowpoint.appId"] for h in history}) == 3
 
 
 @pytest.mark.slow
@@ -373,4 +402,5 @@ def test_stop_with_savepoint_then_restore_commits_nothing_twice(tmp_path):
     epoch(second, 2, 0, [Row(key=2, n=1)])
     second.on_job_end("FINISHED")
     assert version(t) == 2 and [r["key"] for r in read(t)] == [1, 2]
-    assert deltalake.DeltaTable(str(t)).transaction_version(savepoint["app_id"]) == 2
+    assert deltalake.DeltaTable(str(t)).transaction_version(savepoint["app_id"]) == 1
+    assert deltalake.DeltaTable(str(t)).transaction_version(second._driver_app_id) == 2

@@ -18,12 +18,14 @@ Two phases, as the other exactly-once sinks (connectors/file_sink.py, connectors
 * commit: when that checkpoint completes, the driver commits every batch up to it in one Delta
   transaction (add actions; in ``overwrite_partitions`` mode also remove actions for the files
   the table held in the partitions the transaction writes) with a ``txn`` action: app id = the
-  sink's identity (made when the job first starts, kept in its checkpoints, so the same across
-  restarts and ``--resume``), version = the last batch number; the checkpoint id goes into the
-  commit's info (``flowpoint.checkpointId``).
+  sink's identity (kept in its checkpoints), version = the last batch number; the checkpoint id
+  goes into the commit's info (``flowpoint.checkpointId``).
 * recovery: a restore brings the checkpoint's uncommitted batches back; the driver reads the
-  table's ``txn`` version for the app id and commits only batches above it, so a checkpoint
-  committed just before a crash is never committed twice.
+  table's ``txn`` version for the checkpoint's app id and commits only batches above it, so a
+  checkpoint committed just before a crash is never committed twice. Then the sink takes a new
+  app id (``flowpoint.restoredFrom`` names the old one): two runs restored from one checkpoint
+  or savepoint, or a run restored from an older checkpoint, never take each other's commits for
+  their own.
 
 A finished bounded job commits what is left at its end. See docs/lakehouse.md.
 """
@@ -140,6 +142,7 @@ class DeltaSink(Sink):
         self._driver_batches: list = []  # [[batch number, files]] in checkpoints, not yet in the table
         self._driver_next = 1
         self._driver_app_id: str | None = None
+        self._driver_restored_from: str | None = None  # the identity of the checkpoint this run restored
         self._driver_table: Any = None
         self._driver_checkpoint: int | None = None
 
@@ -180,7 +183,7 @@ class DeltaSink(Sink):
     def restore_driver_state(self, state: Any) -> None:
         self._driver_reset()
         if state is None:
-            self._driver_app_id = f"flowpoint-delta-{uuid.uuid4().hex}"
+            self._driver_app_id = _new_app_id()
             return
         self._driver_app_id = state["app_id"]
         self._driver_next = int(state["next"])
@@ -188,15 +191,20 @@ class DeltaSink(Sink):
         done = self._committed_version()
         if done is not None and done >= self._driver_next:
             # an older checkpoint than the one the table's commits reached: what came after it is
-            # replayed and committed again under new numbers (never lost; repeated)
+            # replayed and committed again (never lost; repeated)
             log.warning("%s: the table already holds this sink's commits up to batch %d, made after the restored "
                         "checkpoint (batches below %d); the records after that checkpoint are written again",
                         self.where, done, self._driver_next)
-            self._driver_next = done + 1
         if self._driver_batches:
             # the checkpoint we restored completed: its batches belong in the table now; those
             # the table's txn version shows committed before the crash are not committed again
             self._commit()
+        # Fork: what this run commits from now on goes under an identity of its own. The restored
+        # one only said what of the restored checkpoint the table holds. Kept, two runs restored
+        # from one checkpoint or savepoint (or a restore of an older one, --as-of) would take each
+        # other's txn versions for their own and skip batches: a silent loss.
+        self._driver_restored_from = self._driver_app_id
+        self._driver_app_id = _new_app_id()
 
     def on_epoch_committed(self, epoch: int, payloads: list[tuple[int, Any]], parallelism: int) -> None:
         for _, files in payloads:
@@ -258,6 +266,8 @@ class DeltaSink(Sink):
                 meta: dict[str, Any] = {"flowpoint.appId": self._driver_app_id, "flowpoint.batches": [n for n, _ in batches]}
                 if self._driver_checkpoint is not None:
                     meta["flowpoint.checkpointId"] = self._driver_checkpoint
+                if self._driver_restored_from and self._driver_restored_from != self._driver_app_id:
+                    meta["flowpoint.restoredFrom"] = self._driver_restored_from
                 table.create_write_transaction(
                     self._actions(table, files), "append", self.schema, partition_by=self.partition_columns or None,
                     commit_properties=CommitProperties(app_transactions=[Transaction(self._driver_app_id, last)], custom_metadata=meta),
@@ -288,6 +298,10 @@ class DeltaSink(Sink):
             if key in touched:
                 removes.append(RemoveAction(f["path"], True, now, int(f["size_bytes"]), {c: None if v is None else _log_string(v) for c, v in values.items()}))
         return [*removes, *adds]
+
+
+def _new_app_id() -> str:
+    return f"flowpoint-delta-{uuid.uuid4().hex}"
 
 
 def _log_string(value: Any) -> str:
