@@ -210,6 +210,43 @@ def makedirs(path: str, mode: int = DIR_MODE, exact: bool = True) -> None:
                 os.chmod(d, mode)
 
 
+#: Output directories flowpoint creates (sinks): readable by the output's readers, writable only
+#: by the job's user. A umask only narrows this (077 keeps them private).
+OUTPUT_DIR_MODE = 0o755
+
+
+def check_output_tree(base: str, what: str, what_below: str, hint: str) -> str:
+    """A sink's output directory ``base`` (created if missing) and every directory below it, as
+    the job starts: the job user's and writable by no one else, below directories no one else
+    can replace; else :class:`InsecurePathError` naming the directory (``what`` for ``base``,
+    ``what_below`` for the others) and saying ``hint``."""
+    base = check_dir(base, what, hint, create=True, mode=OUTPUT_DIR_MODE, exact=False)
+    for root, dirs, _files in os.walk(base):
+        for name in sorted(dirs):
+            check_private_dir(os.path.join(root, name), what_below, hint)
+    return base
+
+
+def output_subdir(base: str, directory: str, what: str, what_below: str, hint: str, checked: set[str]) -> str:
+    """``directory`` below a sink's checked output directory ``base``, created if missing (mode
+    0755 less the umask) and, the first time for ``checked``, refused with InsecurePathError if
+    it or a directory between it and ``base`` belongs to another user or others can write it:
+    a task writes its data files there."""
+    base = os.path.normpath(base)
+    directory = os.path.normpath(directory)
+    if directory in checked:
+        return directory
+    makedirs(directory, OUTPUT_DIR_MODE, exact=False)
+    d = directory
+    while True:
+        check_private_dir(d, what if d == base else what_below, hint)
+        if d == base or len(d) <= len(base):
+            break
+        d = os.path.dirname(d)
+    checked.add(directory)
+    return directory
+
+
 def write_private(path: str, data: bytes, atomic: bool = True) -> None:
     """Write ``data`` to ``path`` with mode 0600 (whatever the umask), through ``<path>.tmp`` and a
     rename when ``atomic``; missing parent directories are created with mode 0700."""

@@ -404,3 +404,56 @@ def test_stop_with_savepoint_then_restore_commits_nothing_twice(tmp_path):
     assert version(t) == 2 and [r["key"] for r in read(t)] == [1, 2]
     assert deltalake.DeltaTable(str(t)).transaction_version(savepoint["app_id"]) == 1
     assert deltalake.DeltaTable(str(t)).transaction_version(second._driver_app_id) == 2
+
+
+TRUST = "security.trust-shared-directories"
+
+
+def _configured(path, type_info=COUNTS, partitions=(), trust=False):
+    from flowpoint.api.config import Configuration
+
+    s = DeltaSink.builder().set_table_path(str(path)).set_partition_columns(list(partitions)).build()
+    s.input_type = type_info
+    s.on_job_config(Configuration({TRUST: trust}))
+    return s
+
+
+@pytest.mark.parametrize("planted", ["table owned", "log writable", "partition owned"])
+def test_a_table_directory_another_user_owns_or_can_write_is_refused_before_the_job_starts(tmp_path, other_uid, planted):
+    """Whoever can write the table's directories could forge this sink's txn version in the log
+    (its commits would be skipped) or replace a data file before the commit adds it."""
+    from flowpoint.errors import InsecurePathError
+
+    t = tmp_path / "t"
+    _configured(t, BUCKETED, ["bucket"])  # creates the table
+    target = {"table owned": t, "log writable": t / "_delta_log", "partition owned": t / "bucket=a"}[planted]
+    target.mkdir(exist_ok=True)
+    if planted.endswith("owned"):
+        os.chown(target, other_uid, -1)
+    else:
+        target.chmod(0o777)
+    with pytest.raises(InsecurePathError, match=rf"DeltaSink table directory {target} .*{TRUST}: true"):
+        _configured(t, BUCKETED, ["bucket"])
+    _configured(t, BUCKETED, ["bucket"], trust=True)
+
+
+def test_a_task_refuses_a_partition_directory_of_another_user_and_writes_nothing_into_it(tmp_path, other_uid):
+    from flowpoint.errors import InsecurePathError
+
+    t = tmp_path / "t"
+    s = _configured(t, BUCKETED, ["bucket"])
+    w = s.create_writer(0, 1, None)
+    w.write([Row(bucket="b", key=1, n=1)])
+    planted = t / "bucket=b"
+    planted.mkdir()
+    os.chown(planted, other_uid, -1)
+    with pytest.raises(InsecurePathError, match=rf"DeltaSink partition directory {planted} "):
+        w.finish(1)
+    assert os.listdir(planted) == []
+    assert oct(os.stat(t).st_mode & 0o777) == oct(0o755 & ~_umask())  # created readable, writable by the user only
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -32,7 +32,7 @@ def test_the_delta_example_writes_exactly_pandas_counts_and_the_query_example_re
                               "--table", str(table), "--checkpoint-interval", "500"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
     query = subprocess.run([sys.executable, os.path.join(REPO, "examples", "live_state_query.py"), "--queries", "2",
-                            "--every", "1", "--events", "20000"],
+                            "--every", "1", "--events", "100000"],
                            capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     out, err = delta.communicate(timeout=600)
     assert delta.returncode == 0, err[-4000:]

@@ -81,7 +81,7 @@ log = logging.getLogger("flowpoint")
 #: Sink directories flowpoint creates: readable by the output's readers, writable only by the
 #: job's user; pieces and part files likewise. A umask only narrows these (077 keeps them
 #: private), and none makes them writable by others.
-OUTPUT_DIR_MODE = 0o755
+OUTPUT_DIR_MODE = private_files.OUTPUT_DIR_MODE
 OUTPUT_FILE_MODE = 0o644
 
 class Encoder:
@@ -608,11 +608,7 @@ class FileSink(Sink):
         self.trust_shared_dirs = bool(config.get(private_files.TRUST_SHARED))
         if self.trust_shared_dirs:
             return
-        hint = self._trust_hint()
-        base = private_files.check_dir(self.base_path, "FileSink directory", hint, create=True, mode=OUTPUT_DIR_MODE, exact=False)
-        for root, dirs, _files in os.walk(base):
-            for name in sorted(dirs):
-                private_files.check_private_dir(os.path.join(root, name), "FileSink bucket directory", hint)
+        private_files.check_output_tree(self.base_path, "FileSink directory", "FileSink bucket directory", self._trust_hint())
 
     @staticmethod
     def _trust_hint() -> str:
@@ -627,19 +623,13 @@ class FileSink(Sink):
         the part files."""
         base = os.path.normpath(self.base_path)
         directory = os.path.normpath(os.path.join(base, bucket)) if bucket else base
-        if directory in checked:
+        if getattr(self, "trust_shared_dirs", False):
+            if directory not in checked:
+                private_files.makedirs(directory, OUTPUT_DIR_MODE, exact=False)
+                checked.add(directory)
             return directory
-        private_files.makedirs(directory, OUTPUT_DIR_MODE, exact=False)
-        if not getattr(self, "trust_shared_dirs", False):
-            d = directory
-            while True:
-                what = "FileSink directory" if d == base else "FileSink bucket directory"
-                private_files.check_private_dir(d, what, self._trust_hint())
-                if d == base or len(d) <= len(base):
-                    break
-                d = os.path.dirname(d)
-        checked.add(directory)
-        return directory
+        return private_files.output_subdir(base, directory, "FileSink directory", "FileSink bucket directory",
+                                           self._trust_hint(), checked)
 
     def on_job_start(self, checkpoint_interval_ms: int | None) -> None:
         if checkpoint_interval_ms is None:

@@ -40,6 +40,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from flowpoint import private_files
 from flowpoint.connectors.delta.errors import DeltaConfigurationError, DeltaSinkError
 from flowpoint.connectors.delta.schema import (
     check_existing,
@@ -47,16 +48,12 @@ from flowpoint.connectors.delta.schema import (
     partition_string,
     table_schema,
 )
-from flowpoint.connectors.delta.writer import DeltaFileWriter
+from flowpoint.connectors.delta.writer import DeltaFileWriter, local_table_dir, trust_hint
 from flowpoint.connectors.sinks import Sink, SinkWriter
 
 log = logging.getLogger("flowpoint")
 
 MODES = ("append", "overwrite_partitions")
-
-
-def _is_uri(path: str) -> bool:
-    return "://" in path
 
 
 class DeltaSinkBuilder:
@@ -102,7 +99,7 @@ class DeltaSinkBuilder:
         if len(set(self._partitions)) != len(self._partitions):
             msg = f"DeltaSink at {self._path!r}: partition columns {self._partitions} repeat a column"
             raise DeltaConfigurationError(msg)
-        path = self._path if _is_uri(self._path) else os.path.abspath(self._path)
+        path = self._path if "://" in self._path else os.path.abspath(self._path)
         return DeltaSink(path, self._partitions, self._mode, self._options)
 
 
@@ -157,6 +154,12 @@ class DeltaSink(Sink):
         schema = table_schema(self.input_type, self.where)
         check_partition_columns(schema, self.partition_columns, self.where)
         self.schema = schema
+        self.trust_shared_dirs = bool(config is not None and config.get(private_files.TRUST_SHARED))
+        directory = local_table_dir(self.table_path)
+        if directory is not None and not self.trust_shared_dirs:
+            # another user who can write the log could forge this sink's txn version (its commits
+            # would be skipped) or replace a data file before the commit adds it
+            private_files.check_output_tree(directory, "DeltaSink table directory", "DeltaSink table directory", trust_hint())
         try:
             if DeltaTable.is_deltatable(self.table_path, self._options()):
                 table = DeltaTable(self.table_path, storage_options=self._options())
@@ -164,8 +167,8 @@ class DeltaSink(Sink):
                 check_existing(existing, table.metadata().partition_columns, schema, self.partition_columns, self.where)
                 self.schema = pa.schema([pa.field(n, schema.field(n).type) for n in existing.names])  # the table's order
             else:
-                if not _is_uri(self.table_path):
-                    os.makedirs(self.table_path, exist_ok=True)
+                if directory is not None:
+                    private_files.makedirs(directory, private_files.OUTPUT_DIR_MODE, exact=False)
                 DeltaTable.create(self.table_path, schema, mode="ignore", partition_by=self.partition_columns or None,
                                   storage_options=self._options())
                 log.info("%s: created the table (columns %s, partitioned by %s)", self.where, schema.names, self.partition_columns)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import uuid
 from typing import Any
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from flowpoint import private_files
 from flowpoint.api.types import RowType, TupleType, rows_to_arrow, schema_of
 from flowpoint.connectors.delta.errors import DeltaConfigurationError, DeltaSinkError
 from flowpoint.connectors.delta.schema import partition_dir, partition_string
@@ -29,6 +31,19 @@ def table_filesystem(table_path: str, storage_options: dict[str, str]) -> Any:
     from deltalake.fs import DeltaStorageHandler
 
     return pafs.PyFileSystem(DeltaStorageHandler(table_path, dict(storage_options) or None))
+
+
+def local_table_dir(table_path: str) -> str | None:
+    """The local directory of a table on this machine's disk (a plain path or ``file://``), or
+    None for an object store."""
+    if table_path.startswith("file://"):
+        return table_path[len("file://"):]
+    return None if "://" in table_path else os.path.abspath(os.path.expanduser(table_path))
+
+
+def trust_hint() -> str:
+    return (f"use a table directory only you can write, or set {private_files.TRUST_SHARED}: true if you trust every "
+            f"user who can write it with the table")
 
 
 def to_table(records: Any, type_info: Any, schema: pa.Schema, where: str) -> pa.Table:
@@ -108,6 +123,7 @@ class DeltaFileWriter(SinkWriter):
         self.subtask = subtask
         self.chunks: list[pa.Table] = []
         self._fs: Any = None
+        self._checked: set[str] = set()  # local directories checked (private_files.output_subdir)
 
     def write(self, records: Any) -> None:
         if not len(records):
@@ -122,8 +138,12 @@ class DeltaFileWriter(SinkWriter):
         if self._fs is None:
             self._fs = table_filesystem(self.sink.table_path, self.sink.storage_options)
         out = []
+        local = None if getattr(self.sink, "trust_shared_dirs", False) else local_table_dir(self.sink.table_path)
         for values, data in split_partitions(table, self.sink.partition_columns):
             directory = partition_dir(self.sink.partition_columns, values)
+            if local is not None:  # refuse a partition directory another user made or can write
+                private_files.output_subdir(local, os.path.join(local, directory), "DeltaSink table directory",
+                                            "DeltaSink partition directory", trust_hint(), self._checked)
             name = f"part-{self.subtask:05d}-{uuid.uuid4()}-e{epoch}.c000.snappy.parquet"
             rel = f"{directory}/{name}" if directory else name
             try:
