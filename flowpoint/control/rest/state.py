@@ -8,7 +8,8 @@ is under the cap), and a sample of up to :data:`SAMPLE_KEYS` keys with their val
 is under :data:`PART_CAP_BYTES` (a part over it is never loaded in the driver: the answer says
 "sample skipped: part too large"), while the checkpoint is pinned (checkpoint/readers.py) so that
 retention keeps it. What was read is kept per ``(checkpoint id, uid)``: a dashboard polling the
-route reads each checkpoint's part once.
+route reads each checkpoint's part once, and a vertex's parts at most once every
+:data:`REREAD_S` seconds (polls between get the checkpoint read last, with its id).
 
 The values are unpickled from the job's own checkpoint, in the job's own process: the checkpoint
 directory must be safe from other users and its ``_metadata`` signed with the job's key
@@ -40,6 +41,7 @@ PART_CAP_BYTES = 16 * 1024 * 1024  # a subtask's part over this is not read for 
 SAMPLE_KEYS = 10
 REPR_CHARS = 80  # a key's or value's text is cut there, with "…"
 CACHED = 64  # (checkpoint id, uid) entries kept per job
+REREAD_S = 10.0  # a newer checkpoint's parts are read at most this often per vertex; polls between get the last read
 SETTLE_S = 0.2  # as flowpoint/driver/live_reads.py's pin_latest waits before it trusts a pin
 ATTEMPTS = 3
 
@@ -61,11 +63,27 @@ def short_repr(value: Any) -> str:
 class StateSamples:
     """What the route read, per ``(checkpoint id, uid)``, the newest :data:`CACHED`; one read at a time."""
 
-    def __init__(self, cap_bytes: int = PART_CAP_BYTES):
+    def __init__(self, cap_bytes: int = PART_CAP_BYTES, reread_s: float = REREAD_S):
         self.cap_bytes = cap_bytes
+        self.reread_s = reread_s
         self.lock = threading.Lock()
         self._entries: OrderedDict[tuple[int, str], dict] = OrderedDict()
+        self._last: dict[tuple[str, ...], tuple[float, int, dict]] = {}  # uids -> (monotonic time, checkpoint id, its info)
         self.reads = 0  # subtask parts read (tests: polling does not read again)
+
+    def recent(self, uids: tuple[str, ...]) -> tuple[int, dict] | None:
+        """The checkpoint last read for ``uids`` and its info, if read under ``reread_s`` ago: with
+        checkpoints every second, a dashboard polling every two would otherwise unpickle (or, for
+        RocksDB, restore) a part on every poll."""
+        last = self._last.get(uids)
+        if last is None or time.monotonic() - last[0] >= self.reread_s:
+            return None
+        if any(self.get(last[1], u) is None for u in uids):
+            return None
+        return last[1], last[2]
+
+    def read_at(self, uids: tuple[str, ...], checkpoint_id: int, info: dict) -> None:
+        self._last[uids] = (time.monotonic(), checkpoint_id, info)
 
     def get(self, checkpoint_id: int, uid: str) -> dict | None:
         entry = self._entries.get((checkpoint_id, uid))
@@ -154,6 +172,11 @@ def vertex_state(job: Any, vertex: Any, samples: StateSamples) -> dict:
         why = "no keyed state" if not keyed else "no completed checkpoint yet" if checkpoints is None or latest is None else None
         return {"checkpoint": None, "operators": [{"uid": u, "name": n} for u, n in names.items()], "message": why}
     with samples.lock:  # one read at a time; a poll after it finds the entries
+        recent = samples.recent(tuple(names))
+        if recent is not None and recent[0] <= latest.checkpoint_id:
+            cid, checkpoint = recent
+            entries = [{"name": names[u], **(samples.get(cid, u) or {})} for u in names]
+            return {"checkpoint": checkpoint, "operators": entries, "message": None}
         for _ in range(ATTEMPTS):
             cid = latest.checkpoint_id
             missing = [u for u in names if samples.get(cid, u) is None]
@@ -167,5 +190,7 @@ def vertex_state(job: Any, vertex: Any, samples: StateSamples) -> dict:
         for uid, entry in read.items():
             samples.put(cid, uid, entry)
         entries = [{"name": names[u], **(samples.get(cid, u) or {})} for u in names]
-    checkpoint = {"id": cid, "time": int(latest.trigger_time_ms + latest.end_to_end_ms), "path": latest.path}
+        checkpoint = {"id": cid, "time": int(latest.trigger_time_ms + latest.end_to_end_ms), "path": latest.path}
+        if missing:
+            samples.read_at(tuple(names), cid, checkpoint)
     return {"checkpoint": checkpoint, "operators": entries, "message": None}
