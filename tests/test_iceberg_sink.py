@@ -357,3 +357,53 @@ def test_exactly_once_through_a_failure_and_a_restart(make_env, spark, tmp_path,
     assert len(commits) >= 2 and all("flowpoint.sink-id" in c for c in commits)  # one per completed checkpoint with output
     batches = [(c["flowpoint.sink-id"], n) for c in commits for n in c["flowpoint.batches"].split(",")]
     assert len(batches) == len(set(batches)), f"a batch committed twice: {sorted(batches)}"
+    assert any("flowpoint.restored-from" in c for c in commits)  # the restart forked the identity
+
+
+@pytest.mark.slow
+def test_a_failure_right_after_a_commit_restores_that_checkpoint_without_committing_it_again(make_env, tmp_path, monkeypatch):
+    """The driver commits a checkpoint's snapshot, then fails before it goes on (as if it
+    crashed right after the commit): the job restarts from that checkpoint, whose batches come
+    back; the snapshots' summaries show them committed, so every result is in the table once."""
+    original = IcebergSink._commit
+    failed = []
+
+    def commit_then_fail(self):
+        before = len(self._driver_batches)
+        original(self)
+        if before and not failed and self._driver_checkpoint is not None:
+            failed.append(self._driver_checkpoint)
+            msg = "injected: the driver fails right after committing"
+            raise IcebergSinkError(msg)
+
+    monkeypatch.setattr(IcebergSink, "_commit", commit_then_fail)
+    restores = []
+    original_restore = IcebergSink.restore_driver_state
+
+    def restore(self, state):
+        if state is not None and state["batches"]:
+            restores.append((max(n for n, _ in state["batches"]), state["sink_id"], len(snapshots(lake))))
+        original_restore(self, state)
+        if state is not None and state["batches"]:
+            restores[-1] += (len(snapshots(lake)),)
+
+    monkeypatch.setattr(IcebergSink, "restore_driver_state", restore)
+    lake = tmp_path / "lake"
+    env = make_env(parallelism=2, max_records=150, state_checkpoints_dir=str(tmp_path / "ck"))
+    env.enable_checkpointing(1)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    (
+        env.from_source(DataGeneratorSource(record, count=EVENTS), source_name="numbers").uid("numbers")
+        .key_by(key_of)
+        .process(Counting()).uid("counting")
+        .map(as_row, output_type=BUCKETED).uid("rows")
+        .sink_to(IcebergSink.builder().set_table(TABLE).set_warehouse(str(lake)).build()).uid("iceberg")
+    )
+    env.execute("iceberg commit then fail")
+    assert failed, "the injected failure never happened"
+    # the restart restored a checkpoint whose batches the table already held, and committed no snapshot for them
+    [(batch, sink_id, before, after)] = restores
+    assert before == after and any(c["flowpoint.sink-id"] == sink_id and c["flowpoint.batch"] == str(batch) for c in summaries(lake))
+    got = Counter((r["key"], r["n"]) for r in table(lake).scan().to_arrow().to_pylist())
+    expected = Counter(expected_outputs(EVENTS))
+    assert got == expected, f"duplicates: {sum((got - expected).values())}, missing: {sum((expected - got).values())}"
