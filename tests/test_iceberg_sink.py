@@ -407,3 +407,65 @@ def test_a_failure_right_after_a_commit_restores_that_checkpoint_without_committ
     got = Counter((r["key"], r["n"]) for r in table(lake).scan().to_arrow().to_pylist())
     expected = Counter(expected_outputs(EVENTS))
     assert got == expected, f"duplicates: {sum((got - expected).values())}, missing: {sum((expected - got).values())}"
+
+
+@pytest.fixture(scope="module")
+def s3_lake():
+    """A moto S3 server in a process of its own and a bucket ``lake``; the FileIO properties an
+    IcebergSink's catalog needs to reach it."""
+    pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import pyarrow.fs as pafs
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1", endpoint_override=f"127.0.0.1:{port}",
+                          scheme="http", allow_bucket_creation=True).create_dir("lake")
+        yield {"s3.endpoint": f"http://127.0.0.1:{port}", "s3.access-key-id": "testing",
+               "s3.secret-access-key": "testing", "s3.region": "us-east-1"}
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_an_s3_table_is_written_and_a_restore_commits_nothing_twice(tmp_path, s3_lake):
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": "s3://lake/warehouse", **s3_lake}
+
+    def s3_sink():
+        s = IcebergSink.builder().set_table(TABLE).set_catalog_properties(props).set_partition_columns(["bucket"]).build()
+        s.input_type = BUCKETED
+        s.on_job_config(None)
+        s.on_job_start(1000)
+        return s
+
+    def s3_table():
+        return pyiceberg_catalogs.load_catalog("default", **props).load_table(TABLE)
+
+    s = s3_sink()
+    assert s.table_location == "s3://lake/warehouse/db/clicks"
+    epoch(s, 1, 0, [Row(bucket="a", key=1, n=1), Row(bucket="b", key=2, n=1)])
+    state = s.snapshot_driver_state()
+    assert s3_table().scan().to_arrow().num_rows == 0  # written, not committed
+    s.notify_checkpoint_complete(1)
+    s3_sink().restore_driver_state(state)  # the driver died after the commit
+    t = s3_table()
+    assert len(t.snapshots()) == 1
+    assert sorted((r["bucket"], r["key"]) for r in t.scan().to_arrow().to_pylist()) == [("a", 1), ("b", 2)]
+    assert all(f.startswith("s3://lake/warehouse/db/clicks/data/bucket=") for f in _current_files(t))

@@ -39,7 +39,12 @@ from typing import Any
 from flowpoint import private_files
 from flowpoint.connectors.iceberg.catalog import CatalogSettings, open_table
 from flowpoint.connectors.iceberg.commits import commit, committed_batch, summary
-from flowpoint.connectors.iceberg.directories import check_table_tree, check_warehouse, local_dir
+from flowpoint.connectors.iceberg.directories import (
+    OUTPUT_DIR_MODE,
+    check_table_tree,
+    check_warehouse,
+    local_dir,
+)
 from flowpoint.connectors.iceberg.errors import IcebergConfigurationError, IcebergSinkError
 from flowpoint.connectors.iceberg.schema import (
     check_partition_columns,
@@ -194,7 +199,7 @@ class IcebergSink(Sink):
         check_partition_columns(schema, self.partition_columns, self.where)
         if self.catalog.warehouse is not None:
             if self.trust_shared_dirs:
-                private_files.makedirs(self.catalog.warehouse, 0o755, exact=False)
+                private_files.makedirs(self.catalog.warehouse, OUTPUT_DIR_MODE, exact=False)
             else:
                 check_warehouse(self.catalog.warehouse)
         catalog = self.catalog.load(self.where)
