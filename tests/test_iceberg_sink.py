@@ -311,6 +311,15 @@ def test_another_users_or_a_world_writable_warehouse_is_refused(tmp_path, other_
     (mine / "db" / "clicks" / "data").chmod(0o777)  # a directory of the table others can write
     with pytest.raises(InsecurePathError, match=rf"IcebergSink table directory {mine}/db/clicks/data can be written by other users"):
         sink(mine)
+    # a partition directory another user made after the job started: the task refuses to write there
+    parts = sink(tmp_path / "parts", BUCKETED, ["bucket"])
+    planted = tmp_path / "parts" / "db" / "clicks" / "data" / "bucket=x"
+    planted.mkdir()
+    os.chown(planted, other_uid, -1)
+    w = parts.create_writer(0, 1, None)
+    w.write([Row(bucket="x", key=1, n=1)])
+    with pytest.raises(InsecurePathError, match=rf"IcebergSink data directory {planted} belongs to .*uid {other_uid}"):
+        w.finish(1)
 
 
 def as_row(kv):

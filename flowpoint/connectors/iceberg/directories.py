@@ -56,19 +56,20 @@ def check_table_tree(directory: str) -> None:
             private_files.check_private_dir(os.path.join(root, name), "IcebergSink table directory", trust_hint())
 
 
-def data_dir(directory: str, table_location: str, trust: bool, checked: set[str]) -> None:
-    """A task's data directory below the table's, when local: created if missing and, the first
-    time for ``checked`` and unless ``trust``, refused if it or one between it and the table's
-    directory belongs to another user or others can write it."""
+def data_dir(directory: str, data_location: str, trust: bool, checked: set[str]) -> None:
+    """A task's data directory (a partition's, or the table's data location itself), when
+    local: created if missing and, the first time for ``checked`` and unless ``trust``, refused
+    if it or one between it and the data location belongs to another user or others can
+    write it."""
     local = local_dir(directory)
-    base = local_dir(table_location)
+    base = local_dir(data_location)
     if local is None or base is None or local in checked:
         return
     private_files.makedirs(local, OUTPUT_DIR_MODE, exact=False)
     if not trust:
         d = local
-        while len(d) > len(base):
+        while d.startswith(base + os.sep):
             private_files.check_private_dir(d, "IcebergSink data directory", trust_hint())
             d = os.path.dirname(d)
-        private_files.check_private_dir(base, "IcebergSink table directory", trust_hint())
+        private_files.check_private_dir(base, "IcebergSink data directory", trust_hint())
     checked.add(local)

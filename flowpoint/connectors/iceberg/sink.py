@@ -205,10 +205,13 @@ class IcebergSink(Sink):
         catalog = self.catalog.load(self.where)
         table = open_table(self.catalog, catalog, self.table, schema, self.partition_columns, self.where)
         location = table.location().rstrip("/")
-        if local_dir(location) is not None and not self.trust_shared_dirs:
-            check_table_tree(local_dir(location))
+        data_location = table.properties.get("write.data.path", f"{location}/data").rstrip("/")
+        if not self.trust_shared_dirs:
+            for directory in (location, data_location):
+                if local_dir(directory) is not None and (directory == location or not directory.startswith(location + "/")):
+                    check_table_tree(local_dir(directory))
         self.table_location = location
-        self.data_location = table.properties.get("write.data.path", f"{location}/data").rstrip("/")
+        self.data_location = data_location
         self.io_properties = dict(table.io.properties)
         self.table_properties = dict(table.properties)
         self.schema_json = table.schema().model_dump_json()

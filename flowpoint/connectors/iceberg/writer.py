@@ -133,7 +133,7 @@ class IcebergFileWriter(SinkWriter):
             partition = [partition_value(v, t) for v, t in zip(values, layout.partition_types, strict=True)]
             directory = "/".join(p for p in (self.sink.data_location, layout.partition_path(partition)) if p)
             path = f"{directory}/{self.subtask:05d}-{epoch}-{uuid.uuid4()}.parquet"
-            data_dir(directory, self.sink.table_location, getattr(self.sink, "trust_shared_dirs", False), self._checked)
+            data_dir(directory, self.sink.data_location, self.sink.trust_shared_dirs, self._checked)
             size, statistics = self._write(layout, path, data)
             out.append(describe(path, size, layout.spec.spec_id, partition, statistics))
         return out
