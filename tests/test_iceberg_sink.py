@@ -468,7 +468,7 @@ def test_an_s3_table_is_written_and_a_restore_commits_nothing_twice(tmp_path, s3
         return pyiceberg_catalogs.load_catalog("default", **props).load_table(TABLE)
 
     s = s3_sink()
-    assert s.table_location == "s3://lake/warehouse/db/clicks"
+    assert s.table_location.startswith("s3://lake/warehouse/db")  # pyiceberg's layout: db/clicks (0.12), db.db/clicks (0.9)
     epoch(s, 1, 0, [Row(bucket="a", key=1, n=1), Row(bucket="b", key=2, n=1)])
     state = s.snapshot_driver_state()
     assert s3_table().scan().to_arrow().num_rows == 0  # written, not committed
@@ -477,4 +477,4 @@ def test_an_s3_table_is_written_and_a_restore_commits_nothing_twice(tmp_path, s3
     t = s3_table()
     assert len(t.snapshots()) == 1
     assert sorted((r["bucket"], r["key"]) for r in t.scan().to_arrow().to_pylist()) == [("a", 1), ("b", 2)]
-    assert all(f.startswith("s3://lake/warehouse/db/clicks/data/bucket=") for f in _current_files(t))
+    assert all(f.startswith(f"{s.table_location}/data/bucket=") for f in _current_files(t))

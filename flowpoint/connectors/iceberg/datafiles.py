@@ -42,7 +42,8 @@ def data_file(d: dict[str, Any]) -> Any:
 
     counts = {key: {int(k): int(v) for k, v in d[key].items()} for key in _COUNTS}
     bounds = {key: {int(k): bytes.fromhex(v) for k, v in d[key].items()} for key in _BOUNDS}
-    return DataFile.from_args(
+    make = getattr(DataFile, "from_args", DataFile)  # pyiceberg 0.10 added from_args; 0.9 takes the fields as such
+    return make(
         content=DataFileContent.DATA,
         file_path=d["path"],
         file_format=FileFormat.PARQUET,
