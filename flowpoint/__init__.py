@@ -147,6 +147,7 @@ from flowpoint.connectors.file_sink import (
     RollingPolicy,
 )
 from flowpoint.connectors.files import BulkFormat, FileFormat, FileSource, StreamFormat
+from flowpoint.connectors.iceberg import IcebergSink
 from flowpoint.connectors.kafka import (
     ByteArraySchema,
     DeliveryGuarantee,
@@ -240,6 +241,7 @@ __all__ = [
     "GlobalWindowSerializer",
     "GlobalWindows",
     "HashMapStateBackend",
+    "IcebergSink",
     "Instant",
     "JobClient",
     "JobExecutionResult",

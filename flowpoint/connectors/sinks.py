@@ -7,7 +7,7 @@ the epoch has committed: print and collect sinks therefore show each record exac
 when Spark retries a task. A user's ``SinkFunction`` writes during the epoch and is
 at-least-once; exactly-once sinks stage their output and make it final when a checkpoint
 completes (``FileSink``: connectors/file_sink.py; ``KafkaSink``: connectors/kafka/sink.py;
-``DeltaSink``: connectors/delta/sink.py).
+``DeltaSink``: connectors/delta/sink.py; ``IcebergSink``: connectors/iceberg/sink.py).
 """
 
 from __future__ import annotations
