@@ -14,7 +14,7 @@ import stat
 from flowpoint import private_files
 from flowpoint.errors import InsecurePathError
 
-OUTPUT_DIR_MODE = 0o755
+OUTPUT_DIR_MODE = private_files.OUTPUT_DIR_MODE
 
 
 def local_dir(location: str) -> str | None:
@@ -50,10 +50,7 @@ def check_warehouse(warehouse: str) -> str:
 
 def check_table_tree(directory: str) -> None:
     """The table's local directory and every directory below it (metadata, data, partitions)."""
-    base = private_files.check_dir(directory, "IcebergSink table directory", trust_hint())
-    for root, dirs, _files in os.walk(base):
-        for name in sorted(dirs):
-            private_files.check_private_dir(os.path.join(root, name), "IcebergSink table directory", trust_hint())
+    private_files.check_output_tree(directory, "IcebergSink table directory", "IcebergSink table directory", trust_hint())
 
 
 def data_dir(directory: str, data_location: str, trust: bool, checked: set[str]) -> None:
@@ -65,11 +62,8 @@ def data_dir(directory: str, data_location: str, trust: bool, checked: set[str])
     base = local_dir(data_location)
     if local is None or base is None or local in checked:
         return
-    private_files.makedirs(local, OUTPUT_DIR_MODE, exact=False)
-    if not trust:
-        d = local
-        while d.startswith(base + os.sep):
-            private_files.check_private_dir(d, "IcebergSink data directory", trust_hint())
-            d = os.path.dirname(d)
-        private_files.check_private_dir(base, "IcebergSink data directory", trust_hint())
-    checked.add(local)
+    if trust:
+        private_files.makedirs(local, OUTPUT_DIR_MODE, exact=False)
+        checked.add(local)
+        return
+    private_files.output_subdir(base, local, "IcebergSink data directory", "IcebergSink data directory", trust_hint(), checked)
