@@ -1,6 +1,7 @@
-"""A keyed count written into a Delta table, as a script for the kill -9 and ``--resume`` test
-(tests/test_delta_resume.py): ``python delta_jobs.py <checkpoints dir> <table> <runtime>
-<events> <events a second, 0: unlimited>``."""
+"""A keyed count written into a Delta table and an Iceberg table at once, as a script for the
+kill -9 and ``--resume`` test (tests/test_lakehouse_resume.py): ``python lakehouse_jobs.py
+<checkpoints dir> <Delta table> <Iceberg warehouse> <runtime> <events> <events a second, 0:
+unlimited>``; the Iceberg table is ``db.counts`` in the warehouse's embedded catalog."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import sys
 
 from checkpoint_jobs import Counting, key_of, record
 
-from flowpoint import DataGeneratorSource, DeltaSink, StreamExecutionEnvironment, Types
+from flowpoint import DataGeneratorSource, DeltaSink, IcebergSink, StreamExecutionEnvironment, Types
 from flowpoint.api.row import Row
 
+ICEBERG_TABLE = "db.counts"
 COUNTS = Types.ROW_NAMED(["key", "n"], [Types.LONG(), Types.LONG()])
 
 
@@ -20,7 +22,8 @@ def as_row(pair):
 
 
 if __name__ == "__main__":
-    checkpoints, table, runtime, events, rate = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    checkpoints, table, warehouse, runtime = sys.argv[1:5]
+    events, rate = int(sys.argv[5]), float(sys.argv[6])
     settings = {
         "execution.progress.interval": 0,
         "execution.runtime": runtime,
@@ -35,12 +38,13 @@ if __name__ == "__main__":
     env.set_parallelism(2)
     env.set_epoch_max_records(200)
     env.enable_checkpointing(1 if runtime == "epoch" else 200)
-    (
+    rows = (
         env.from_source(DataGeneratorSource(record, count=events, rate_limit_per_second=rate or None), source_name="numbers")
         .uid("numbers")
         .key_by(key_of)
         .process(Counting()).uid("counting")
         .map(as_row, output_type=COUNTS).uid("rows")
-        .sink_to(DeltaSink.builder().set_table_path(table).build()).uid("delta")
     )
-    env.execute(f"delta-resume-{runtime}")
+    rows.sink_to(DeltaSink.builder().set_table_path(table).build()).uid("delta")
+    rows.sink_to(IcebergSink.builder().set_table(ICEBERG_TABLE).set_warehouse(warehouse).build()).uid("iceberg")
+    env.execute(f"lakehouse-resume-{runtime}")

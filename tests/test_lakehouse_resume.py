@@ -1,6 +1,7 @@
-"""A job writing a Delta table, killed with kill -9 and resumed with ``flowpoint run --resume``,
-on both runtimes (issue 30): the table, read with ``deltalake`` and with Spark (the Parquet
-files of its current version), holds every result exactly once, and no batch is in two commits."""
+"""A job writing a Delta table and an Iceberg table, killed with kill -9 and resumed with
+``flowpoint run --resume``, on both runtimes (issue 30): each table, read with ``deltalake`` or
+``pyiceberg`` and with Spark (the Parquet files of its current version), holds every result
+exactly once, and no batch of a sink identity is in two commits."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import pytest
 from checkpoint_jobs import expected_outputs
 
 deltalake = pytest.importorskip("deltalake")
+pytest.importorskip("pyiceberg")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "delta_jobs.py")
+SCRIPT = os.path.join(HERE, "lakehouse_jobs.py")
 EVENTS = 4_000
 RUNTIMES = ("epoch", "continuous")
 
@@ -35,16 +37,16 @@ def _commits(table: str) -> int:
 
 @pytest.mark.slow
 def test_killed_with_sigkill_then_resumed_the_table_holds_every_result_once(tmp_path, spark):
-    runs = {r: (str(tmp_path / r / "ck"), str(tmp_path / r / "table")) for r in RUNTIMES}
-    first = {r: subprocess.Popen([sys.executable, SCRIPT, ck, table, r, str(EVENTS), "800"], cwd=HERE,
+    runs = {r: (str(tmp_path / r / "ck"), str(tmp_path / r / "table"), str(tmp_path / r / "lake")) for r in RUNTIMES}
+    first = {r: subprocess.Popen([sys.executable, SCRIPT, *paths, r, str(EVENTS), "800"], cwd=HERE,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for r, (ck, table) in runs.items()}
+             for r, paths in runs.items()}
     try:
         deadline = time.monotonic() + 300
         waiting = set(RUNTIMES)
         while waiting:
             for r in list(waiting):
-                ck, table = runs[r]
+                ck, table, _ = runs[r]
                 if first[r].poll() is not None:
                     pytest.fail(f"the {r} run ended before it was killed: {first[r].stderr.read()[-3000:]}")
                 if _completed_checkpoints(ck) >= 2 and _commits(table) >= 1:
@@ -58,9 +60,9 @@ def test_killed_with_sigkill_then_resumed_the_table_holds_every_result_once(tmp_
             p.wait(60)
             p.stderr.close()
     killed_at = {r: _commits(runs[r][1]) for r in RUNTIMES}
-    resumed = {r: subprocess.Popen([sys.executable, "-m", "flowpoint.cli", "run", "--resume", SCRIPT, ck, table, r,
+    resumed = {r: subprocess.Popen([sys.executable, "-m", "flowpoint.cli", "run", "--resume", SCRIPT, *paths, r,
                                     str(EVENTS), "0"], cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for r, (ck, table) in runs.items()}
+               for r, paths in runs.items()}
     expected = Counter(expected_outputs(EVENTS))
     for r, proc in resumed.items():
         out, err = proc.communicate(timeout=600)
@@ -76,3 +78,20 @@ def test_killed_with_sigkill_then_resumed_the_table_holds_every_result_once(tmp_
         batches = [(h["flowpoint.appId"], n) for h in writes for n in h["flowpoint.batches"]]
         assert len(batches) == len(set(batches)), f"{r}: a batch committed twice: {sorted(batches)}"
         assert any("flowpoint.restoredFrom" in h for h in writes), f"{r}: the resumed run committed nothing of its own"
+        _check_iceberg(runs[r][2], r, expected, spark)
+
+
+def _check_iceberg(warehouse: str, runtime: str, expected: Counter, spark) -> None:
+    from lakehouse_jobs import ICEBERG_TABLE
+
+    from flowpoint.connectors.iceberg import embedded_catalog
+
+    table = embedded_catalog(warehouse).load_table(ICEBERG_TABLE)
+    got = Counter((row["key"], row["n"]) for row in table.scan().to_arrow().to_pylist())
+    assert got == expected, f"{runtime}: duplicates {sum((got - expected).values())}, missing {sum((expected - got).values())}"
+    files = [task.file.file_path for task in table.scan().plan_files()]
+    assert Counter((row["key"], row["n"]) for row in spark.read.parquet(*files).select("key", "n").collect()) == expected
+    summaries = [s.summary.additional_properties for s in table.snapshots()]
+    batches = [(c["flowpoint.sink-id"], n) for c in summaries for n in c["flowpoint.batches"].split(",")]
+    assert len(batches) == len(set(batches)), f"{runtime}: an Iceberg batch committed twice: {sorted(batches)}"
+    assert any("flowpoint.restored-from" in c for c in summaries), f"{runtime}: the resumed run committed no Iceberg batch"
