@@ -39,6 +39,7 @@ from flowpoint.worker_resources import BoundedCache, worker
 _RECENT_LIMIT = 64 << 20  # bytes of the working files this process wrote lately, kept for read-your-writes
 _RECENT_FILES = 4096
 _ACCESS_CLIENTS = 32  # storage clients (one per root and options) kept per process
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")  # what a uid may not bring into a file name
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class PartHandle:
 
 def safe_name(uid: str) -> str:
     """An operator uid as a file name's part."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", uid)[:80]
+    return _UNSAFE.sub("_", uid)[:80]
 
 
 def sha256(data: bytes) -> str:
@@ -127,7 +128,7 @@ class CheckpointParts:
         else:
             rel = f"chk-{self.checkpoint_id}/{safe_name(uid)}-{partition}/{name}"
         path = os.path.join(local_dir, name)
-        self.access.upload_file(path, rel)  # type: ignore[union-attr] - native files need filesystem storage
+        self.access.upload_file(path, rel)  # type: ignore[union-attr]  # native files need filesystem storage
         return PartHandle(rel, size, kind, sha256_file(path), name)
 
     def channel_state(self, name: str, data: bytes) -> PartHandle:
@@ -144,7 +145,7 @@ def write_carried(job_access: CheckpointStorageAccess, handle: PartHandle) -> No
 
 
 def savepoint_file_name(uid: str, partition: int) -> str:
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", uid)[:60]
+    safe = _UNSAFE.sub("_", uid)[:60]
     return f"{safe}-{hashlib.sha1(uid.encode()).hexdigest()[:8]}-{partition}.parquet"
 
 

@@ -10,6 +10,10 @@ task with its slice: it never goes through the durable root, which other writers
 read checks both, and a file without a SHA-256, missing or different fails the task with :class:`StateNotFoundError` naming the file:
 a partition never starts from empty or wrong state.
 
+The files are written by the one writer of state parts (:mod:`flowpoint.checkpoint.part_writer`,
+which keeps what this process wrote lately for read-your-writes); this module reads, caches,
+prunes and deletes them.
+
 The root is ``state.working.remote-dir`` when set, else ``<checkpoint dir>/<job id>/taskowned``
 when checkpoints go to remote storage (s3://, hdfs://, ...), else ``state.working.dir`` on the
 local disk (one host, or executors sharing that directory).
