@@ -217,18 +217,22 @@ def write_local_copy(path: str, data: bytes) -> None:
     write_private(path, data)  # 0600 in new 0700 directories, whatever the umask; atomic
 
 
-def write_working_file(uri: str, data: bytes, options: tuple = (), cache: str | None = None) -> PartHandle:
-    """Write a working file ``data`` at ``uri`` atomically (``cache``: a local path that keeps a
-    copy of a remote file for this executor's other Python workers); its handle (``path``: the URI)."""
+def _store_working(uri: str, data: bytes, options: tuple) -> None:
     if is_local(uri):
         with io_errors("write the working-state file", local_path(uri)):
             write_local_copy(local_path(uri), data)
     else:
         root, name = split(uri)
         storage_access(root, options).write_bytes(name, data)
-        if cache:
-            with contextlib.suppress(OSError):
-                write_local_copy(cache, data)
+
+
+def write_working_file(uri: str, data: bytes, options: tuple = (), cache: str | None = None) -> PartHandle:
+    """Write a working file ``data`` at ``uri`` atomically (``cache``: a local path that keeps a
+    copy of a remote file for this executor's other Python workers); its handle (``path``: the URI)."""
+    _store_working(uri, data, options)
+    if cache and not is_local(uri):
+        with contextlib.suppress(OSError):
+            write_local_copy(cache, data)
     remember(uri, data)
     return PartHandle(uri, len(data), "working", sha256(data))
 
@@ -242,12 +246,7 @@ def upload_working_dir(local_dir: str, uri: str, options: tuple = ()) -> list[Pa
         with io_errors("read the local state file", source), open(source, "rb") as f:
             data = f.read()
         target = join(uri, name)
-        if is_local(target):
-            with io_errors("write the working-state file", local_path(target)):
-                write_local_copy(local_path(target), data)
-        else:
-            root, n = split(target)
-            storage_access(root, options).write_bytes(n, data)
+        _store_working(target, data, options)
         out.append(PartHandle(target, len(data), "working", sha256(data), name))
     return out
 
