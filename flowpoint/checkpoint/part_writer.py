@@ -8,9 +8,10 @@ decides the rest, the same way for each:
   checkpoint alone, ``shared/`` for parts later checkpoints list too, ``chk-<n>/channel-*.pkl``
   for channel state), a savepoint's Parquet parts beside its ``_metadata``, working files below
   ``<durable root>/<run key>/stage-<s>/part-<p>/``;
-- how it is written: atomically, durable before it is acknowledged, private (checkpoint
-  storage: :class:`~flowpoint.checkpoint.filesystem.CheckpointStorageAccess`; local working
-  files: :func:`flowpoint.private_files.write_private`, 0600 in 0700 directories);
+- how it is written: atomically and privately, before the task acknowledges it (checkpoint
+  storage: :class:`~flowpoint.checkpoint.filesystem.CheckpointStorageAccess`, with its file
+  mode; local working files: :func:`flowpoint.private_files.write_private`, 0600 in 0700
+  directories);
 - what is recorded about it: its size and SHA-256 in a :class:`PartHandle`, which the task's
   acknowledgement carries to the driver, where ``_metadata`` (checkpoints, savepoints) or the
   committed chain (working files) records them, and every read checks them.
