@@ -269,13 +269,14 @@ def test_what_seal_signs_verifies_and_a_changed_field_does_not():
 
 
 def test_a_swapped_working_state_file_is_refused_before_it_is_unpickled(tmp_path):
+    from flowpoint.checkpoint import part_writer
     from flowpoint.errors import StateNotFoundError
     from flowpoint.partition import durable
 
     marker = str(tmp_path / "code-ran")
     uri = f"file://{tmp_path}/durable/job/run-0/stage-1/part-0/delta-00000004-t.pkl"
-    size, digest = durable.write_file(uri, pickle.dumps(("delta", {"counting": {}})))
-    durable._recent().clear()  # as another executor, which never saw the write
+    digest = part_writer.write_working_file(uri, pickle.dumps(("delta", {"counting": {}}))).sha256
+    part_writer.recent_writes().clear()  # as another executor, which never saw the write
     with open(uri[len("file://"):], "wb") as f:
         f.write(evil(marker))  # swapped by someone who can write the durable root
     with pytest.raises(StateNotFoundError, match="does not match the checksum recorded when its epoch committed"):

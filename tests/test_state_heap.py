@@ -18,13 +18,13 @@ from flowpoint import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+from flowpoint.checkpoint import part_writer
 from flowpoint.errors import (
     ConfigurationError,
     FlowpointError,
     StateAccessError,
     StateNotFoundError,
 )
-from flowpoint.partition import durable
 from flowpoint.partition.backend import HashMapPartitionBackend
 from flowpoint.partition.committed_chain import CommittedChain, CommittedFile
 from flowpoint.partition.protocol import StateLocation, TaskSlice, TaskStateAck
@@ -670,8 +670,9 @@ def _count_table(ts) -> dict:
 
 def _file(directory, kind: str, epoch: int, token: str, per_uid: dict) -> CommittedFile:
     uri = str(directory / f"{kind}-{epoch:08d}-{token}.pkl")
-    size, digest = durable.write_file(uri, dumps((kind, per_uid)))
-    durable._recent().pop(uri)  # as another process wrote it
+    h = part_writer.write_working_file(uri, dumps((kind, per_uid)))
+    size, digest = h.size, h.sha256
+    part_writer.recent_writes().pop(uri)  # as another process wrote it
     return CommittedFile(epoch, token, uri, size, digest)
 
 
@@ -845,11 +846,11 @@ def test_remote_durable_files_are_cached_locally_and_a_bad_copy_is_refetched(tmp
     chain = CommittedChain().committed(1, "t1", _ack(1, "t1", CommittedFile(1, "t1", uri, size, digest)))
     copy = tmp_path / "local" / JOB / "stage-1" / "part-0" / "durable" / "delta-00000001-t1.pkl"
     assert copy.exists()
-    durable._recent().clear()  # another worker process
+    part_writer.recent_writes().clear()  # another worker process
     ts, fresh = HashMapPartitionBackend(location, 128, TaskStateCache()).acquire(1, 0, chain, ["op-uid"])
     assert fresh and _count_table(ts) == {"a": 1}
     copy.write_bytes(b"not the committed bytes")
-    durable._recent().clear()
+    part_writer.recent_writes().clear()
     ts, _ = HashMapPartitionBackend(location, 128, TaskStateCache()).acquire(1, 0, chain, ["op-uid"])
     assert _count_table(ts) == {"a": 1}
     assert copy.read_bytes() != b"not the committed bytes"  # refetched

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from flowpoint.checkpoint import part_writer
 from flowpoint.errors import CheckpointError, StateIOError
-from flowpoint.partition import durable
 from flowpoint.spark.failures import is_recoverable, task_error
 
 
@@ -33,7 +33,7 @@ def test_a_full_disk_writing_a_durable_file_names_the_path(tmp_path, monkeypatch
     target = tmp_path / "durable" / "run" / "stage-1" / "part-0" / "delta-00000003-t.pkl"
     _disk_full(monkeypatch)
     with pytest.raises(StateIOError) as info:
-        durable.write_file(f"file://{target}", b"x" * 1000)
+        part_writer.write_working_file(f"file://{target}", b"x" * 1000)
     err = info.value
     assert err.path == str(target) and str(target) in str(err)
     assert "cannot write the working-state file" in str(err) and "[Errno 28]" in str(err) and "full" in str(err)
@@ -47,7 +47,7 @@ def test_uploading_a_base_names_the_file(tmp_path, monkeypatch):
     (local / "000001.sst").write_bytes(b"y" * 100)
     _disk_full(monkeypatch)
     with pytest.raises(StateIOError) as info:
-        durable.upload_dir(str(local), str(tmp_path / "remote" / "base-1"))
+        part_writer.upload_working_dir(str(local), str(tmp_path / "remote" / "base-1"))
     assert info.value.path == str(tmp_path / "remote" / "base-1" / "000001.sst")
 
 

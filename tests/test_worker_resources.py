@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from flowpoint.partition import durable
+from flowpoint.checkpoint import part_writer
 from flowpoint.partition.working import TaskStateCache, task_states
 from flowpoint.worker_resources import BoundedCache, ClientPool, worker
 
@@ -279,22 +279,22 @@ def test_task_state_cache_drops_while_others_add_jobs():
 
 
 def test_recent_writes_stay_within_their_byte_bound_from_many_threads(tmp_path):
-    durable._recent().clear()
+    part_writer.recent_writes().clear()
 
     def work(i: int) -> None:
         for j in range(200):
             uri = str(tmp_path / f"f-{i}-{j % 9}")
-            durable._remember(uri, b"x" * (100 + 37 * ((i + j) % 50)))
-            durable._recent().get(str(tmp_path / f"f-{(i + 1) % THREADS}-{j % 9}"))
+            part_writer.remember(uri, b"x" * (100 + 37 * ((i + j) % 50)))
+            part_writer.recent_writes().get(str(tmp_path / f"f-{(i + 1) % THREADS}-{j % 9}"))
             if j % 13 == 0:
-                durable._recent().pop(uri)
+                part_writer.recent_writes().pop(uri)
 
-    recent = durable._recent()
+    recent = part_writer.recent_writes()
     recent.max_weight = 64 << 10
     hammer(work)
     assert recent.weight == sum(len(recent.get(k) or b"") for k in recent.keys())
     assert recent.weight <= 64 << 10
-    recent.max_weight = durable._RECENT_LIMIT
+    recent.max_weight = part_writer._RECENT_LIMIT
     recent.clear()
 
 

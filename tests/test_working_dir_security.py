@@ -19,9 +19,9 @@ import pytest
 from untrusted import Planted, mode
 
 from flowpoint import StreamExecutionEnvironment
+from flowpoint.checkpoint import part_writer
 from flowpoint.connectors.sinks import CollectSink
 from flowpoint.errors import ConfigurationError, InsecurePathError
-from flowpoint.partition import durable
 from flowpoint.partition.factory import partition_backend
 from flowpoint.partition.protocol import StateLocation
 from flowpoint.partition.working import (
@@ -84,7 +84,7 @@ def test_created_0700_and_files_0600_whatever_the_umask(home):
         assert root == os.path.realpath(home / ".cache" / "flowpoint")
         assert mode(root) == 0o700
         uri = os.path.join(root, "durable", "job", "run-0", "stage-1", "part-0", "delta-00000001-x.pkl")
-        durable.write_file(uri, b"state")
+        part_writer.write_working_file(uri, b"state")
         assert mode(uri) == 0o600
         for d in ("durable", "durable/job", "durable/job/run-0/stage-1/part-0"):
             assert mode(os.path.join(root, d)) == 0o700, d

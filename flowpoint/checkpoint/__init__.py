@@ -6,6 +6,8 @@ and a job's checkpoint directory with retention.
 - :mod:`flowpoint.checkpoint.metadata`: the ``_metadata`` dataclasses and their JSON form.
 - :mod:`flowpoint.checkpoint.directory`: :class:`CheckpointStore` (complete, retain, abort) and
   finding checkpoints to list or restore from.
+- :mod:`flowpoint.checkpoint.part_writer`: the one writer of state parts (checkpoints,
+  savepoints, durable working files): where each goes, how it is written, what is recorded.
 """
 
 from flowpoint.checkpoint.directory import (

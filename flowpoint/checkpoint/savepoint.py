@@ -32,7 +32,6 @@ so a savepoint must be trusted before it is restored or read. :func:`describe` a
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import logging
@@ -67,6 +66,7 @@ from flowpoint.checkpoint.metadata import (
     read_metadata,
     write_metadata,
 )
+from flowpoint.checkpoint.part_writer import copy_part, write_savepoint_part
 from flowpoint.checkpoint.parts import (
     RestoredFile,
     apply_part,
@@ -122,13 +122,6 @@ def resolve_target(target_directory: str | None, config: Any) -> str:
         )
         raise ConfigurationError(msg)
     return str(target)
-
-
-def file_name(uid: str, partition: int) -> str:
-    import re
-
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", uid)[:60]
-    return f"{safe}-{hashlib.sha1(uid.encode()).hexdigest()[:8]}-{partition}.parquet"
 
 
 # -- encoding ----------------------------------------------------------------------------------
@@ -293,11 +286,13 @@ def create_savepoint_dir(target: str, job_id: str, options: Mapping[str, Any] | 
     return access
 
 
-def write_parts(access: CheckpointStorageAccess, uids: list[str], index: int, key_group_start: int, key_group_end: int, tables: Mapping[str, Mapping[str, Mapping[Any, Any]]], kinds: Mapping[str, Mapping[str, str]], schemas: Mapping[str, Mapping[str, dict]], max_parallelism: int) -> list[tuple[str, SubtaskState, dict[str, dict[str, Any]]]]:
+def write_parts(savepoint_uri: str, options: Mapping[str, Any], uids: list[str], index: int, key_group_start: int, key_group_end: int, tables: Mapping[str, Mapping[str, Mapping[Any, Any]]], kinds: Mapping[str, Mapping[str, str]], schemas: Mapping[str, Mapping[str, dict]], max_parallelism: int) -> list[tuple[str, SubtaskState, dict[str, dict[str, Any]]]]:
     """Every operator's part (:func:`write_part`) of parallel instance ``index`` holding key groups
-    ``key_group_start..key_group_end``: ``[(uid, subtask entry, per-state counts)]``. What a
-    savepoint's task writes on either runtime (a continuous subtask at the savepoint's barrier,
-    a Spark state job between epochs); ``tables``, ``kinds``, ``schemas`` by uid."""
+    ``key_group_start..key_group_end`` in the savepoint directory ``savepoint_uri`` (storage
+    ``options``): ``[(uid, subtask entry, per-state counts)]``. What a savepoint's task writes on
+    either runtime (a continuous subtask at the savepoint's barrier, a Spark state job between
+    epochs); ``tables``, ``kinds``, ``schemas`` by uid."""
+    access = CheckpointStorageAccess(savepoint_uri, options)
     out = []
     for uid in uids:
         sub, states = write_part(access, uid, index, key_group_start, key_group_end, tables.get(uid, {}), kinds.get(uid, {}),
@@ -314,11 +309,9 @@ def write_part(access: CheckpointStorageAccess, uid: str, index: int, key_group_
     for name, schema in (schemas or {}).items():
         if name in enc.states and schema is not None:
             enc.states[name]["schema"] = schema
-    data = parquet_bytes(enc.table)
-    rel = file_name(uid, index)
-    access.write_bytes(rel, data)
-    f = StateFile(rel, len(data), CANONICAL, rows=enc.table.num_rows, sha256=hashlib.sha256(data).hexdigest())
-    return SubtaskState(index, key_group_start, key_group_end, [f], enc.num_keys, len(data), len(data)), enc.states
+    h = write_savepoint_part(access, uid, index, parquet_bytes(enc.table), enc.table.num_rows)
+    f = StateFile(h.path, h.size, CANONICAL, rows=h.rows, sha256=h.sha256)
+    return SubtaskState(index, key_group_start, key_group_end, [f], enc.num_keys, h.size, h.size), enc.states
 
 
 def assemble_operator(uid: str, name: str, parallelism: int, max_parallelism: int, parts: list[tuple[SubtaskState, dict[str, dict[str, Any]]]]) -> OperatorState | None:
@@ -406,11 +399,7 @@ def native_savepoint(checkpoint_uri: str, target: str, job_id: str, options: Map
     files = {f.path: f for f in meta.files()}
     try:
         for rel in sorted(meta.referenced_files()):
-            parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
-            if parent:
-                access.make_dirs(parent)
-            f = files[rel]
-            access.write_bytes(rel, check_bytes(job_dir.read_bytes(rel), f.size, f.sha256, job_dir.uri(rel), None, "checkpoint file"))
+            copy_part(job_dir, access, rel, files[rel].size, files[rel].sha256)
         meta.kind = "savepoint"
         meta.completed_time_ms = now_ms()
         meta.stats = {**meta.stats, "savepoint_format": NATIVE, "from_checkpoint": meta.checkpoint_id}

@@ -30,6 +30,7 @@ from flowpoint.checkpoint.metadata import (
     StateFile,
     SubtaskState,
 )
+from flowpoint.checkpoint.part_writer import write_carried
 from flowpoint.checkpoint.parts import writes_native_files
 from flowpoint.clock import now_ms
 from flowpoint.errors import CheckpointError
@@ -464,7 +465,7 @@ def channel_state_files(cut: CutState, store: Any) -> tuple[list[ChannelStateFil
     for part in cut.channel_state:
         h = part.handle
         if h.data is not None:
-            store.write_file(h.path, h.data)
+            write_carried(store.job_access, h)
         files.append(ChannelStateFile(h.path, h.size, h.sha256, list(part.stages), part.writer))
         cut.stats.state_size += h.size
         cut.stats.incremental_size += h.size
@@ -486,7 +487,7 @@ def assemble_operators(graph: JobGraph, cut: CutState, backend: str, declared: d
             files, size, uploaded = [], 0, 0
             for h in part.files:
                 if h.data is not None:  # driver-memory storage: the task could not write it
-                    store.write_file(h.path, h.data)
+                    write_carried(store.job_access, h)
                 files.append(StateFile(h.path, h.size, h.kind, h.local_name, h.rows, h.sha256))
                 size += h.size
                 uploaded += h.size if h.uploaded else 0

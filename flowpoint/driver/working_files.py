@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
+from flowpoint.checkpoint.part_writer import join
 from flowpoint.partition import durable
 from flowpoint.partition.protocol import StateLocation
 from flowpoint.partition.working import (
@@ -83,7 +84,7 @@ class WorkingFiles:
 
     def next_run(self) -> None:
         """A restart: the failed run's working files go; the next run has its own."""
-        durable.delete_tree(durable.join(self.durable_root, self.run_key), self.options)
+        durable.delete_tree(join(self.durable_root, self.run_key), self.options)
         remove_job_dir(self.working_dir, self.run_key)
         self.run += 1
 
@@ -114,7 +115,7 @@ class WorkingFiles:
         job_id = job_id or self.job_id
         options = self.options
         root = self.durable_root if job_id == self.job_id else durable_root(self.config, self.settings, job_id, self.working_dir, _on_a_cluster(self.spark))
-        durable.delete_tree(durable.join(root, job_id), options)
+        durable.delete_tree(join(root, job_id), options)
         if root.endswith(f"/{job_id}/taskowned"):  # inside the job's checkpoint directory
             durable.delete_tree(root, options)
             durable.remove_empty_dir(root.rsplit("/", 1)[0])
@@ -144,7 +145,7 @@ def durable_root(config: Any, settings: Any, job_id: str, working_dir: str, clus
         chk = str(chk)
         if "://" not in chk:
             chk = os.path.abspath(chk)
-        return durable.join(chk, job_id, "taskowned")
+        return join(chk, job_id, "taskowned")
     return os.path.join(working_dir, "durable")
 
 

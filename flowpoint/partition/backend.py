@@ -20,28 +20,28 @@ This module is the only place that chooses by backend name.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
-import re
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.integrity import check_tables, decode, misshapen
+from flowpoint.checkpoint.part_writer import (
+    CheckpointParts,
+    CheckpointTarget,
+    PartHandle,
+    join,
+    safe_name,
+    working_dir,
+    working_name,
+    write_working_file,
+)
 from flowpoint.checkpoint.parts import RestoredFile
 from flowpoint.partition import durable
 from flowpoint.partition.committed_chain import CommittedChain, CommittedFile, TaskStateAck
-from flowpoint.partition.protocol import (
-    CheckpointTarget,
-    OperatorPart,
-    PartHandle,
-    StateLocation,
-    TaskSlice,
-)
+from flowpoint.partition.protocol import OperatorPart, StateLocation, TaskSlice
 from flowpoint.partition.working import (
     ChangeTracker,
     TaskState,
@@ -57,10 +57,6 @@ from flowpoint.state.heap import HeapKeyedStateBackend, puts_and_deletes
 from flowpoint.state.key_identity import key_table
 
 BACKENDS = ("hashmap", "rocksdb")
-
-
-def safe_name(uid: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", uid)[:80]
 
 
 class PartitionBackend:
@@ -87,7 +83,7 @@ class PartitionBackend:
         return partition_dir(self.root, self.location.run_key, stage_id, partition)
 
     def durable_dir(self, stage_id: int, partition: int) -> str:
-        return durable.join(self.location.durable_uri, self.location.run_key, f"stage-{stage_id}", f"part-{partition}")
+        return working_dir(self.location.durable_uri, self.location.run_key, stage_id, partition)
 
     def cache_path(self, stage_id: int, partition: int, uri: str) -> str:
         """This executor's local copy of a durable file of the partition."""
@@ -106,10 +102,10 @@ class PartitionBackend:
             raise misshapen(f.path or "", f"it holds a {type(payload).__name__}, not a base or delta per operator", None, None, f"working {what}", durable.RESTORE_HINT)
         return payload
 
-    def write(self, stage_id: int, partition: int, name: str, data: bytes) -> tuple[str, int, int]:
-        uri = durable.join(self.durable_dir(stage_id, partition), name)
-        size, digest = durable.write_file(uri, data, self.options, self.cache_path(stage_id, partition, uri))
-        return uri, size, digest
+    def write(self, stage_id: int, partition: int, name: str, data: bytes) -> tuple[str, int, str]:
+        uri = join(self.durable_dir(stage_id, partition), name)
+        h = write_working_file(uri, data, self.options, self.cache_path(stage_id, partition, uri))
+        return h.path, h.size, h.sha256
 
     def prune(self, stage_id: int, partition: int, chain: CommittedChain) -> None:
         if chain.base is not None:
@@ -154,12 +150,8 @@ class PartitionBackend:
         if not changed:
             return None, changed, total
         per_uid = {uid: b.delta() for uid, b in ts.backends.items()}
-        uri, size, digest = self.write(s.stage_id, s.partition, f"delta-{epoch:08d}-{token}.pkl", dumps(("delta", per_uid)))
+        uri, size, digest = self.write(s.stage_id, s.partition, working_name("delta", epoch, token), dumps(("delta", per_uid)))
         return CommittedFile(epoch, token, uri, size, digest), changed, total
-
-
-def _storage(target: CheckpointTarget, options: tuple) -> Any:
-    return CheckpointStorageAccess(target.job_dir_uri, dict(options))
 
 
 def _num_keys(tables: dict[str, dict]) -> int:
@@ -260,7 +252,7 @@ class HashMapPartitionBackend(PartitionBackend):
             changed = sum(b.changed_keys() for b in ts.backends.values())
             total = sum(b.num_keys() for b in ts.backends.values())
             per_uid = {uid: b.snapshot() for uid, b in ts.backends.items()}
-            uri, size, digest = self.write(s.stage_id, s.partition, f"base-{epoch:08d}-{token}.pkl", dumps(("base", per_uid)))
+            uri, size, digest = self.write(s.stage_id, s.partition, working_name("base", epoch, token), dumps(("base", per_uid)))
             return TaskStateAck(epoch, token, None, CommittedFile(epoch, token, uri, size, digest), changed, total)
         delta, changed, total = self._write_delta(ts, s, epoch, token)
         return TaskStateAck(epoch, token, delta, None, changed, total)
@@ -297,21 +289,14 @@ class HashMapPartitionBackend(PartitionBackend):
         options, version, run = self.options, ts.version, self.location.run_key
 
         def write() -> list[OperatorPart]:
-            access = None if target.inline else _storage(target, options)
+            writer = CheckpointParts(target, options)
             parts = []
             for uid, data, kind, chain, keys, sync_ms, states in frozen:
                 t0 = time.perf_counter()
                 if data is None:  # nothing changed since the last completed checkpoint: its parts again
                     parts.append(OperatorPart(uid, partition, chain, keys, sync_ms, 0.0, run, states, version))
                     continue
-                if incremental:  # in shared/: later checkpoints list it as well
-                    tag = "log" if kind == "changelog" else "full"
-                    rel = f"shared/{safe_name(uid)}-{partition}-chk{target.checkpoint_id}-{tag}-{uuid.uuid4().hex[:8]}.pkl"
-                else:
-                    rel = f"chk-{target.checkpoint_id}/{safe_name(uid)}-{partition}.pkl"
-                if access is not None:
-                    access.write_bytes(rel, data)
-                h = PartHandle(rel, len(data), kind, hashlib.sha256(data).hexdigest(), data=data if target.inline else None)
+                h = writer.hashmap(uid, partition, data, kind, shared=incremental)  # incremental: in shared/, later checkpoints list it too
                 parts.append(OperatorPart(uid, partition, [*chain, h], keys, sync_ms, (time.perf_counter() - t0) * 1000, run, states, version))
             return parts
 
@@ -446,14 +431,6 @@ def db_path(directory: str, uid: str) -> str:
 
 def shared_key(uid: str, db_id: str, name: str, size: int) -> str:
     return f"{uid}/{db_id}/{name}/{size}"
-
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def restore_tables(backend: Any, files: list[RestoredFile], options: dict) -> None:

@@ -10,6 +10,10 @@ task with its slice: it never goes through the durable root, which other writers
 read checks both, and a file without a SHA-256, missing or different fails the task with :class:`StateNotFoundError` naming the file:
 a partition never starts from empty or wrong state.
 
+The files are written by the one writer of state parts (:mod:`flowpoint.checkpoint.part_writer`,
+which keeps what this process wrote lately for read-your-writes); this module reads, caches,
+prunes and deletes them.
+
 The root is ``state.working.remote-dir`` when set, else ``<checkpoint dir>/<job id>/taskowned``
 when checkpoints go to remote storage (s3://, hdfs://, ...), else ``state.working.dir`` on the
 local disk (one host, or executors sharing that directory).
@@ -18,79 +22,21 @@ local disk (one host, or executors sharing that directory).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
-from typing import Any
 
-from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
-from flowpoint.errors import StateNotFoundError, io_errors
-from flowpoint.private_files import write_private
-from flowpoint.worker_resources import BoundedCache, worker
+from flowpoint.checkpoint.part_writer import (
+    is_local,
+    local_path,
+    recent_writes,
+    sha256,
+    split,
+    storage_access,
+    write_local_copy,
+)
+from flowpoint.errors import StateNotFoundError
 
-_RECENT_LIMIT = 64 << 20  # bytes of the files this process wrote lately, kept for read-your-writes
-_RECENT_FILES = 4096
-_ACCESS_CLIENTS = 32  # storage clients (one per root and options) kept per process
 RESTORE_HINT = "restore the job from a checkpoint"
-
-
-def _recent() -> BoundedCache:
-    """This worker's files written lately (uri -> bytes, LRU, at most ``_RECENT_LIMIT`` bytes):
-    a task reads back what this process wrote without a round trip."""
-    return worker().cache("durable.recent-writes", _RECENT_FILES, weigh=len, max_weight=_RECENT_LIMIT)
-
-
-def is_local(uri: str) -> bool:
-    return "://" not in uri or uri.startswith("file://")
-
-
-def local_path(uri: str) -> str:
-    return uri[len("file://"):] if uri.startswith("file://") else uri
-
-
-def _access(root: str, options: tuple) -> Any:
-    """This worker's storage client of ``root`` (built once per root and options, LRU)."""
-    clients = worker().cache("durable.storage-access", _ACCESS_CLIENTS)
-    return clients.get_or_create((root, options), lambda: CheckpointStorageAccess(root, dict(options)))
-
-
-def _split(uri: str) -> tuple[str, str]:
-    root, _, name = uri.rstrip("/").rpartition("/")
-    return root, name
-
-
-def _remember(uri: str, data: bytes) -> None:
-    if len(data) <= _RECENT_LIMIT // 4:
-        _recent().put(uri, data)
-
-
-def join(root: str, *parts: str) -> str:
-    return "/".join([root.rstrip("/"), *parts])
-
-
-def _write_local(path: str, data: bytes) -> None:
-    write_private(path, data)  # 0600 in new 0700 directories, whatever the umask; atomic
-
-
-def sha256(data: bytes) -> str:
-    """The checksum of every working-state file (one scheme with checkpoint files: SHA-256)."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def write_file(uri: str, data: bytes, options: tuple = (), cache: str | None = None) -> tuple[int, str]:
-    """Write ``data`` atomically; returns ``(size, SHA-256 hex)``. ``cache``: a local path that keeps
-    a copy of a remote file for this executor's other Python workers."""
-    if is_local(uri):
-        with io_errors("write the working-state file", local_path(uri)):
-            _write_local(local_path(uri), data)
-    else:
-        root, name = _split(uri)
-        _access(root, options).write_bytes(name, data)
-        if cache:
-            with contextlib.suppress(OSError):
-                _write_local(cache, data)
-    _remember(uri, data)
-    return len(data), sha256(data)
 
 
 def _cached(cache: str | None, size: int | None, digest: str | None) -> bytes | None:
@@ -133,21 +79,21 @@ def read_file(uri: str, size: int | None, digest: str | None, options: tuple = (
     if not digest:
         msg = f"working {what} {uri} has no SHA-256 in the committed chain: it cannot be verified, so it is not read; {RESTORE_HINT}"
         raise StateNotFoundError(msg)
-    data = _recent().get(uri)
+    data = recent_writes().get(uri)
     if data is None and not is_local(uri):
         data = _cached(cache, size, digest)
         if data is None and cache:
             data = _read_remote(uri, options, what)
             with contextlib.suppress(OSError):
-                _write_local(cache, data)
+                write_local_copy(cache, data)
     if data is None:
         try:
             if is_local(uri):
                 with open(local_path(uri), "rb") as f:
                     data = f.read()
             else:
-                root, name = _split(uri)
-                data = _access(root, options).read_bytes(name)
+                root, name = split(uri)
+                data = storage_access(root, options).read_bytes(name)
         except (FileNotFoundError, OSError) as e:
             raise _not_found(uri, what, e) from e
         except Exception as e:  # CheckpointError from remote storage: missing or unreadable
@@ -163,8 +109,8 @@ def read_file(uri: str, size: int | None, digest: str | None, options: tuple = (
 
 def _read_remote(uri: str, options: tuple, what: str) -> bytes:
     try:
-        root, name = _split(uri)
-        return _access(root, options).read_bytes(name)
+        root, name = split(uri)
+        return storage_access(root, options).read_bytes(name)
     except Exception as e:  # noqa: BLE001 - missing or unreadable: named below
         raise _not_found(uri, what, e) from e
 
@@ -178,28 +124,10 @@ def _not_found(uri: str, what: str, e: BaseException) -> StateNotFoundError:
     return StateNotFoundError(msg)
 
 
-def upload_dir(local_dir: str, uri: str, options: tuple = ()) -> list[tuple[str, str, int, str]]:
-    """Copy every file of ``local_dir`` below ``uri``; returns ``[(uri, name, size, SHA-256 hex)]``."""
-    out = []
-    for name in sorted(os.listdir(local_dir)):
-        source = os.path.join(local_dir, name)
-        with io_errors("read the local state file", source), open(source, "rb") as f:
-            data = f.read()
-        target = join(uri, name)
-        if is_local(target):
-            with io_errors("write the working-state file", local_path(target)):
-                _write_local(local_path(target), data)
-        else:
-            root, n = _split(target)
-            _access(root, options).write_bytes(n, data)
-        out.append((target, name, len(data), sha256(data)))
-    return out
-
-
 def delete(uris: tuple[str, ...] | list[str], options: tuple = ()) -> None:
     """Best effort: files the committed chain no longer needs."""
     for uri in uris:
-        _recent().pop(uri)
+        recent_writes().pop(uri)
         try:
             if is_local(uri):
                 path = local_path(uri)
@@ -208,8 +136,8 @@ def delete(uris: tuple[str, ...] | list[str], options: tuple = ()) -> None:
                 else:
                     os.remove(path)
             else:
-                root, name = _split(uri)
-                _access(root, options).delete(name)
+                root, name = split(uri)
+                storage_access(root, options).delete(name)
         except Exception:  # noqa: BLE001 - leftovers go with the job's directory
             pass
 
@@ -219,8 +147,8 @@ def delete_tree(uri: str, options: tuple = ()) -> None:
         shutil.rmtree(local_path(uri), ignore_errors=True)
         return
     try:
-        root, name = _split(uri)
-        a = _access(root, options)
+        root, name = split(uri)
+        a = storage_access(root, options)
         if a.exists(name):
             a.delete(name)
     except Exception:  # noqa: BLE001 - best effort

@@ -7,6 +7,8 @@ commits the epoch only when every task acknowledged. Checkpoint and savepoint pa
 wrote travel back as :class:`PartHandle` lists: paths relative to the checkpoint or savepoint
 directory, sizes and SHA-256 checksums, never state bytes (except for driver-memory checkpoint
 storage, which executors cannot reach; Flink's JobManagerCheckpointStorage does the same).
+:class:`PartHandle` and :class:`CheckpointTarget` are snapshot storage's own
+(:mod:`flowpoint.checkpoint.part_writer`, the one writer of parts).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowpoint.checkpoint.part_writer import CheckpointTarget, PartHandle
 from flowpoint.errors import FlowpointError
 from flowpoint.partition.committed_chain import CommittedChain, TaskStateAck
 
@@ -43,16 +46,6 @@ class StateLocation:
     @property
     def options(self) -> dict[str, str]:
         return dict(self.storage_options)
-
-
-@dataclass(frozen=True)
-class CheckpointTarget:
-    """A checkpoint whose parts this epoch's stateful tasks write (its synchronous part is the
-    committed state the epoch starts from)."""
-
-    checkpoint_id: int
-    job_dir_uri: str  # chk-<id>/ and shared/ are relative to it
-    inline: bool = False  # driver-memory storage: parts come back in the acknowledgement
 
 
 @dataclass
@@ -125,20 +118,6 @@ class TaskSlice:
     # and the watermarks this subtask had seen on each input channel at that checkpoint's cut
     # (channel -> (watermark, idle); "*": one floor for every channel after a rescale)
     input_marks: dict[str, tuple[int, bool]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PartHandle:
-    """One file a task wrote into a checkpoint or savepoint directory."""
-
-    path: str  # relative to the checkpoint job directory or the savepoint directory
-    size: int
-    kind: str  # "full" | "changelog" | "sst" | "private" | "canonical"
-    sha256: str
-    local_name: str | None = None
-    rows: int | None = None
-    uploaded: bool = True  # False: a file an earlier checkpoint already holds (an SST file, a HashMap chain's part)
-    data: bytes | None = None  # driver-memory checkpoint storage only
 
 
 @dataclass

@@ -5,7 +5,6 @@ The factory in partition/backend.py loads this module only for a job on RocksDB.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import time
@@ -14,18 +13,24 @@ from collections.abc import Callable
 from typing import Any
 
 from flowpoint import private_files
+from flowpoint.checkpoint.part_writer import (
+    CheckpointParts,
+    PartHandle,
+    join,
+    safe_name,
+    upload_working_dir,
+    working_name,
+)
 from flowpoint.checkpoint.parts import restore_native
 from flowpoint.clock import now_ms
+from flowpoint.errors import io_errors
 from flowpoint.partition import durable
 from flowpoint.partition.backend import (
     ROCKSDB_CHAIN_PREFIX,
     PartitionBackend,
-    _sha256_file,
-    _storage,
     db_path,
     read_chain_entry,
     restore_tables,
-    safe_name,
     shared_key,
     state_schemas,
 )
@@ -33,7 +38,6 @@ from flowpoint.partition.committed_chain import CommittedChain, CommittedFile, T
 from flowpoint.partition.protocol import (
     CheckpointTarget,
     OperatorPart,
-    PartHandle,
     TaskSlice,
 )
 from flowpoint.partition.working import (
@@ -181,7 +185,7 @@ class RocksDBPartitionBackend(PartitionBackend):
             b.set_version(base_epoch)
         ts.db_id = uuid.uuid4().hex[:12]
         lineage = os.path.join(directory, _LINEAGE)
-        with durable.io_errors("write the local state file", lineage):
+        with io_errors("write the local state file", lineage):
             private_files.write_private(lineage, ts.db_id.encode(), atomic=False)
 
     def _download(self, path: str, files: list[tuple[str, str, int, str]]) -> None:
@@ -192,7 +196,7 @@ class RocksDBPartitionBackend(PartitionBackend):
         try:
             for uri, name, size, digest in files:
                 data = durable.read_file(uri, size, digest, self.options, "base snapshot file")
-                with durable.io_errors("write the local state file", os.path.join(staging, name)):
+                with io_errors("write the local state file", os.path.join(staging, name)):
                     private_files.write_private(os.path.join(staging, name), data, atomic=False)
             RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
         finally:
@@ -206,14 +210,14 @@ class RocksDBPartitionBackend(PartitionBackend):
             shutil.rmtree(tmp, ignore_errors=True)
             files: list[tuple[str, str, int, str]] = []
             size = 0
-            uri = durable.join(self.durable_dir(s.stage_id, s.partition), f"base-{ts.version:08d}-{token}")
+            uri = join(self.durable_dir(s.stage_id, s.partition), working_name("base", ts.version, token, suffix=""))
             try:
                 for uid, b in sorted(ts.backends.items()):
                     local = os.path.join(tmp, safe_name(uid))
                     b.create_checkpoint(local)
-                    for f_uri, name, fsize, digest in durable.upload_dir(local, durable.join(uri, safe_name(uid)), self.options):
-                        files.append((f_uri, f"{safe_name(uid)}/{name}", fsize, digest))
-                        size += fsize
+                    for h in upload_working_dir(local, join(uri, safe_name(uid)), self.options):
+                        files.append((h.path, f"{safe_name(uid)}/{h.local_name}", h.size, h.sha256))
+                        size += h.size
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
             base = CommittedFile(ts.version, token, uri, size, None, tuple(files))
@@ -271,7 +275,7 @@ class RocksDBPartitionBackend(PartitionBackend):
         options, incremental, db_id = self.options, self.location.incremental or changelog, ts.db_id
 
         def write() -> list[OperatorPart]:
-            access = _storage(target, options)
+            writer = CheckpointParts(target, options)
             parts = []
             try:
                 for uid, local, files, keys, sync_ms, states, version in frozen:
@@ -280,33 +284,20 @@ class RocksDBPartitionBackend(PartitionBackend):
                         chain, entries, materialized_ms = files
                         handles = list(chain)
                         if entries:
-                            data = rocksdb_changelog.encode(entries)
-                            rel = f"shared/{safe_name(uid)}-{partition}-{db_id}-chk{target.checkpoint_id}-{uuid.uuid4().hex[:8]}.changelog"
-                            access.write_bytes(rel, data)
-                            name = f"{rocksdb_changelog.LOCAL_PREFIX}{target.checkpoint_id:010d}"
-                            handles.append(PartHandle(rel, len(data), "changelog", hashlib.sha256(data).hexdigest(), name))
+                            handles.append(writer.rocksdb_changelog(uid, partition, db_id, rocksdb_changelog.encode(entries)))
                         parts.append(OperatorPart(uid, partition, handles, keys, sync_ms, (time.perf_counter() - t0) * 1000, db_id, states, version, materialized_ms))
                         continue
                     handles = []
                     for name, fsize in files:
-                        path = os.path.join(local, name)
-                        if incremental and name.endswith(".sst"):
-                            key = shared_key(uid, db_id, name, fsize)
-                            known = shared.get(key)
+                        sst = incremental and name.endswith(".sst")
+                        if sst:
+                            known = shared.get(shared_key(uid, db_id, name, fsize))
                             if known:
                                 rel, digest = known.split("|", 1)
                                 handles.append(PartHandle(rel, fsize, "sst", digest, name, uploaded=False))
                                 continue
-                            rel = f"shared/{safe_name(uid)}-{partition}-{db_id}-{name}"
-                            kind = "sst"
-                        elif changelog:  # a chain outlives this checkpoint's directory
-                            rel = f"shared/{safe_name(uid)}-{partition}-{db_id}-chk{target.checkpoint_id}-{name}"
-                            kind = "private"
-                        else:
-                            rel = f"chk-{target.checkpoint_id}/{safe_name(uid)}-{partition}/{name}"
-                            kind = "private"
-                        access.upload_file(path, rel)
-                        handles.append(PartHandle(rel, fsize, kind, _sha256_file(path), name))
+                        # a chain (changelog) outlives this checkpoint's directory: in shared/ too
+                        handles.append(writer.rocksdb_file(uid, partition, db_id, local, name, fsize, "sst" if sst else "private", shared=changelog))
                     materialized_ms = taken_ms if changelog else 0
                     parts.append(OperatorPart(uid, partition, handles, keys, sync_ms, (time.perf_counter() - t0) * 1000, db_id, states, version, materialized_ms))
             finally:

@@ -15,7 +15,6 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.savepoint import write_parts
 from flowpoint.partition.backend import state_schemas
 from flowpoint.partition.committed_chain import CommittedChain
@@ -65,8 +64,7 @@ def savepoint_task(location: StateLocation, savepoint_uri: str):
     options = location.options
 
     def action(item: StatePartition, tables: dict, kinds: dict, schemas: dict) -> list:
-        access = CheckpointStorageAccess(savepoint_uri, options)
-        return write_parts(access, list(item.uids), item.partition, item.key_group_start, item.key_group_end, tables, kinds,
+        return write_parts(savepoint_uri, options, list(item.uids), item.partition, item.key_group_start, item.key_group_end, tables, kinds,
                            schemas, item.max_parallelism)
 
     return _with_state(location, action)

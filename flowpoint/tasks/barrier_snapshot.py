@@ -11,7 +11,6 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
-from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
 from flowpoint.checkpoint.savepoint import write_parts
 from flowpoint.clock import now_ms
 from flowpoint.partition.backend import state_schemas
@@ -161,6 +160,5 @@ class BarrierSnapshot:
         head = self.plan.ops[self.plan.head]
         kgr = key_group_range_for_operator(head.max_parallelism, self.plan.parallelism, self.partition)
         tables, kinds = self.backend.committed_tables(self.ts, self.uids)
-        access = CheckpointStorageAccess(uri, self.spec.location.options)
         schemas = {uid: state_schemas(self.ts.backends[uid]) for uid in self.uids if uid in self.ts.backends}
-        return write_parts(access, list(self.uids), self.partition, kgr.start, kgr.end, tables, kinds, schemas, head.max_parallelism)
+        return write_parts(uri, self.spec.location.options, list(self.uids), self.partition, kgr.start, kgr.end, tables, kinds, schemas, head.max_parallelism)

@@ -25,17 +25,16 @@ senders had sent, the checkpoint's.
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from flowpoint.api.time import MIN_WATERMARK
-from flowpoint.checkpoint.filesystem import CheckpointStorageAccess, read_uri_bytes
+from flowpoint.checkpoint.filesystem import read_uri_bytes
 from flowpoint.checkpoint.integrity import check_bytes
 from flowpoint.checkpoint.integrity import decode as decode_file
-from flowpoint.partition.protocol import CheckpointTarget, PartHandle
+from flowpoint.checkpoint.part_writer import CheckpointParts, CheckpointTarget, PartHandle
 from flowpoint.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 from flowpoint.tasks.batches import KeyedBatch, decode, encode
 from flowpoint.tasks.stage_task import input_channels
@@ -81,11 +80,7 @@ def write_channel_state(entries: list[Entry], target: CheckpointTarget, options:
     if not entries:
         return None
     t0 = time.perf_counter()
-    data = pickle.dumps(entries, protocol=5)
-    rel = f"chk-{target.checkpoint_id}/channel-{partition_name}.pkl"
-    if not target.inline:
-        CheckpointStorageAccess(target.job_dir_uri, dict(options)).write_bytes(rel, data)
-    handle = PartHandle(rel, len(data), "channel", hashlib.sha256(data).hexdigest(), data=data if target.inline else None)
+    handle = CheckpointParts(target, options).channel_state(partition_name, pickle.dumps(entries, protocol=5))
     stages = tuple(sorted({e[0] for e in entries}))
     return ChannelStatePart(handle, stages, writer, sum(len(e[3]) for e in entries), (time.perf_counter() - t0) * 1000)
 
