@@ -38,7 +38,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from flowpoint.api.time import Duration
-from flowpoint.connectors.delta.errors import DeltaSourceConfigurationError, DeltaSourceUnavailableError
+from flowpoint.connectors.delta.errors import (
+    DeltaSourceConfigurationError,
+    DeltaSourceUnavailableError,
+)
 from flowpoint.connectors.delta.file_reader import DeltaFileReader
 from flowpoint.connectors.delta.source_types import output_schema, stream_type
 from flowpoint.connectors.delta.table_log import TableLog, table_filesystem

@@ -1,0 +1,376 @@
+"""DeltaSource (issue 30, item 3): a Delta table read as a bounded snapshot, or followed version
+by version while another process appends; positions (each data file's records read, the
+versions in the splits) restored exactly through a failure on both runtimes and through a
+savepoint at another parallelism; versions that delete or rewrite rows refused naming the
+version, compactions skipped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+
+from flowpoint import (
+    CollectSink,
+    DeltaSink,
+    DeltaSource,
+    Duration,
+    KeyedProcessFunction,
+    RestartStrategies,
+    Types,
+    ValueStateDescriptor,
+    WatermarkStrategy,
+)
+from flowpoint.api.row import Row
+from flowpoint.connectors.delta import DeltaSourceConfigurationError, DeltaSourceError
+from flowpoint.errors import FlowpointError
+
+deltalake = pytest.importorskip("deltalake")
+
+RUNTIMES = {
+    "epoch": {"execution.runtime": "epoch"},
+    "continuous": {"execution.runtime": "continuous", "execution.buffer-timeout": 5},
+}
+USERS = 7
+
+
+def rows(start: int, n: int) -> pa.Table:
+    seq = list(range(start, start + n))
+    return pa.table({"user": [f"u{i % USERS}" for i in seq], "seq": pa.array(seq, pa.int64()), "day": [f"d{i % 2}" for i in seq]})
+
+
+def append(path, start: int, n: int, mode: str = "append") -> None:
+    deltalake.write_deltalake(str(path), rows(start, n), mode=mode, partition_by=["day"])
+
+
+def source(path, **kw) -> DeltaSource:
+    b = DeltaSource.builder().set_table_path(str(path))
+    if "version" in kw:
+        b.set_starting_version(kw["version"])
+    if "columns" in kw:
+        b.set_columns(kw["columns"])
+    if kw.get("follow"):
+        b.monitor_continuously(Duration.of_millis(kw.get("interval_ms", 1)))
+    return b.build()
+
+
+def read_all(src: DeltaSource, splits) -> list[dict]:
+    """Every split read whole, as a task would (in pieces of 2 records: positions move)."""
+    reader = src.create_reader()
+    out = []
+    for split in splits:
+        position = split.start
+        while True:
+            plan = src.plan(split, position, 2, 0.0)
+            if plan.end != position:
+                for batch in reader.read(split, src.read_spec(split, position, plan.end)):
+                    assert batch.schema == src.schema
+                    out.extend(batch.to_pylist())
+            position = plan.end
+            if plan.finished:
+                break
+    return out
+
+
+def seqs(records) -> list[int]:
+    return sorted(r["seq"] for r in records)
+
+
+def discover(src, known):
+    time.sleep(0.002)  # past the (1 ms) monitoring interval
+    return src.discover_splits(known)
+
+
+# -- the source alone (driver and reader, no Spark) -------------------------------------------
+
+
+def test_a_bounded_snapshot_reads_every_row_once_with_the_tables_schema(tmp_path):
+    t = tmp_path / "t"
+    append(t, 0, 10)
+    append(t, 10, 5)
+    src = source(t)
+    assert src.is_bounded()
+    assert src.output_type == Types.ROW_NAMED(["user", "seq", "day"], [Types.STRING(), Types.LONG(), Types.STRING()])
+    splits = src.create_splits(2)
+    assert splits[0].split_id == "_delta_log" and splits[0].payload["version"] == 1
+    records = read_all(src, splits)
+    assert seqs(records) == list(range(15))
+    assert all(r["user"] == f"u{r['seq'] % USERS}" and r["day"] == f"d{r['seq'] % 2}" for r in records)  # partition values
+    assert src.total_records() == 15
+    assert src.discover_splits(splits) == []  # bounded: nothing is followed
+
+
+def test_a_starting_version_and_chosen_columns(tmp_path):
+    t = tmp_path / "t"
+    append(t, 0, 4)
+    append(t, 4, 4)
+    append(t, 8, 4)
+    src = source(t, version=1, columns=["seq", "day"])
+    assert src.output_type == Types.ROW_NAMED(["seq", "day"], [Types.LONG(), Types.STRING()])
+    records = read_all(src, src.create_splits(1))
+    assert seqs(records) == list(range(8))
+    assert set(records[0]) == {"seq", "day"}
+
+
+def test_following_reads_appends_skips_compactions_and_refuses_deletes_naming_the_version(tmp_path):
+    t = tmp_path / "t"
+    append(t, 0, 6)
+    src = source(t, follow=True)
+    assert not src.is_bounded()
+    known = src.create_splits(2)
+    assert discover(src, known) == []
+    append(t, 6, 4)  # version 1
+    append(t, 10, 3)  # version 2
+    new = discover(src, known)
+    assert {s.payload["version"] for s in new} == {1, 2}
+    known += new
+    deltalake.DeltaTable(str(t)).optimize.compact()  # version 3: dataChange=false, skipped
+    assert discover(src, known) == []
+    append(t, 13, 2)  # version 4
+    known += discover(src, known)
+    assert seqs(read_all(src, known)) == list(range(15))  # every row once, none from the compaction
+    deltalake.DeltaTable(str(t)).delete("seq = 3")  # version 5
+    with pytest.raises(DeltaSourceError, match=r"version 5 \(DELETE\) removes or rewrites data.*append-only"):
+        discover(src, known)
+    again = source(tmp_path / "t", version=4, follow=True)  # a new job after it: version 5 is refused as well
+    with pytest.raises(DeltaSourceError, match="version 5"):
+        discover(again, again.create_splits(1))
+
+
+def test_an_overwrite_while_following_is_refused(tmp_path):
+    t = tmp_path / "t"
+    append(t, 0, 3)
+    src = source(t, follow=True)
+    known = src.create_splits(1)
+    append(t, 3, 3, mode="overwrite")
+    with pytest.raises(DeltaSourceError, match=r"version 1 \(WRITE\) removes or rewrites data"):
+        discover(src, known)
+
+
+def test_a_restore_follows_on_from_the_restored_splits_without_gap_or_duplicate(tmp_path):
+    """The driver's source went on past the checkpoint; the restored splits are the
+    checkpoint's: the versions after them are read again, once."""
+    t = tmp_path / "t"
+    append(t, 0, 4)
+    src = source(t, follow=True)
+    known = src.create_splits(2)
+    append(t, 4, 4)
+    known += discover(src, known)
+    checkpoint = [src.decode_position(s.split_id, src.encode_position(s, s.start)) for s in known]  # as _metadata holds them
+    append(t, 8, 4)
+    deltalake.DeltaTable(str(t)).optimize.compact()
+    later = discover(src, known)
+    assert {s.payload["version"] for s in later} == {2}
+    restored = [split for split, _ in checkpoint]  # the restart: the planner holds the checkpoint's splits
+    src.create_splits(2)  # (a restart makes the splits again before the restore replaces them)
+    after = discover(src, restored)
+    assert [s.split_id for s in after] == [s.split_id for s in later]
+    append(t, 12, 4)
+    restored += after
+    restored += discover(src, restored)
+    assert seqs(read_all(src, restored)) == list(range(16))
+
+
+def test_a_restart_without_a_checkpoint_reads_the_same_snapshot(tmp_path):
+    t = tmp_path / "t"
+    append(t, 0, 4)
+    src = source(t, follow=True)
+    first = src.create_splits(1)
+    append(t, 4, 4)
+    assert [s.split_id for s in src.create_splits(1)] == [s.split_id for s in first]  # pinned at version 0
+    assert seqs(read_all(src, first + discover(src, first))) == list(range(8))
+
+
+def test_missing_tables_versions_files_and_log_entries_are_named(tmp_path):
+    with pytest.raises(DeltaSourceConfigurationError, match="no Delta table at .*nowhere"):
+        source(tmp_path / "nowhere")
+    t = tmp_path / "t"
+    append(t, 0, 4)
+    with pytest.raises(DeltaSourceConfigurationError, match="no version 3 .*latest is 0"):
+        source(t, version=3)
+    with pytest.raises(DeltaSourceConfigurationError, match=r"no column\(s\) \['nope'\]"):
+        source(t, columns=["seq", "nope"])
+    src = source(t, follow=True)
+    splits = src.create_splits(1)
+    append(t, 4, 4)
+    append(t, 8, 4)
+    deltalake.DeltaTable(str(t)).create_checkpoint()  # at version 2
+    os.remove(t / "_delta_log" / f"{1:020d}.json")  # log retention removed version 1's entry
+    with pytest.raises(DeltaSourceError, match=r"log entry of version 1 .* is gone"):
+        discover(src, splits)
+    data = splits[1]
+    os.remove(t / data.payload["path"])  # vacuumed
+    with pytest.raises(DeltaSourceError, match=rf"data file '{data.payload['path']}' \(version 0\) is gone.*VACUUM"):
+        list(src.create_reader().read(data, (0, 1)))
+    assert issubclass(DeltaSourceError, FlowpointError)
+
+
+def test_a_schema_change_while_following_fails_naming_the_column(tmp_path):
+    t = tmp_path / "t"
+    append(t, 0, 2)
+    src = source(t, follow=True)
+    known = src.create_splits(1)
+    deltalake.write_deltalake(str(t), pa.table({"user": ["x"], "seq": pa.array([1.5]), "day": ["d0"]}), mode="overwrite",
+                              schema_mode="overwrite", partition_by=["day"])
+    with pytest.raises(DeltaSourceError, match=r"version 1 .*changes the type of columns the source reads \(seq: int64 -> double\)"):
+        discover(src, known)
+
+
+def test_a_column_without_a_flowpoint_type_is_refused_unless_left_out(tmp_path):
+    t = tmp_path / "t"
+    deltalake.write_deltalake(str(t), pa.table({"k": [1], "blob": pa.array([b"x"], pa.binary())}))
+    with pytest.raises(DeltaSourceConfigurationError, match="column 'blob' has type binary.*set_columns"):
+        source(t)
+    assert read_all(source(t, columns=["k"]), source(t, columns=["k"]).create_splits(1)) == [{"k": 1}]
+
+
+# -- jobs --------------------------------------------------------------------------------------
+
+
+class CountPerUser(KeyedProcessFunction):
+    """(user, n) for the n-th row of each user; fails at row ``fail_seq`` until ``flag`` exists
+    (it creates the flag as it fails: the restart gets past it)."""
+
+    def __init__(self, fail_seq: int | None = None, flag: str | None = None):
+        self.fail_seq = fail_seq
+        self.flag = flag
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, row, ctx):
+        if row.seq == self.fail_seq and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            msg = f"injected failure at row {row.seq}"
+            raise RuntimeError(msg)
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        yield ctx.get_current_key(), n
+
+
+def expected_counts(total: int) -> Counter:
+    per_user = Counter(f"u{i % USERS}" for i in range(total))
+    return Counter((u, n) for u, c in per_user.items() for n in range(1, c + 1))
+
+
+APPENDER = textwrap.dedent("""
+    import sys, time
+    import pyarrow as pa
+    import deltalake
+    path, start, versions, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    for v in range(versions):
+        seq = list(range(start + v * per, start + (v + 1) * per))
+        deltalake.write_deltalake(path, pa.table({"user": [f"u{i % 7}" for i in seq], "seq": pa.array(seq, pa.int64()),
+                                                  "day": [f"d{i % 2}" for i in seq]}), mode="append", partition_by=["day"])
+        time.sleep(0.15)
+""")
+
+
+def start_appender(path, start: int, versions: int, per: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(start), str(versions), str(per)])
+
+
+def wait_for(sink: CollectSink, count: int, client, timeout_s: float = 90.0) -> list:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        results = sink.results
+        if len(results) >= count:
+            return results
+        if client.is_done():
+            client.wait()  # raises why the job ended
+            pytest.fail(f"the job ended with {len(results)} of {count} records")
+        time.sleep(0.05)
+    pytest.fail(f"timed out: {len(sink.results)} of {count} records")
+
+
+def follow_job(env, t, sink, function) -> None:
+    (env.from_source(source(t, follow=True, interval_ms=100), WatermarkStrategy.no_watermarks(), "delta").uid("delta")
+     .key_by("user").process(function).uid("count").sink_to(sink).uid("collect"))
+
+
+@pytest.mark.slow
+def test_a_table_followed_while_another_process_appends(make_env, tmp_path):
+    t = tmp_path / "t"
+    append(t, 0, 20)
+    env = make_env(parallelism=2, max_records=50, execution_epoch_interval=50)
+    sink = CollectSink()
+    follow_job(env, t, sink, CountPerUser())
+    client = env.execute_async("delta followed")
+    try:
+        appender = start_appender(t, 20, 6, 15)  # versions 1..6
+        assert appender.wait(60) == 0
+        got = Counter(wait_for(sink, 110, client))
+        time.sleep(0.5)  # a few more discovery rounds: nothing is read twice
+        assert Counter(sink.results) == expected_counts(110) == got
+    finally:
+        client.cancel()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["epoch", "continuous"])
+def test_exactly_once_through_a_failure_and_a_restart(make_env, tmp_path, runtime):
+    """A row fails once, after the job has read versions that came while it ran; the job
+    restarts from its last checkpoint (file positions and versions restored) and every row is
+    counted once."""
+    t = tmp_path / "t"
+    append(t, 0, 30)
+    env = make_env(parallelism=2, max_records=40, state_checkpoints_dir=str(tmp_path / "ck"), execution_epoch_interval=50,
+                   **RUNTIMES[runtime])
+    env.enable_checkpointing(1 if runtime == "epoch" else 100)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    flag = str(tmp_path / "failed")
+    sink = CollectSink()
+    follow_job(env, t, sink, CountPerUser(fail_seq=75, flag=flag))
+    client = env.execute_async(f"delta followed through a restart ({runtime})")
+    try:
+        appender = start_appender(t, 30, 6, 15)  # versions 1..6: rows 30..119
+        assert appender.wait(60) == 0
+        wait_for(sink, 120, client)
+        time.sleep(0.5)
+        assert os.path.exists(flag), "the injected failure never happened"
+        got = Counter(sink.results)
+        expected = expected_counts(120)
+        assert got == expected, f"duplicates: {sum((got - expected).values())}, missing: {sum((expected - got).values())}"
+    finally:
+        client.cancel()
+
+
+def _round_trip(env, t_in, t_out) -> None:
+    env.enable_checkpointing(1)
+    (env.from_source(source(t_in), WatermarkStrategy.no_watermarks(), "delta in").uid("delta-in")
+     .key_by("user").process(CountPerUser()).uid("count")
+     .map(lambda kv: Row(user=kv[0], n=kv[1]), output_type=Types.ROW_NAMED(["user", "n"], [Types.STRING(), Types.LONG()])).uid("rows")
+     .sink_to(DeltaSink.builder().set_table_path(str(t_out)).build()).uid("delta-out"))
+
+
+@pytest.mark.slow
+def test_round_trip_into_a_delta_sink_through_a_savepoint_at_another_parallelism(make_env, tmp_path):
+    """DeltaSource -> keyed count -> DeltaSink: stopped with a savepoint part way through the
+    snapshot, restored at parallelism 3; the output table holds every count once."""
+    t_in, t_out = tmp_path / "in", tmp_path / "out"
+    for v in range(12):
+        append(t_in, v * 25, 25)
+    env = make_env(parallelism=2, max_records=20, state_checkpoints_dir=str(tmp_path / "ck"), execution_runtime="epoch")
+    _round_trip(env, t_in, t_out)
+    client = env.execute_async("delta round trip")
+    deadline = time.monotonic() + 90
+    while client.progress().epoch < 4 and time.monotonic() < deadline and not client.is_done():
+        time.sleep(0.05)
+    assert not client.is_done(), "the job ended before the savepoint"
+    path = client.stop_with_savepoint(str(tmp_path / "sp"))
+    client.wait(60)
+    before = deltalake.DeltaTable(str(t_out)).to_pyarrow_table().num_rows
+    assert 0 < before < 300, "the savepoint should cut the input"
+    env2 = make_env(parallelism=3, max_records=200, state_checkpoints_dir=str(tmp_path / "ck2"), execution_runtime="epoch")
+    env2.get_configuration().set("execution.savepoint.path", path)
+    _round_trip(env2, t_in, t_out)
+    env2.execute("delta round trip, restored at parallelism 3")
+    got = Counter((r["user"], r["n"]) for r in deltalake.DeltaTable(str(t_out)).to_pyarrow_table().to_pylist())
+    expected = expected_counts(300)
+    assert got == expected, f"duplicates: {sum((got - expected).values())}, missing: {sum((expected - got).values())}"
