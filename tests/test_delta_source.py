@@ -341,35 +341,6 @@ def test_exactly_once_through_a_failure_and_a_restart(make_env, tmp_path, runtim
         client.cancel()
 
 
-class Watermarks(KeyedProcessFunction):
-    def process_element(self, row, ctx):
-        yield row.seq, ctx.timer_service().current_watermark()
-
-
-@pytest.mark.slow
-def test_rows_of_versions_appended_after_every_file_was_read_are_not_late(make_env, tmp_path):
-    """Event time on the continuous runtime: once every data file read so far has finished,
-    the watermark stays where it is (the finished splits go idle) instead of jumping to
-    +infinity, so the rows of a version appended later are not late."""
-    t = tmp_path / "t"
-    append(t, 0, 10)
-    env = make_env(parallelism=2, **RUNTIMES["continuous"])
-    sink = CollectSink()
-    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda row, ts: row.seq * 1000)
-    (env.from_source(source(t, follow=True, interval_ms=100), strategy, "delta").uid("delta")
-     .key_by("user").process(Watermarks()).uid("marks").sink_to(sink).uid("collect"))
-    client = env.execute_async("delta event time")
-    try:
-        wait_for(sink, 10, client)
-        time.sleep(1.0)  # the snapshot's splits have finished, their watermarks are out
-        append(t, 10, 10)
-        marks = dict(wait_for(sink, 20, client))
-        late = {seq: wm for seq, wm in marks.items() if wm >= seq * 1000}
-        assert not late, f"rows read with a watermark at or past their time: {late}"
-    finally:
-        client.cancel()
-
-
 def _round_trip(env, t_in, t_out) -> None:
     env.enable_checkpointing(1)
     (env.from_source(source(t_in), WatermarkStrategy.no_watermarks(), "delta in").uid("delta-in")

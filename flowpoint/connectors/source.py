@@ -40,11 +40,6 @@ class SplitPlan:
 
 Batch = list | pa.RecordBatch
 
-#: The ``finished`` flag of the reads that end a drained job (``stop --drain``): every split
-#: sends +infinity, also one of a source whose finished splits otherwise go idle
-#: (:meth:`Source.finished_splits_go_idle`). Truthy, as ``finished`` is.
-END_OF_INPUT = 2
-
 
 @dataclass(frozen=True)
 class TimestampedBatch:
@@ -170,15 +165,6 @@ class Source(ABC):
         """Whether the continuous runtime may read this source's splits with
         ``create_reader().open(split, position)`` (:class:`OpenRead`) instead of planned
         ranges: the task then reads records as they arrive, without a plan per read."""
-        return False
-
-    def finished_splits_go_idle(self) -> bool:
-        """Whether a split that finished goes idle (it no longer holds the watermark back, and
-        the watermark stays where it is) instead of sending +infinity for its records. A source
-        that keeps finding splits whose records may be older than the finished ones' (a Delta
-        table followed version by version) says True: once every split it had finished, a
-        +infinity watermark would make the records of the splits it finds next late. False by
-        default: finished splits send +infinity, so windows fire as a fixed set of splits ends."""
         return False
 
     def discover_splits(self, known: list[SourceSplit]) -> list[SourceSplit]:

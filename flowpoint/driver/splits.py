@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flowpoint.connectors.source import END_OF_INPUT
 from flowpoint.driver.restore import split_position
 
 if TYPE_CHECKING:
@@ -113,7 +112,7 @@ class SplitPlanner:
         for st in self.states():
             p = st.node.parallelism
             parts = reads.setdefault(st.node.stage_id, [[] for _ in range(p)])
-            parts[st.index % p].append((st.index, st.split, None, END_OF_INPUT))
+            parts[st.index % p].append((st.index, st.split, None, True))
         return reads
 
     # -- positions -----------------------------------------------------------------------------

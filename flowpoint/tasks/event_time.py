@@ -244,17 +244,6 @@ class TimestampsOp(Operator):
                 out.mark_idle()
         self._publish(origin, st, out)
 
-    def retire_split(self, origin: tuple) -> None:
-        """A split (``origin``) of a source whose finished splits go idle finished: its
-        watermark channel goes idle for good (a split's generator in the source stage only; an
-        instance's generator stays)."""
-        if not self.in_source_stage or self.batch:
-            return
-        st = self._state(self._key(origin), origin)
-        if not st.idle:
-            st.idle = True
-            self.emit_watermark_status(origin, True)
-
     # -- upstream watermarks -------------------------------------------------------------------
 
     def process_watermark(self, origin: tuple, wm: int) -> None:

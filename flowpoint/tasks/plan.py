@@ -61,9 +61,6 @@ class StagePlan:
     job_parameters: dict = field(default_factory=dict)
     head_uid: str = ""
     batch: bool = False  # RuntimeExecutionMode.BATCH (flowpoint/api/execution_mode.py)
-    # a source stage's finished split goes idle instead of sending +infinity
-    # (Source.finished_splits_go_idle: a source that finds more splits as it runs)
-    finished_splits_idle: bool = False
 
     @property
     def keyed(self) -> bool:
@@ -117,7 +114,6 @@ def _stage_plan(graph: JobGraph, stage: Stage, job_id: str, job_parameters: dict
         parallelism=stage.parallelism, max_parallelism=stage.max_parallelism,
         input_edges=[_edge_spec(graph, e) for e in stage.inputs],
         source_reader=head.t.source.create_reader() if head.kind == "source" else None,
-        finished_splits_idle=head.kind == "source" and bool(head.t.source.finished_splits_go_idle()),
         job_parameters=job_parameters,
         head_uid=head.uid,
         batch=graph.batch,

@@ -17,7 +17,7 @@ from flowpoint.api.operator_state import (
 )
 from flowpoint.api.time import MAX_WATERMARK, MIN_WATERMARK
 from flowpoint.api.watermarks import Watermark
-from flowpoint.connectors.source import END_OF_INPUT, SourceMetric, TimestampedBatch
+from flowpoint.connectors.source import SourceMetric, TimestampedBatch
 from flowpoint.errors import FlowpointError, UserFunctionError
 from flowpoint.metrics.group import MetricGroup
 from flowpoint.metrics.report import ChainMeter
@@ -211,22 +211,11 @@ class ChainRuntime:
 
     def end_split_read(self, end: tuple, finished: bool) -> None:
         """A source split's read ended at ``end`` (its last origin): periodic emit and idleness;
-        a split that finished sends +infinity, and so does every split at the end of a drained
-        job (``END_OF_INPUT``). A split of a source whose finished splits go idle
-        (``Source.finished_splits_go_idle``: a followed Delta table) goes idle instead: it no
-        longer holds the watermark back, and the records of splits found later are not late."""
+        a bounded split that finished sends +infinity."""
         for op in self.timestamp_ops:
             op.end_split(end)
-        if not finished:
-            return
-        head = self.ops[self.plan.head]
-        if not self.plan.finished_splits_idle or finished == END_OF_INPUT:
-            head.process_watermark(end, MAX_WATERMARK)
-            return
-        for op in self.timestamp_ops:
-            op.retire_split(end)
-        if isinstance(head, SourceOp):
-            head.emit_watermark_status(end, True)
+        if finished:
+            self.ops[self.plan.head].process_watermark(end, MAX_WATERMARK)
 
     def close(self) -> None:
         for op in self.ops.values():

@@ -133,10 +133,6 @@ class DeltaSource(Source):
     def is_bounded(self) -> bool:
         return self.monitor_interval_ms is None
 
-    def finished_splits_go_idle(self) -> bool:
-        # following: a version appended later may hold older event times than the files read
-        return not self.is_bounded()
-
     def _options(self) -> dict[str, str] | None:
         return dict(self.storage_options) or None
 
