@@ -1,5 +1,5 @@
-"""Executor side of ``DeltaSource``: records ``start``..``end`` of one data file of the table,
-as Arrow batches of the stream's schema.
+"""Executor side of ``DeltaSource``: the pieces of a lane's read (records ``start``..``end``
+of data files of the table), as Arrow batches of the stream's schema.
 
 The file is opened through delta-rs's object store (the table's storage options), only the
 row groups that hold the range are read, the partition columns (which Delta keeps in the log,
@@ -32,16 +32,16 @@ class DeltaFileReader(SourceReader):
         self.where = where
 
     def read(self, split: SourceSplit, spec: Any) -> Iterator[pa.RecordBatch]:
-        start, end = spec
-        if split.payload.get("log") or end <= start:
-            return
-        f = split.payload
-        table = self._rows(f, start, end)
-        table = _with_partitions(table, f["partition"], self.schema, self._describe(f))
-        table = _conform(table, self.schema, self._describe(f))
-        for batch in table.to_batches(max_chunksize=BATCH_SIZE):
-            if batch.num_rows:
-                yield batch
+        """``spec``: ``[[file, from record, to record], ...]`` (connectors/delta/lanes.py), in order."""
+        for f, start, end in spec:
+            if end <= start:
+                continue
+            table = self._rows(f, start, end)
+            table = _with_partitions(table, f["partition"], self.schema, self._describe(f))
+            table = _conform(table, self.schema, self._describe(f))
+            for batch in table.to_batches(max_chunksize=BATCH_SIZE):
+                if batch.num_rows:
+                    yield batch
 
     def _describe(self, f: dict) -> str:
         return f"{self.where}: data file {f['path']!r} (version {f['version']})"

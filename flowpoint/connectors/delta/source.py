@@ -15,13 +15,14 @@ follows the table: at most once per interval it reads the log's new versions and
 data files each version appends (connectors/delta/table_log.py says which versions are read,
 skipped or refused).
 
-Splits and positions, as the FileSource and the Kafka source keep them: every data file is a
-split (payload: its version, path, size, record count and partition values; position: the
-records read from it), and split ``_delta_log`` carries the snapshot's version. Split payloads
-and positions go into checkpoint ``_metadata``, so the versions read so far and the records
-read of each file are restored exactly (no duplicate, no gap), at any parallelism. After a
-restore the source follows on from the newest version its restored splits hold: versions
-after it that added nothing are read again and skipped again.
+Splits and positions, as the Kafka source keeps them: the splits are *lanes*, one per source
+subtask when the job first starts (connectors/delta/lanes.py). Each data file belongs to one
+lane; a lane reads its files version by version, and its position ``[version, file, records]``
+says how far: the version read up to, the file being read in it and the records read of that
+file. Positions go into checkpoint ``_metadata``, so a restore continues exactly (no duplicate,
+no gap), at any parallelism (a lane is read by subtask ``lane % parallelism``). A lane of a
+followed table never finishes, so its watermark never jumps to +infinity: the rows of a
+version appended later are never late for that reason.
 
 The stream's type is the table's columns as a ``Types.ROW_NAMED`` (connectors/delta/source_types.py):
 records travel as Arrow batches and ``key_by("column")`` takes the columnar path.
@@ -43,14 +44,12 @@ from flowpoint.connectors.delta.errors import (
     DeltaSourceUnavailableError,
 )
 from flowpoint.connectors.delta.file_reader import DeltaFileReader
+from flowpoint.connectors.delta.lanes import advance, lane_of, pieces
 from flowpoint.connectors.delta.source_types import output_schema, stream_type
 from flowpoint.connectors.delta.table_log import TableLog, table_filesystem
 from flowpoint.connectors.source import Source, SourceReader, SourceSplit, SplitPlan
 
 log = logging.getLogger("flowpoint")
-
-LOG_SPLIT = "_delta_log"
-
 
 class DeltaSourceBuilder:
     def __init__(self) -> None:
@@ -149,9 +148,10 @@ class DeltaSource(Source):
     def _driver_reset(self) -> None:
         self._driver_log: TableLog | None = None
         self._driver_pinned: int | None = None  # the snapshot's version, fixed at the first start
-        self._driver_followed = -1  # the last version looked at
-        self._driver_issued: tuple[int, str] | None = None  # (number of splits, last split id) handed out
-        self._driver_scanned = 0.0
+        self._driver_snapshots: dict[int, list[dict]] = {}  # version -> its snapshot's data files
+        self._driver_appended: dict[int, list[dict]] = {}  # version -> the data files it appended
+        self._driver_latest = -1  # the newest version looked at
+        self._driver_checked = 0.0  # when the log was last asked for new versions
         self._driver_total: int | None = None
 
     def _log(self) -> TableLog:
@@ -163,50 +163,44 @@ class DeltaSource(Source):
         return self._driver_total if self.is_bounded() else None
 
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
-        version, _, _, files = self._log().snapshot(self._driver_pinned if self._driver_pinned is not None else self.starting_version)
+        """One lane per source subtask (connectors/delta/lanes.py), each at the snapshot's start."""
+        version = self._load_snapshot(self._driver_pinned if self._driver_pinned is not None else self.starting_version)
         self._driver_pinned = version
-        splits = [SourceSplit(LOG_SPLIT, {"log": True, "version": version}, version), *self._file_splits(files)]
-        self._driver_total = sum(s.payload["records"] for s in splits[1:])
-        self._driver_followed = version
-        self._driver_issued = (len(splits), splits[-1].split_id)
-        self._driver_scanned = time.monotonic()
-        log.info("%s: reading the snapshot of version %d (%d data files)", self.where, version, len(files))
-        return splits
+        self._driver_latest = max(self._driver_latest, version)
+        self._driver_checked = time.monotonic()
+        files = self._driver_snapshots[version]
+        self._driver_total = sum(int(f["records"]) for f in files)
+        lanes = max(1, parallelism)
+        log.info("%s: reading the snapshot of version %d (%d data files) in %d lanes", self.where, version, len(files), lanes)
+        return [SourceSplit(f"lane-{i}", {"lane": i, "lanes": lanes, "snapshot": version}, [version, 0, 0]) for i in range(lanes)]
 
-    def discover_splits(self, known: list[SourceSplit]) -> list[SourceSplit]:
-        if self.monitor_interval_ms is None or not known:
-            return []
-        now = time.monotonic()
-        if (now - self._driver_scanned) * 1000 < self.monitor_interval_ms:
-            return []
-        self._driver_scanned = now
-        # the newest version the splits hold (restored ones, after a restore); the versions this
-        # source looked at since, when the splits are the ones it handed out
-        base = max(int(s.payload["version"]) for s in known)
-        if (len(known), known[-1].split_id) == self._driver_issued:
-            base = max(base, self._driver_followed)
-        log_ = self._log()
-        latest = log_.latest()
-        files: list[dict] = []
-        for v in range(base + 1, latest + 1):
-            change = log_.change(v, self.table_schema, self.schema.names)
-            if change.skipped:
-                log.debug("%s: version %d skipped: %s", self.where, v, change.skipped)
-            files.extend(change.files)
-        new = self._file_splits(files)
-        self._driver_followed = max(base, latest)
-        self._driver_issued = (len(known) + len(new), new[-1].split_id if new else known[-1].split_id)
-        if new:
-            log.info("%s: versions %d to %d appended %d data files", self.where, base + 1, latest, len(new))
-        return new
+    def _load_snapshot(self, version: int | None) -> int:
+        if version is None or version not in self._driver_snapshots:
+            version, _, _, files = self._log().snapshot(version)
+            self._driver_snapshots[version] = self._with_counts(sorted(files, key=lambda f: f["path"]))
+        return version
 
-    def _file_splits(self, files: list[dict]) -> list[SourceSplit]:
-        out = []
-        for f in files:
-            if f["records"] is None:  # the log has no statistics for it: the file's footer says
-                f = {**f, "records": self._footer_count(f)}
-            out.append(SourceSplit(f"{f['version']}/{f['path']}", f, 0))
-        return out
+    def _lane_files(self, payload: dict, version: int) -> list[dict]:
+        """The files lane ``payload`` reads at ``version`` (the snapshot's, or those it appended)."""
+        if version == int(payload["snapshot"]):
+            self._load_snapshot(version)
+            files = self._driver_snapshots[version]
+        else:
+            files = self._driver_appended.get(version)
+            if files is None:
+                change = self._log().change(version, self.table_schema, self.schema.names)
+                if change.skipped:
+                    log.debug("%s: version %d skipped: %s", self.where, version, change.skipped)
+                files = self._with_counts(sorted(change.files, key=lambda f: f["path"]))
+                if len(self._driver_appended) > 4096:
+                    self._driver_appended.clear()
+                self._driver_appended[version] = files
+        lanes = int(payload["lanes"])
+        return [f for f in files if lane_of(f["path"], lanes) == int(payload["lane"])]
+
+    def _with_counts(self, files: list[dict]) -> list[dict]:
+        # a file the log has no statistics for: its footer says how many records it holds
+        return [f if f["records"] is not None else {**f, "records": self._footer_count(f)} for f in files]
 
     def _footer_count(self, f: dict) -> int:
         try:
@@ -216,12 +210,27 @@ class DeltaSource(Source):
             msg = f"{self.where}: cannot read the footer of data file {f['path']!r} (version {f['version']}): {e}"
             raise DeltaSourceUnavailableError(msg) from None
 
-    def plan(self, split: SourceSplit, position: int, budget: int, elapsed_s: float) -> SplitPlan:
-        if split.payload.get("log"):
-            return SplitPlan(position, 0, True)  # holds the snapshot's version; no records
-        count = int(split.payload["records"])
-        end = min(count, position + budget)
-        return SplitPlan(end, end - position, end >= count)
+    def _last_version(self, payload: dict) -> int:
+        """The newest version a lane may read up to: the snapshot's, when bounded; else the
+        table's latest, asked at most once per monitoring interval."""
+        if self.monitor_interval_ms is None:
+            return int(payload["snapshot"])
+        now = time.monotonic()
+        if (now - self._driver_checked) * 1000 >= self.monitor_interval_ms:
+            self._driver_checked = now
+            latest = self._log().latest()
+            if latest > self._driver_latest:
+                log.debug("%s: versions up to %d to read", self.where, latest)
+            self._driver_latest = max(self._driver_latest, latest)
+        return max(self._driver_latest, int(payload["snapshot"]))
+
+    def plan(self, split: SourceSplit, position: Any, budget: int, elapsed_s: float) -> SplitPlan:
+        payload = split.payload
+        end, records, done = advance(lambda v: self._lane_files(payload, v), position, budget, self._last_version(payload))
+        return SplitPlan(end, records, done and self.is_bounded())
+
+    def read_spec(self, split: SourceSplit, start: Any, end: Any) -> Any:
+        return pieces(lambda v: self._lane_files(split.payload, v), start, end)
 
 
 __all__ = ["DeltaSource", "DeltaSourceBuilder"]
