@@ -306,6 +306,8 @@ def follow_job(env, t, sink, function) -> None:
 
 @pytest.mark.slow
 def test_a_table_followed_while_another_process_appends(make_env, tmp_path):
+    """Every appended row once; a compaction read nothing; then a delete fails the job naming
+    its version."""
     t = tmp_path / "t"
     append(t, 0, 20)
     env = make_env(parallelism=2, max_records=50, execution_epoch_interval=50)
@@ -316,10 +318,15 @@ def test_a_table_followed_while_another_process_appends(make_env, tmp_path):
         appender = start_appender(t, 20, 6, 15)  # versions 1..6
         assert appender.wait(60) == 0
         got = Counter(wait_for(sink, 110, client))
-        time.sleep(0.5)  # a few more discovery rounds: nothing is read twice
+        deltalake.DeltaTable(str(t)).optimize.compact()  # version 7: skipped
+        time.sleep(0.5)  # a few more rounds: nothing is read twice
         assert Counter(sink.results) == expected_counts(110) == got
+        deltalake.DeltaTable(str(t)).delete("seq = 3")  # version 8
+        with pytest.raises(DeltaSourceError, match=r"version 8 \(DELETE\) removes or rewrites data"):
+            client.wait(60)
     finally:
-        client.cancel()
+        if not client.is_done():
+            client.cancel()
 
 
 @pytest.mark.slow

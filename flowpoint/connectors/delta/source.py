@@ -137,7 +137,9 @@ class DeltaSource(Source):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_driver_log"] = None  # the driver's table handle stays on the driver
+        state["_driver_log"] = None  # the driver's table handle and file lists stay on the driver
+        state["_driver_snapshots"] = {}
+        state["_driver_appended"] = {}
         return state
 
     def create_reader(self) -> SourceReader:
