@@ -51,6 +51,7 @@ from flowpoint.connectors.source import Source, SourceReader, SourceSplit, Split
 
 log = logging.getLogger("flowpoint")
 
+
 class DeltaSourceBuilder:
     def __init__(self) -> None:
         self._path: str | None = None
