@@ -6,6 +6,8 @@ version, compactions skipped."""
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import os
 import subprocess
 import sys
@@ -230,6 +232,31 @@ def test_a_schema_change_while_following_fails_naming_the_column(tmp_path):
                               schema_mode="overwrite", partition_by=["day"])
     with pytest.raises(DeltaSourceError, match=r"version 1 .*changes the type of columns the source reads \(seq: int64 -> double\)"):
         reading.read()
+
+
+def test_delta_types_and_partition_values_read_as_flowpoint_types(tmp_path):
+    t = tmp_path / "t"
+    utc = datetime.timezone.utc
+    table = pa.table({
+        "ts": pa.array([datetime.datetime(2024, 1, 1, 1, 2, 3, 456789, tzinfo=utc)], pa.timestamp("us", "UTC")),
+        "dec": pa.array([decimal.Decimal("12.34")], pa.decimal128(10, 2)),
+        "l": pa.array([[1, 2]], pa.list_(pa.int32())),
+        "st": pa.array([{"a": 1, "b": "x"}]),
+        "m": pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int64())),
+        "pday": pa.array([datetime.date(2024, 5, 6)]),
+        "pts": pa.array([datetime.datetime(2024, 5, 6, 7, 8, 9)], pa.timestamp("us")),
+    })
+    deltalake.write_deltalake(str(t), table, partition_by=["pday", "pts"])
+    src = source(t)
+    assert src.output_type == Types.ROW_NAMED(
+        ["ts", "dec", "l", "st", "m", "pday", "pts"],
+        [Types.SQL_TIMESTAMP(), Types.BIG_DEC(), Types.LIST(Types.INT()), Types.ROW_NAMED(["a", "b"], [Types.LONG(), Types.STRING()]),
+         Types.MAP(Types.STRING(), Types.LONG()), Types.SQL_DATE(), Types.SQL_TIMESTAMP()])
+    assert Reading(src, parallelism=1).read() == [{
+        "ts": datetime.datetime(2024, 1, 1, 1, 2, 3, 456000),  # UTC wall-clock time, to the millisecond
+        "dec": decimal.Decimal("12.34"), "l": [1, 2], "st": {"a": 1, "b": "x"}, "m": [("k", 1)],
+        "pday": datetime.date(2024, 5, 6), "pts": datetime.datetime(2024, 5, 6, 7, 8, 9),
+    }]
 
 
 def test_a_column_without_a_flowpoint_type_is_refused_unless_left_out(tmp_path):
