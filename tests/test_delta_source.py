@@ -17,6 +17,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+import test_delta_sink
 
 from flowpoint import (
     CollectSink,
@@ -41,6 +42,7 @@ RUNTIMES = {
     "continuous": {"execution.runtime": "continuous", "execution.buffer-timeout": 5},
 }
 USERS = 7
+s3_lake = test_delta_sink.s3_lake  # the moto S3 server fixture, shared with the sink's tests
 
 
 def rows(start: int, n: int) -> pa.Table:
@@ -265,6 +267,18 @@ def test_a_column_without_a_flowpoint_type_is_refused_unless_left_out(tmp_path):
     with pytest.raises(DeltaSourceConfigurationError, match="column 'blob' has type binary.*set_columns"):
         source(t)
     assert Reading(source(t, columns=["k"])).read() == [{"k": 1}]
+
+
+def test_an_s3_table_is_read_and_followed(s3_lake):
+    """The driver reads the log and the reader the data files through delta-rs's object store
+    (a moto S3 server; the same storage options as the table's)."""
+    path = "s3://lake/events"
+    deltalake.write_deltalake(path, rows(0, 6), partition_by=["day"], storage_options=s3_lake)
+    src = DeltaSource.builder().set_table_path(path).set_storage_options(s3_lake).monitor_continuously(Duration.of_millis(1)).build()
+    reading = Reading(src)
+    assert seqs(reading.read()) == list(range(6))
+    deltalake.write_deltalake(path, rows(6, 4), mode="append", partition_by=["day"], storage_options=s3_lake)
+    assert seqs(reading.read()) == list(range(6, 10))
 
 
 # -- jobs --------------------------------------------------------------------------------------
