@@ -2,8 +2,8 @@
 snapshot, the latest version, and what one version did (the files it appended, or why it is
 skipped, or why the source cannot follow it).
 
-A data file is described as plain data (it travels in split payloads and checkpoint
-``_metadata``): ``{"version", "path", "size", "records", "partition"}``, where ``path`` is
+A data file is described as plain data (it travels to the tasks in read specs):
+``{"version", "path", "size", "records", "partition"}``, where ``path`` is
 relative to the table (percent-decoded once, as the log encodes it) and ``partition`` maps the
 partition columns to the strings the log holds (None for null).
 
