@@ -138,7 +138,7 @@ from flowpoint.connectors.datagen import (
     NumberSequenceSource,
     RateLimiterStrategy,
 )
-from flowpoint.connectors.delta import DeltaSink
+from flowpoint.connectors.delta import DeltaSink, DeltaSource
 from flowpoint.connectors.file_sink import (
     BucketAssigner,
     Encoder,
@@ -217,6 +217,7 @@ __all__ = [
     "DeliveryGuarantee",
     "DeltaEvictor",
     "DeltaSink",
+    "DeltaSource",
     "Duration",
     "DynamicEventTimeSessionWindows",
     "DynamicProcessingTimeSessionWindows",

@@ -22,3 +22,26 @@ class DeltaConfigurationError(DeltaSinkError, ConfigurationError):
     recoverable: the same job would fail the same way again."""
 
     recoverable = False
+
+
+class DeltaSourceError(FlowpointError):
+    """``DeltaSource`` cannot go on reading its table: a version that deletes or rewrites rows
+    while the source follows the table, a log entry or data file that is gone (log retention,
+    vacuum), a table feature it cannot read. Each names the table, the version or file, and
+    what to do. Not recoverable: a restart reads the same log and fails the same way."""
+
+    recoverable = False
+
+
+class DeltaSourceUnavailableError(DeltaSourceError):
+    """The table's storage could not be reached or read (a network or object store error):
+    recoverable, a restart from the last checkpoint reads the same versions again."""
+
+    recoverable = True
+
+
+class DeltaSourceConfigurationError(DeltaSourceError, ConfigurationError):
+    """A bad ``DeltaSource`` setting: no table path, a table that does not exist, a starting
+    version the table does not have, a column it does not have or cannot type."""
+
+    recoverable = False
