@@ -93,14 +93,12 @@ class StateReader:
         (null where there is none). An int is a checkpoint id of this reader's job (its
         checkpoint directory; pinned while it is read), a str the path of any checkpoint or
         savepoint."""
-        # lazy: the Spark adapter (60 ms), not for `import flowpoint`
-        from flowpoint.spark.adapter_choice import adapter_for
 
         old, kinds = self._state_at(before, uid, state_name)
         new, kinds_after = self._state_at(after, uid, state_name)
         is_map = "map" in (kinds.get(state_name), kinds_after.get(state_name))
         rows = state_changes(old, new, is_map)
-        return adapter_for(self.spark).values_dataframe(rows, CHANGE_COLUMNS)
+        return _spark().adapter_choice.adapter_for(self.spark).values_dataframe(rows, CHANGE_COLUMNS)
 
     def _state_at(self, ref: int | str, uid: str, state_name: str) -> tuple[Any, dict[str, str]]:
         if isinstance(ref, str):
@@ -129,10 +127,8 @@ class StateReader:
         Spark tasks, one per parallel instance, and merged here)."""
         op = require_operator(self.access, self.metadata, uid)
         if self._executors_can_read():
-            # lazy: the Spark adapter (60 ms), not for `import flowpoint`
-            from flowpoint.spark.adapter_choice import adapter_for
 
-            tables = adapter_for(self.spark).savepoint_tables(self.access, op)
+            tables = _spark().adapter_choice.adapter_for(self.spark).savepoint_tables(self.access, op)
         else:
             tables = load_operator_state(self.access, self.metadata, uid)
         maps = keyed_state_maps(tables)
@@ -142,19 +138,24 @@ class StateReader:
         """The keyed state of operator ``uid`` as a Spark DataFrame: one row per key (MapState:
         per key and user key) with columns key, namespace, user_key, value (and state_name
         when ``state_name`` is None). Spark tasks read the files, one per parallel instance."""
-        # lazy: the Spark adapter (60 ms), not for `import flowpoint`
-        from flowpoint.spark.adapter_choice import adapter_for
 
         op = require_operator(self.access, self.metadata, uid)
         kinds = {n: s.get("kind") for n, s in (op.states or {}).items()}
         if self._executors_can_read():
-            return adapter_for(self.spark).savepoint_dataframe(self.access, op, kinds, state_name)
+            return _spark().adapter_choice.adapter_for(self.spark).savepoint_dataframe(self.access, op, kinds, state_name)
         tables = load_operator_state(self.access, self.metadata, uid)
-        # lazy: the Spark adapter, not for `import flowpoint`
-        from flowpoint.spark.state_frames import state_rows
 
-        return adapter_for(self.spark).rows_dataframe(state_rows(tables, kinds, state_name), with_state_name=state_name is None)
+        return _spark().adapter_choice.adapter_for(self.spark).rows_dataframe(_spark().state_frames.state_rows(tables, kinds, state_name), with_state_name=state_name is None)
 
+
+
+def _spark() -> Any:
+    """The Spark adapter's modules, loaded on first use: not for `import flowpoint` (60 ms)."""
+    # lazy: see the docstring
+    import flowpoint.spark.adapter_choice
+    import flowpoint.spark.state_frames
+
+    return flowpoint.spark
 
 def state_reader(
     spark: Any, path: str | None = None, options: dict[str, str] | None = None, *, job: str | None = None,
@@ -271,10 +272,8 @@ def state_writer(max_parallelism: int = 128, parallelism: int = 1) -> StateWrite
 
 def _rows(data: Any) -> list[tuple]:
     if hasattr(data, "toLocalIterator") and hasattr(data, "schema"):  # a Spark DataFrame
-        # lazy: the Spark adapter, only when the data is a DataFrame
-        from flowpoint.spark.state_frames import dataframe_rows
 
-        return dataframe_rows(data)
+        return _spark().state_frames.dataframe_rows(data)
     if hasattr(data, "itertuples"):  # pandas
         return [tuple(r) for r in data.itertuples(index=False, name=None)]
     if isinstance(data, dict):
