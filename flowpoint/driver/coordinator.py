@@ -20,6 +20,7 @@ from flowpoint.checkpoint.signing import Keyring
 from flowpoint.driver import failure_report
 from flowpoint.driver.checkpoint_coordinator import CheckpointCoordinator
 from flowpoint.driver.committed import CommittedState
+from flowpoint.driver.continuous_loop import ContinuousLoop
 from flowpoint.driver.epoch_loop import EpochLoop
 from flowpoint.driver.history import failure_record
 from flowpoint.driver.job_status import (
@@ -220,8 +221,6 @@ class Coordinator:
         services = LoopServices(self._state, self._splits, self._savepoints, self._restarts, self.checkpoints, self._files,
                                 self._progress, self._launcher, self._cancel)
         if self.continuous:
-            # lazy: multiprocessing, only for a continuous job
-            from flowpoint.driver.continuous_loop import ContinuousLoop
 
             loop: Any = ContinuousLoop(self.graph, self.config, services, plans=plans, adapter=self.adapter, job_name=self.job_name, settings=self.settings)
         else:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from flowpoint.driver.slot_control import control_host, most_slots, slot_shortage
 from flowpoint.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ def choose_runtime(graph: JobGraph, config: Any, adapter: Any, job_name: str, pr
     chosen = str(config.get("execution.runtime")).lower()
     if graph.batch or chosen == "epoch":
         return "epoch"
-    # lazy: multiprocessing, only for a continuous job
-    from flowpoint.driver.slot_control import control_host, most_slots, slot_shortage
 
     refusal = adapter.continuous_refusal(control_host(adapter, config))
     if chosen == "continuous":
