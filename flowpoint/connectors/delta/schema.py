@@ -11,8 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from flowpoint.api.types import PickledBytesType, schema_of
 from flowpoint.connectors.delta.errors import DeltaConfigurationError
+from flowpoint.connectors.table_records import stream_fields
 
 _SAFE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -37,13 +37,7 @@ def _delta_type(t: pa.DataType) -> pa.DataType:
 
 def table_schema(type_info: Any, where: str) -> pa.Schema:
     """The Arrow schema of the table a stream of ``type_info`` values is written to."""
-    schema = None if type_info is None or isinstance(type_info, PickledBytesType) else schema_of(type_info)
-    if schema is None:
-        msg = (f"{where}: the stream has no declared type, so the table's columns are unknown; give the operator "
-               f"before sink_to an output_type, e.g. .map(f, output_type=Types.ROW_NAMED(['user', 'clicks'], "
-               f"[Types.STRING(), Types.LONG()]))")
-        raise DeltaConfigurationError(msg)
-    fields = [pa.field(f.name, _delta_type(f.type), nullable=True) for f in schema]
+    fields = stream_fields(type_info, where, DeltaConfigurationError, _delta_type)
     out = pa.schema(fields)
     from deltalake import Schema as DeltaSchema
 

@@ -17,10 +17,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from flowpoint import private_files
-from flowpoint.api.types import RowType, TupleType, rows_to_arrow, schema_of
 from flowpoint.connectors.delta.errors import DeltaConfigurationError, DeltaSinkError
 from flowpoint.connectors.delta.schema import partition_dir, partition_string
 from flowpoint.connectors.sinks import SinkWriter
+from flowpoint.connectors.table_records import records_table
 
 _MAX_STAT_STRING = 32  # longer strings get no min/max (Delta readers skip files by them)
 
@@ -48,30 +48,7 @@ def trust_hint() -> str:
 
 def to_table(records: Any, type_info: Any, schema: pa.Schema, where: str) -> pa.Table:
     """An epoch's records (Python values or Arrow batches) as a table of ``schema``."""
-    try:
-        if isinstance(records, (pa.RecordBatch, pa.Table)):
-            table = pa.Table.from_batches([records]) if isinstance(records, pa.RecordBatch) else records
-            missing = [n for n in schema.names if n not in table.schema.names]
-            if missing:
-                msg = f"{where}: the stream's batches lack column(s) {missing} (they have {table.schema.names})"
-                raise DeltaConfigurationError(msg)
-        else:
-            if isinstance(type_info, (RowType, TupleType)) and isinstance(records[0], dict):
-                records = [tuple(r.get(n) for n in type_info_names(type_info)) for r in records]
-            table = pa.Table.from_batches([rows_to_arrow(records, type_info)])
-        table = table.select(schema.names)  # the table's column order
-        return table.cast(schema) if table.schema != schema else table
-    except DeltaConfigurationError:
-        raise
-    except (pa.ArrowException, ValueError, TypeError) as e:
-        first = records if isinstance(records, (pa.RecordBatch, pa.Table)) else records[0]
-        msg = (f"{where}: cannot convert records (first: {first!r:.100}) to the table's columns {schema}: {e}; make the "
-               f"stream's values match its declared type")
-        raise DeltaConfigurationError(msg) from None
-
-
-def type_info_names(type_info: Any) -> list[str]:
-    return schema_of(type_info).names
+    return records_table(records, type_info, schema, where, DeltaConfigurationError)
 
 
 def _stat(value: Any) -> Any:

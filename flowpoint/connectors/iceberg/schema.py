@@ -14,8 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from flowpoint.api.types import PickledBytesType, schema_of
 from flowpoint.connectors.iceberg.errors import IcebergConfigurationError
+from flowpoint.connectors.table_records import stream_fields
 
 _FIELD_ID = b"PARQUET:field_id"
 _EPOCH_DAY = datetime.date(1970, 1, 1)
@@ -51,13 +51,7 @@ def _arrow_type(t: pa.DataType) -> pa.DataType:
 
 def stream_columns(type_info: Any, where: str) -> pa.Schema:
     """The Arrow schema of the table a stream of ``type_info`` values is written to."""
-    schema = None if type_info is None or isinstance(type_info, PickledBytesType) else schema_of(type_info)
-    if schema is None:
-        msg = (f"{where}: the stream has no declared type, so the table's columns are unknown; give the operator "
-               f"before sink_to an output_type, e.g. .map(f, output_type=Types.ROW_NAMED(['user', 'clicks'], "
-               f"[Types.STRING(), Types.LONG()]))")
-        raise IcebergConfigurationError(msg)
-    return pa.schema([pa.field(f.name, _arrow_type(f.type), nullable=True) for f in schema])
+    return pa.schema(stream_fields(type_info, where, IcebergConfigurationError, _arrow_type))
 
 
 def _with_ids(field: pa.Field, ids: list[int]) -> pa.Field:

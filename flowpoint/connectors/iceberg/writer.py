@@ -18,37 +18,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flowpoint.api.types import RowType, TupleType, rows_to_arrow, schema_of
 from flowpoint.connectors.iceberg.datafiles import describe
 from flowpoint.connectors.iceberg.directories import data_dir
 from flowpoint.connectors.iceberg.errors import IcebergConfigurationError, IcebergSinkError
 from flowpoint.connectors.iceberg.schema import partition_value, type_text
 from flowpoint.connectors.sinks import SinkWriter
+from flowpoint.connectors.table_records import records_table
 
 
 def to_table(records: Any, type_info: Any, schema: pa.Schema, where: str) -> pa.Table:
     """An epoch's records (Python values or Arrow batches) as a table of the data files'
     ``schema`` (the table's columns, in its order, with their field ids)."""
-    try:
-        if isinstance(records, (pa.RecordBatch, pa.Table)):
-            table = pa.Table.from_batches([records]) if isinstance(records, pa.RecordBatch) else records
-            missing = [n for n in schema.names if n not in table.schema.names]
-            if missing:
-                msg = f"{where}: the stream's batches lack column(s) {missing} (they have {table.schema.names})"
-                raise IcebergConfigurationError(msg)
-        else:
-            if isinstance(type_info, (RowType, TupleType)) and isinstance(records[0], dict):
-                names = schema_of(type_info).names
-                records = [tuple(r.get(n) for n in names) for r in records]
-            table = pa.Table.from_batches([rows_to_arrow(records, type_info)])
-        return table.select(schema.names).cast(schema)
-    except IcebergConfigurationError:
-        raise
-    except (pa.ArrowException, ValueError, TypeError) as e:
-        first = records if isinstance(records, (pa.RecordBatch, pa.Table)) else records[0]
-        msg = (f"{where}: cannot convert records (first: {first!r:.100}) to the table's columns {schema}: {e}; make the "
-               f"stream's values match its declared type")
-        raise IcebergConfigurationError(msg) from None
+    return records_table(records, type_info, schema, where, IcebergConfigurationError)
 
 
 def split_partitions(table: pa.Table, columns: list[str]) -> list[tuple[tuple, pa.Table]]:
