@@ -135,7 +135,10 @@ def measure_slot(n_events: int) -> dict:
             if blob[0] == "wm":
                 continue
             data, ts = decode(blob)
-            if process_keyed is not None:
+            if hasattr(data, "keys_and_row_iter"):  # the records built as the loop takes them
+                keys, rows = data.keys_and_row_iter(CLICK_EVENT_TYPE)
+                process_keyed(origin, keys, rows, ts, len(data))
+            elif process_keyed is not None:
                 keys, rows = data.keys_and_rows(CLICK_EVENT_TYPE)
                 process_keyed(origin, keys, rows, ts)
             else:

@@ -202,7 +202,7 @@ class RocksDBPartitionBackend(PartitionBackend):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def end_epoch(self, ts: TaskState, s: TaskSlice, epoch: int, token: str) -> TaskStateAck:
+    def end_epoch(self, ts: TaskState, s: TaskSlice, epoch: int, token: str, pickled: dict[str, bytes] | None = None) -> TaskStateAck:
         base = None
         if s.compact:
             # the DBs hold the committed state this epoch started from: that is the new base
@@ -242,7 +242,7 @@ class RocksDBPartitionBackend(PartitionBackend):
         finally:
             ts.leave()
 
-    def snapshot(self, ts: TaskState, uids: list[str], partition: int, target: CheckpointTarget, shared: dict[str, str]) -> Callable[[], list[OperatorPart]]:
+    def snapshot(self, ts: TaskState, uids: list[str], partition: int, target: CheckpointTarget, shared: dict[str, str], pickled: dict | None = None) -> Callable[[], list[OperatorPart]]:
         """The synchronous part: a RocksDB checkpoint (hard links) of each operator's committed
         DB, or, with the changelog (``state.backend.changelog.enabled``) and a chain of this DB
         to build on, the deltas committed since that chain's last part. The asynchronous part

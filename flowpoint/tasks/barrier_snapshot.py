@@ -111,15 +111,16 @@ class BarrierSnapshot:
         write = None
         if self.uids:
             self.backend.commit_in_place(self.ts, barrier.n)
+            pickled: dict[str, bytes] = {}  # tables end_epoch pickled, which the snapshot reuses (HashMap)
             if barrier.final:  # the job's final state, where get_keyed_state and savepoints read it
-                ack.state = self.backend.end_epoch(self.ts, replace(self.slice, compact=True), barrier.n, self.token)
+                ack.state = self.backend.end_epoch(self.ts, replace(self.slice, compact=True), barrier.n, self.token, pickled)
             if barrier.savepoint is not None:
                 ack.savepoint_parts = self._savepoint_parts(barrier.savepoint)
             if barrier.target is not None:
                 shared: dict[str, str] = {}
                 for uid in self.uids:
                     shared.update(barrier.shared.get((uid, self.partition), {}))
-                write = self.backend.snapshot(self.ts, self.uids, self.partition, barrier.target, shared)
+                write = self.backend.snapshot(self.ts, self.uids, self.partition, barrier.target, shared, pickled)
         return ack, write
 
     # -- unaligned checkpoints (tasks/channel_state.py) ----------------------------------------

@@ -11,11 +11,12 @@ attempt computed.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
-from flowpoint.api.types import arrow_to_rows
+from flowpoint.api.types import arrow_to_rows, iter_arrow_rows
 from flowpoint.pickles import dumps
 
 Origin = tuple
@@ -45,10 +46,17 @@ class KeyedBatch:
 
     def keys_and_rows(self, type_info: Any = None) -> tuple[list, list]:
         """The keys and the records (as :meth:`pairs` pairs them), each column converted once."""
+        keys, rows = self.keys_and_row_iter(type_info)
+        return list(keys), list(rows)
+
+    def keys_and_row_iter(self, type_info: Any = None) -> tuple[Iterable, Iterator]:
+        """:meth:`keys_and_rows` with the records (and tuple keys) built as they are iterated
+        (``iter_arrow_rows``: a per-record loop that never holds the batch's Rows at once keeps
+        the cyclic GC idle)."""
         batch = self.batch
         names = batch.schema.names
         columns = [c.to_pylist() for c in batch.columns]
-        rows = arrow_to_rows(batch, type_info, columns)
+        rows = iter_arrow_rows(batch, type_info, columns)
         key_columns = []
         for f in self.fields:
             i = names.index(f)
@@ -57,7 +65,7 @@ class KeyedBatch:
             # a nested one (a list) is a copy of its own, as user code may change the row's
             shared = pa.types.is_string(t) or pa.types.is_integer(t) or pa.types.is_large_string(t)
             key_columns.append(columns[i] if shared else batch.column(i).to_pylist())
-        keys = key_columns[0] if len(key_columns) == 1 else list(zip(*key_columns, strict=True))
+        keys = key_columns[0] if len(key_columns) == 1 else zip(*key_columns, strict=True)
         return keys, rows
 
 

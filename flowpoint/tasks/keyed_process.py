@@ -11,6 +11,7 @@ epoch, before input).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import repeat
 from typing import Any
 
@@ -222,13 +223,16 @@ class KeyedProcessOp(FunctionTimers, TimerOp):
     def process(self, origin: tuple, data: Any, ts: list | None = None) -> None:
         self._process_with(self.spec.function.process_element, origin, data, ts)
 
-    def process_keyed(self, origin: tuple, keys: list, rows: list, ts: list | None = None) -> None:
-        """:meth:`process` of a keyed batch given as its keys and its records: no list of
-        ``(key, record)`` pairs is built for it."""
+    def process_keyed(self, origin: tuple, keys: Iterable, rows: Iterable, ts: list | None = None, n: int | None = None) -> None:
+        """:meth:`process` of a keyed batch given as its keys and its records (``n`` of each;
+        lists, or iterators that build them one at a time: ``KeyedBatch.keys_and_row_iter``): no
+        list of ``(key, record)`` pairs is built for it."""
+        if n is None:
+            n = len(rows)  # type: ignore[arg-type]
         if type(self).process is not KeyedProcessOp.process:  # a subclass's own process() sees pairs
             self.process(origin, list(zip(keys, rows, strict=True)), ts)
             return
-        self._process_with(self.spec.function.process_element, origin, zip(keys, rows, strict=True), ts, len(rows))
+        self._process_with(self.spec.function.process_element, origin, zip(keys, rows, strict=True), ts, n)
 
     def _process_with(self, f: Any, origin: tuple, data: Any, ts: list | None, n: int | None = None) -> None:
         """``f`` over ``data``, ``(key, record)`` pairs (``n`` of them: any iterable; without

@@ -427,9 +427,10 @@ def feed(plan: StagePlan, head: Operator, inputs: Any, watermarks: InputWatermar
         elif isinstance(data, KeyedBatch) and not getattr(head, "columnar_input", False):
             process_keyed = getattr(head, "process_keyed", None)
             if process_keyed is not None:  # keys and records side by side, no pairs built
-                keys, rows = data.keys_and_rows(plan.ops[plan.head].input_type)
-                head.num_in += len(rows)
-                process_keyed(origin, keys, rows, ts)
+                keys, rows = data.keys_and_row_iter(plan.ops[plan.head].input_type)
+                n = len(data)
+                head.num_in += n
+                process_keyed(origin, keys, rows, ts, n)
                 continue
             data = data.pairs(plan.ops[plan.head].input_type)
         head.num_in += num_records(data)
