@@ -205,3 +205,24 @@ def test_the_marks_a_subtask_had_seen_restore_as_saved_or_as_the_stages_floor_af
     for g in (graph(2, 3), graph(1, 2)):
         out = restored_input_marks(saved, g)
         assert out == {f"down:{p}": {"*": (3, False)} for p in range(g.stages[1].parallelism)}
+
+
+def test_a_closed_gate_ends_its_subtask_instead_of_leaving_it_waiting():
+    """A slot that fails closes its gates; a subtask waiting on one gets a cancel, so its thread
+    ends rather than waiting forever in a Python worker Spark reuses. A command queued before
+    the close still comes first."""
+    import threading
+
+    from flowpoint.tasks.input_gate import CONTROL
+
+    gate = InputGate([("e", 0)], capacity=2)
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(gate.get(30)))
+    waiter.start()
+    gate.close()
+    waiter.join(5)
+    assert not waiter.is_alive() and got == [(CONTROL, ("cancel",))]
+    gate = InputGate([("e", 0)], capacity=2)
+    gate.command(("finish",))
+    gate.close()
+    assert gate.get(0.1) == (CONTROL, ("finish",)) and gate.get(0.1) == (CONTROL, ("cancel",))

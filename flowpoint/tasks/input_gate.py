@@ -215,6 +215,8 @@ class InputGate:
             while True:
                 if self.control:
                     return CONTROL, self.control.popleft()
+                if self.closed:  # the slot ended (a failure): the subtask's thread ends too, not left waiting here
+                    return CONTROL, ("cancel",)
                 if self.priority_barriers:
                     channel, barrier, overtaken = self.priority_barriers.popleft()
                     return channel, ("priority", barrier, overtaken)
