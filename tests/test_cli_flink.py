@@ -88,9 +88,10 @@ def test_run_detached_list_and_checkpoint(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     started = time.monotonic()
-    # 1500 records at 100/s: the job runs ~15 s after it starts
+    # 3000 records at 100/s: the job runs ~30 s after it starts (with 15 s, a loaded CI machine's
+    # two checkpoint commands came after its end)
     r = flowpoint(home, "run", "-d", "-m", "local[1]", "-D", "execution.progress.interval=-1",
-                  str(script), "detached-job", f"file://{tmp_path}/checkpoints", "1500", timeout=240)
+                  str(script), "detached-job", f"file://{tmp_path}/checkpoints", "3000", timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = re.search(r"^Job has been submitted with JobID ([0-9a-f]{32})$", r.stdout, re.M).group(1)
     assert time.monotonic() - started < 240
