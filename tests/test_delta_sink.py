@@ -254,7 +254,7 @@ def test_restoring_an_older_checkpoint_repeats_what_came_after_it_and_loses_noth
     restored.notify_checkpoint_complete(2)
     assert [r["key"] for r in read(t)] == [1, 2, 2]  # repeated, as after any older restore; nothing lost
     assert deltalake.DeltaTable(str(t)).transaction_version(older["app_id"]) == 2  # never goes back
-    assert deltalake.DeltaTable(str(t)).transaction_version(restored._driver_app_id) == 2  # the restored run's own
+    assert deltalake.DeltaTable(str(t)).transaction_version(restored._driver_identity) == 2  # the restored run's own
 
 
 def test_two_jobs_restored_from_one_savepoint_both_land_every_batch(tmp_path):
@@ -405,7 +405,7 @@ def test_stop_with_savepoint_then_restore_commits_nothing_twice(tmp_path):
     second.on_job_end("FINISHED")
     assert version(t) == 2 and [r["key"] for r in read(t)] == [1, 2]
     assert deltalake.DeltaTable(str(t)).transaction_version(savepoint["app_id"]) == 1
-    assert deltalake.DeltaTable(str(t)).transaction_version(second._driver_app_id) == 2
+    assert deltalake.DeltaTable(str(t)).transaction_version(second._driver_identity) == 2
 
 
 TRUST = "security.trust-shared-directories"

@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from flowpoint import private_files
+from flowpoint.connectors.batched_commits import BatchedCommitSink
 from flowpoint.connectors.delta.errors import DeltaConfigurationError, DeltaSinkError
 from flowpoint.connectors.delta.schema import (
     check_existing,
@@ -49,7 +50,7 @@ from flowpoint.connectors.delta.schema import (
     table_schema,
 )
 from flowpoint.connectors.delta.writer import DeltaFileWriter, local_table_dir, trust_hint
-from flowpoint.connectors.sinks import Sink, SinkWriter
+from flowpoint.connectors.sinks import SinkWriter
 
 log = logging.getLogger("flowpoint")
 
@@ -103,11 +104,12 @@ class DeltaSinkBuilder:
         return DeltaSink(path, self._partitions, self._mode, self._options)
 
 
-class DeltaSink(Sink):
+class DeltaSink(BatchedCommitSink):
     """``stream.sink_to(DeltaSink.builder()...build())``: exactly once into a Delta table."""
 
     guarantee = "exactly-once"
     accepts_arrow = True  # Arrow batches reach the writers unconverted
+    IDENTITY_KEY = "app_id"  # the txn action's app id
 
     def __init__(self, table_path: str, partition_columns: list[str], mode: str, storage_options: dict[str, str]):
         self.table_path = table_path
@@ -135,13 +137,8 @@ class DeltaSink(Sink):
     # -- driver side ---------------------------------------------------------------------------
 
     def _driver_reset(self) -> None:
-        self._driver_pending: list = []  # data files of committed epochs since the last checkpoint
-        self._driver_batches: list = []  # [[batch number, files]] in checkpoints, not yet in the table
-        self._driver_next = 1
-        self._driver_app_id: str | None = None
-        self._driver_restored_from: str | None = None  # the identity of the checkpoint this run restored
+        super()._driver_reset()
         self._driver_table: Any = None
-        self._driver_checkpoint: int | None = None
 
     def _options(self) -> dict[str, str] | None:
         return dict(self.storage_options) or None
@@ -178,65 +175,13 @@ class DeltaSink(Sink):
             msg = f"{self.where}: cannot open or create the table: {e}; check the path and set_storage_options(...)"
             raise DeltaSinkError(msg) from None
 
-    def on_job_start(self, checkpoint_interval_ms: int | None) -> None:
-        self.restore_driver_state(None)  # a fresh start; a restore, which comes after this, replaces it
-        if checkpoint_interval_ms is None:
-            log.info("%s: checkpointing is off, so nothing is committed until the bounded job finishes", self.where)
+    def _new_identity(self) -> str:
+        return f"flowpoint-delta-{uuid.uuid4().hex}"
 
-    def restore_driver_state(self, state: Any) -> None:
-        self._driver_reset()
-        if state is None:
-            self._driver_app_id = _new_app_id()
-            return
-        self._driver_app_id = state["app_id"]
-        self._driver_next = int(state["next"])
-        self._driver_batches = [[int(n), [list(f) for f in files]] for n, files in state["batches"]]
-        done = self._committed_version()
-        if done is not None and done >= self._driver_next:
-            # an older checkpoint than the one the table's commits reached: what came after it is
-            # replayed and committed again (never lost; repeated)
-            log.warning("%s: the table already holds this sink's commits up to batch %d, made after the restored "
-                        "checkpoint (batches below %d); the records after that checkpoint are written again",
-                        self.where, done, self._driver_next)
-        if self._driver_batches:
-            # the checkpoint we restored completed: its batches belong in the table now; those
-            # the table's txn version shows committed before the crash are not committed again
-            self._commit()
-        # Fork: what this run commits from now on goes under an identity of its own. The restored
-        # one only said what of the restored checkpoint the table holds. Kept, two runs restored
-        # from one checkpoint or savepoint (or a restore of an older one, --as-of) would take each
-        # other's txn versions for their own and skip batches: a silent loss.
-        self._driver_restored_from = self._driver_app_id
-        self._driver_app_id = _new_app_id()
-
-    def on_epoch_committed(self, epoch: int, payloads: list[tuple[int, Any]], parallelism: int) -> None:
-        for _, files in payloads:
-            self._driver_pending.extend(files or ())
-
-    def snapshot_driver_state(self) -> Any:
-        if self._driver_pending:
-            self._driver_batches.append([self._driver_next, self._driver_pending])
-            self._driver_next += 1
-            self._driver_pending = []
-        return {"app_id": self._driver_app_id, "next": self._driver_next,
-                "batches": [[n, [list(f) for f in files]] for n, files in self._driver_batches]}
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        self._driver_checkpoint = checkpoint_id
-        if self._driver_batches:
-            self._commit()
-
-    def on_job_end(self, status: str) -> None:
-        if status == "FINISHED":
-            # every epoch committed and none will be replayed: what is left is final
-            self.snapshot_driver_state()
-            if self._driver_batches:
-                self._commit()
-
-    def _committed_version(self) -> int | None:
+    def _committed_batch(self) -> int | None:
         """The last batch number this sink committed to the table (its ``txn`` version), or None."""
         try:
-            return self._table().transaction_version(self._driver_app_id)
+            return self._table().transaction_version(self._driver_identity)
         except Exception as e:  # delta-rs and object store errors
             msg = f"{self.where}: cannot read the table's transaction log: {e}; check the path and set_storage_options(...)"
             raise DeltaSinkError(msg) from None
@@ -256,24 +201,24 @@ class DeltaSink(Sink):
         batches = self._driver_batches
         try:
             table = self._table()
-            done = table.transaction_version(self._driver_app_id)
+            done = table.transaction_version(self._driver_identity)
             if done is not None:
                 skipped = [n for n, _ in batches if n <= done]
                 if skipped:
                     log.info("%s: batches %s were committed before the restore (txn %s version %d); not committed again",
-                             self.where, skipped, self._driver_app_id, done)
+                             self.where, skipped, self._driver_identity, done)
                 batches = [b for b in batches if b[0] > done]
             if batches:
                 last = batches[-1][0]
                 files = [f for _, fs in batches for f in fs]
-                meta: dict[str, Any] = {"flowpoint.appId": self._driver_app_id, "flowpoint.batches": [n for n, _ in batches]}
+                meta: dict[str, Any] = {"flowpoint.appId": self._driver_identity, "flowpoint.batches": [n for n, _ in batches]}
                 if self._driver_checkpoint is not None:
                     meta["flowpoint.checkpointId"] = self._driver_checkpoint
-                if self._driver_restored_from and self._driver_restored_from != self._driver_app_id:
+                if self._driver_restored_from and self._driver_restored_from != self._driver_identity:
                     meta["flowpoint.restoredFrom"] = self._driver_restored_from
                 table.create_write_transaction(
                     self._actions(table, files), "append", self.schema, partition_by=self.partition_columns or None,
-                    commit_properties=CommitProperties(app_transactions=[Transaction(self._driver_app_id, last)], custom_metadata=meta),
+                    commit_properties=CommitProperties(app_transactions=[Transaction(self._driver_identity, last)], custom_metadata=meta),
                 )
                 log.debug("%s: committed %d data files (batches up to %d)", self.where, len(files), last)
         except DeltaSinkError:
@@ -301,10 +246,6 @@ class DeltaSink(Sink):
             if key in touched:
                 removes.append(RemoveAction(f["path"], True, now, int(f["size_bytes"]), {c: None if v is None else _log_string(v) for c, v in values.items()}))
         return [*removes, *adds]
-
-
-def _new_app_id() -> str:
-    return f"flowpoint-delta-{uuid.uuid4().hex}"
 
 
 def _log_string(value: Any) -> str:

@@ -37,6 +37,7 @@ import uuid
 from typing import Any
 
 from flowpoint import private_files
+from flowpoint.connectors.batched_commits import BatchedCommitSink
 from flowpoint.connectors.iceberg.catalog import CatalogSettings, open_table
 from flowpoint.connectors.iceberg.commits import commit, committed_batch, summary
 from flowpoint.connectors.iceberg.directories import (
@@ -52,15 +53,11 @@ from flowpoint.connectors.iceberg.schema import (
     stream_columns,
 )
 from flowpoint.connectors.iceberg.writer import IcebergFileWriter
-from flowpoint.connectors.sinks import Sink, SinkWriter
+from flowpoint.connectors.sinks import SinkWriter
 
 log = logging.getLogger("flowpoint")
 
 MODES = ("append", "overwrite_partitions")
-
-
-def _new_sink_id() -> str:
-    return f"flowpoint-iceberg-{uuid.uuid4().hex}"
 
 
 class IcebergSinkBuilder:
@@ -144,11 +141,13 @@ class IcebergSinkBuilder:
         return IcebergSink(self._table, settings, self._partitions, self._mode)
 
 
-class IcebergSink(Sink):
+class IcebergSink(BatchedCommitSink):
     """``stream.sink_to(IcebergSink.builder()...build())``: exactly once into an Iceberg table."""
 
     guarantee = "exactly-once"
     accepts_arrow = True  # Arrow batches reach the writers unconverted
+    IDENTITY_KEY = "sink_id"  # in each snapshot's summary as flowpoint.sink-id
+    LINEAGE_KEY = "restored_from"
 
     def __init__(self, table: str, catalog: CatalogSettings, partition_columns: list[str], mode: str):
         self.table = table
@@ -182,14 +181,6 @@ class IcebergSink(Sink):
 
     # -- driver side ---------------------------------------------------------------------------
 
-    def _driver_reset(self) -> None:
-        self._driver_pending: list = []  # data files of committed epochs since the last checkpoint
-        self._driver_batches: list = []  # [[batch number, files]] in checkpoints, not yet in the table
-        self._driver_next = 1
-        self._driver_sink_id: str | None = None
-        self._driver_restored_from: str | None = None  # the identity of the checkpoint this run restored
-        self._driver_checkpoint: int | None = None
-
     def on_job_config(self, config: Any) -> None:
         """Before the job starts: the table's columns from the stream's type; the table is
         created if missing, else its columns and partitioning must be the stream's; local
@@ -218,59 +209,15 @@ class IcebergSink(Sink):
         self.spec_json = table.spec().model_dump_json()
         self._driver_table = table
 
-    def on_job_start(self, checkpoint_interval_ms: int | None) -> None:
-        self.restore_driver_state(None)  # a fresh start; a restore, which comes after this, replaces it
-        if checkpoint_interval_ms is None:
-            log.info("%s: checkpointing is off, so nothing is committed until the bounded job finishes", self.where)
+    def _new_identity(self) -> str:
+        return f"flowpoint-iceberg-{uuid.uuid4().hex}"
 
-    def restore_driver_state(self, state: Any) -> None:
-        self._driver_reset()
-        if state is None:
-            self._driver_sink_id = _new_sink_id()
-            return
-        self._driver_sink_id = state["sink_id"]
-        self._driver_restored_from = state.get("restored_from")
-        self._driver_next = int(state["next"])
-        self._driver_batches = [[int(n), [dict(f) for f in files]] for n, files in state["batches"]]
-        done = committed_batch(self._table(), self._driver_sink_id)
-        if done is not None and done >= self._driver_next:
-            log.warning("%s: the table already holds this sink's commits up to batch %d, made after the restored "
-                        "checkpoint (batches below %d); the records after that checkpoint are written again",
-                        self.where, done, self._driver_next)
-        if self._driver_batches:
-            # the checkpoint we restored completed: its batches belong in the table now; those
-            # the snapshots' summaries show committed before the crash are not committed again
-            self._commit()
-        # Fork: what this run commits from now on goes under an identity of its own. The restored
-        # one only said what of the restored checkpoint the table holds. Kept, two runs restored
-        # from one checkpoint or savepoint (or a restore of an older one, --as-of) would take each
-        # other's batches for their own and skip them: a silent loss.
-        self._driver_restored_from = self._driver_sink_id
-        self._driver_sink_id = _new_sink_id()
+    def _committed_batch(self) -> int | None:
+        return committed_batch(self._table(), self._driver_identity)
 
-    def on_epoch_committed(self, epoch: int, payloads: list[tuple[int, Any]], parallelism: int) -> None:
-        for _, files in payloads:
-            self._driver_pending.extend(files or ())
-
-    def snapshot_driver_state(self) -> Any:
-        if self._driver_pending:
-            self._driver_batches.append([self._driver_next, self._driver_pending])
-            self._driver_next += 1
-            self._driver_pending = []
-        return {"sink_id": self._driver_sink_id, "restored_from": self._driver_restored_from, "next": self._driver_next,
-                "batches": [[n, [dict(f) for f in files]] for n, files in self._driver_batches]}
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        self._driver_checkpoint = checkpoint_id
-        if self._driver_batches:
-            self._commit()
-
-    def on_job_end(self, status: str) -> None:
-        if status == "FINISHED":
-            # every epoch committed and none will be replayed: what is left is final
-            self.snapshot_driver_state()
-            if self._driver_batches:
-                self._commit()
+    @staticmethod
+    def _file_entry(f: Any) -> Any:
+        return dict(f)
 
     def _table(self) -> Any:
         """The table as the catalog has it now."""
@@ -291,16 +238,16 @@ class IcebergSink(Sink):
         batches = self._driver_batches
         try:
             table = self._table()
-            done = committed_batch(table, self._driver_sink_id)
+            done = committed_batch(table, self._driver_identity)
             if done is not None:
                 skipped = [n for n, _ in batches if n <= done]
                 if skipped:
                     log.info("%s: batches %s were committed before the restore (sink id %s, batch %d); not committed "
-                             "again", self.where, skipped, self._driver_sink_id, done)
+                             "again", self.where, skipped, self._driver_identity, done)
                 batches = [b for b in batches if b[0] > done]
             if batches:
                 files = [f for _, fs in batches for f in fs]
-                props = summary(self._driver_sink_id, [n for n, _ in batches], self._driver_checkpoint, self._driver_restored_from)
+                props = summary(self._driver_identity, [n for n, _ in batches], self._driver_checkpoint, self._driver_restored_from)
                 removed = commit(table, files, props, self.mode == "overwrite_partitions")
                 log.debug("%s: committed %d data files (batches up to %d), removed %d", self.where, len(files),
                           batches[-1][0], removed)
