@@ -11,6 +11,7 @@ import os
 from collections import Counter
 
 import pytest
+import test_delta_sink
 from checkpoint_jobs import Counting, expected_outputs, key_of, record
 
 from flowpoint import DataGeneratorSource, IcebergSink, RestartStrategies, Types
@@ -422,40 +423,14 @@ def test_a_failure_right_after_a_commit_restores_that_checkpoint_without_committ
     assert got == expected, f"duplicates: {sum((got - expected).values())}, missing: {sum((expected - got).values())}"
 
 
+moto_s3 = test_delta_sink.s3_lake  # the moto S3 server and its bucket ``lake``, shared with the Delta sink's tests
+
+
 @pytest.fixture(scope="module")
-def s3_lake():
-    """A moto S3 server in a process of its own and a bucket ``lake``; the FileIO properties an
-    IcebergSink's catalog needs to reach it."""
-    pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import pyarrow.fs as pafs
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1", endpoint_override=f"127.0.0.1:{port}",
-                          scheme="http", allow_bucket_creation=True).create_dir("lake")
-        yield {"s3.endpoint": f"http://127.0.0.1:{port}", "s3.access-key-id": "testing",
-               "s3.secret-access-key": "testing", "s3.region": "us-east-1"}
-    finally:
-        server.terminate()
-        server.wait(10)
+def s3_lake(moto_s3):
+    """The FileIO properties an IcebergSink's catalog needs to reach the moto server."""
+    return {"s3.endpoint": moto_s3["AWS_ENDPOINT_URL"], "s3.access-key-id": moto_s3["AWS_ACCESS_KEY_ID"],
+            "s3.secret-access-key": moto_s3["AWS_SECRET_ACCESS_KEY"], "s3.region": moto_s3["AWS_REGION"]}
 
 
 def test_an_s3_table_is_written_and_a_restore_commits_nothing_twice(tmp_path, s3_lake):
