@@ -29,6 +29,10 @@ from flowpoint.api.environment import PlanPrinted
 from flowpoint.api.storage_options import storage_options
 from flowpoint.checkpoint.directory import list_checkpoints
 from flowpoint.checkpoint.filesystem import CheckpointStorageAccess
+from flowpoint.control import commands
+from flowpoint.control.detached import run_detached
+from flowpoint.control.state_command import state_command
+from flowpoint.control.ui import ui_command
 from flowpoint.driver.failure_report import failure_lines
 from flowpoint.errors import (
     CheckpointError,
@@ -537,9 +541,6 @@ def list_checkpoints_command(job_dir: str) -> int:
 
 
 def _control(args: argparse.Namespace) -> int:
-    # lazy: the dashboard's HTTP client; `flowpoint run` never loads it
-    from flowpoint.control import commands
-
     if args.command == "list":
         return commands.list_command(args.all, which="running" if args.running else "scheduled" if args.scheduled else None)
     if args.command == "checkpoint":
@@ -561,14 +562,8 @@ def _control(args: argparse.Namespace) -> int:
     if args.command == "inspect":
         return commands.inspect_command(args.path)
     if args.command == "state":
-        # the state command's module reads checkpoints; the other commands never load it
-        from flowpoint.control.state_command import state_command
-
         return state_command(args.job_id, args.uid, args.name, args.key, args.limit, storage_options(_dynamic_settings(args.dynamic)))
     if args.command == "ui":
-        # lazy: the dashboard's HTTP server, only for `flowpoint ui`
-        from flowpoint.control.ui import ui_command
-
         return ui_command(args.port, args.bind, args.allow_remote)
     msg = f"unknown command {args.command!r}"  # pragma: no cover - argparse rejects it first
     raise FlowpointError(msg)
@@ -600,9 +595,6 @@ def main(argv: list[str] | None = None) -> int:
                 _script_after_resume(args)
             settings = _settings(args)
             if args.detached:
-                # lazy: only `run -d` starts a detached process
-                from flowpoint.control.detached import run_detached
-
                 return run_detached(argv, settings)
             if args.py_module:
                 run_module(args.py_module, args.args, settings, args.conf)

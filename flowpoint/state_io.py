@@ -42,6 +42,7 @@ from flowpoint.state.keygroups import (
     check_parallelism,
     key_group_range_for_operator,
 )
+from flowpoint.state.table_rows import state_rows
 
 
 class StateReader:
@@ -98,7 +99,7 @@ class StateReader:
         new, kinds_after = self._state_at(after, uid, state_name)
         is_map = "map" in (kinds.get(state_name), kinds_after.get(state_name))
         rows = state_changes(old, new, is_map)
-        return _spark().adapter_choice.adapter_for(self.spark).values_dataframe(rows, CHANGE_COLUMNS)
+        return _adapter(self.spark).values_dataframe(rows, CHANGE_COLUMNS)
 
     def _state_at(self, ref: int | str, uid: str, state_name: str) -> tuple[Any, dict[str, str]]:
         if isinstance(ref, str):
@@ -128,7 +129,7 @@ class StateReader:
         op = require_operator(self.access, self.metadata, uid)
         if self._executors_can_read():
 
-            tables = _spark().adapter_choice.adapter_for(self.spark).savepoint_tables(self.access, op)
+            tables = _adapter(self.spark).savepoint_tables(self.access, op)
         else:
             tables = load_operator_state(self.access, self.metadata, uid)
         maps = keyed_state_maps(tables)
@@ -142,20 +143,31 @@ class StateReader:
         op = require_operator(self.access, self.metadata, uid)
         kinds = {n: s.get("kind") for n, s in (op.states or {}).items()}
         if self._executors_can_read():
-            return _spark().adapter_choice.adapter_for(self.spark).savepoint_dataframe(self.access, op, kinds, state_name)
+            return _adapter(self.spark).savepoint_dataframe(self.access, op, kinds, state_name)
         tables = load_operator_state(self.access, self.metadata, uid)
 
-        return _spark().adapter_choice.adapter_for(self.spark).rows_dataframe(_spark().state_frames.state_rows(tables, kinds, state_name), with_state_name=state_name is None)
+        return _adapter(self.spark).rows_dataframe(state_rows(tables, kinds, state_name), with_state_name=state_name is None)
 
 
 
-def _spark() -> Any:
-    """The Spark adapter's modules, loaded on first use: not for `import flowpoint` (60 ms)."""
+def _adapter(spark: Any) -> Any:
+    """The Spark adapter of session ``spark``, its module loaded on first use: pyspark is not
+    for `import flowpoint` (60 ms)."""
     # lazy: see the docstring
-    import flowpoint.spark.adapter_choice
-    import flowpoint.spark.state_frames
+    from flowpoint.spark.adapter_choice import adapter_for
 
-    return flowpoint.spark
+    return adapter_for(spark)
+
+
+def _struct_as_tuple(value: Any) -> Any:
+    """A DataFrame's struct value (a Row, a tuple subclass) as a plain tuple, nested ones too."""
+    return tuple(_struct_as_tuple(v) for v in value) if isinstance(value, tuple) else value
+
+
+def dataframe_rows(df: Any) -> list[tuple]:
+    """A Spark DataFrame's rows as tuples of Python values (structs as tuples)."""
+    return [tuple(_struct_as_tuple(v) for v in row) for row in df.toLocalIterator()]
+
 
 def state_reader(
     spark: Any, path: str | None = None, options: dict[str, str] | None = None, *, job: str | None = None,
@@ -273,7 +285,7 @@ def state_writer(max_parallelism: int = 128, parallelism: int = 1) -> StateWrite
 def _rows(data: Any) -> list[tuple]:
     if hasattr(data, "toLocalIterator") and hasattr(data, "schema"):  # a Spark DataFrame
 
-        return _spark().state_frames.dataframe_rows(data)
+        return dataframe_rows(data)
     if hasattr(data, "itertuples"):  # pandas
         return [tuple(r) for r in data.itertuples(index=False, name=None)]
     if isinstance(data, dict):

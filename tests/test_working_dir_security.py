@@ -308,3 +308,28 @@ def test_private_files_and_no_leftovers_after_kill_and_resume(tmp_path, other_ui
     assert not os.path.exists(work / f"{old}.lock")
     assert files_below(work) == []  # nothing of either run is left
     assert mode(work) == 0o700
+
+
+def test_restored_rocksdb_files_are_0600_whatever_the_umask(tmp_path):
+    """Both local copies of RocksDB files at a restore (a checkpoint's, a durable working
+    base's) go through ``parts.restore_db``: the DB they make holds no file others can read."""
+    from rocksdict import Rdict
+
+    from flowpoint.checkpoint.parts import restore_db
+
+    src = tmp_path / "src"
+    db = Rdict(str(src))
+    db[b"k"] = b"v"
+    db.close()
+    files = [(p.name, p.read_bytes()) for p in src.iterdir() if p.is_file() and p.name != "LOCK"]
+    old = os.umask(0)
+    try:
+        restore_db(str(tmp_path / "local" / "db"), files)
+    finally:
+        os.umask(old)
+    restored = tmp_path / "local" / "db"
+    assert {p.name: mode(p) for p in restored.iterdir()} == {name: 0o600 for name, _ in files}
+    assert sorted(os.listdir(tmp_path / "local")) == ["db"]  # no staging left
+    db = Rdict(str(restored))
+    assert db[b"k"] == b"v"
+    db.close()

@@ -12,7 +12,7 @@ import json
 import os
 import pickle
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from flowpoint.errors import io_errors
 from flowpoint.state import rocksdb_changelog
 from flowpoint.state.compatibility import restoring_loads
 from flowpoint.state.keygroups import assign_to_key_group
+from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
 
 def writes_native_files(backend: str) -> bool:
@@ -111,26 +112,35 @@ def restore_native(path: str, files: list[RestoredFile], options: dict) -> list[
     each checked against its recorded size and SHA-256 first (CorruptStateError naming it).
     Returns the changelog parts among them (``[(uri, bytes)]``, in order) for the caller to
     replay on the opened DB (:func:`flowpoint.state.rocksdb_changelog.replay`)."""
-    # lazy: RocksDB's code, only for a RocksDB checkpoint
-    from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
-
-    parent = os.path.dirname(path)
-    private_files.makedirs(parent)
-    staging = path + ".restore"
-    shutil.rmtree(staging, ignore_errors=True)
-    private_files.makedirs(staging)
     logs = []
-    try:
+
+    def db_files() -> Iterator[tuple[str, bytes]]:
         for f in files:
             for uri, local_name, size, sha256 in f.files:
                 data = check_bytes(read_uri(uri, options), size, sha256, uri, f.uid, "checkpoint file")
                 if local_name.startswith(rocksdb_changelog.LOCAL_PREFIX):
                     logs.append((uri, data))
-                    continue
-                target = os.path.join(staging, local_name)
-                with io_errors("write the local state file", target), open(target, "wb") as out:
-                    out.write(data)
+                else:
+                    yield local_name, data
+
+    restore_db(path, db_files())
+    return logs
+
+
+def restore_db(path: str, files: Iterable[tuple[str, bytes]]) -> None:
+    """Make ``path`` a RocksDB from ``(local name, verified bytes)``: each is written, readable
+    by the job's user only (0600, in 0700 directories), into a staging directory beside ``path``
+    that becomes the DB (the one local copy of RocksDB files at a restore, of a checkpoint's
+    files or of a durable working base)."""
+    private_files.makedirs(os.path.dirname(path))
+    staging = path + ".restore"
+    shutil.rmtree(staging, ignore_errors=True)
+    private_files.makedirs(staging)
+    try:
+        for local_name, data in files:
+            target = os.path.join(staging, local_name)
+            with io_errors("write the local state file", target):
+                private_files.write_private(target, data, atomic=False)
         RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return logs

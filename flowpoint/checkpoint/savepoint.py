@@ -86,6 +86,7 @@ from flowpoint.pickles import dumps
 from flowpoint.state.compatibility import infer_kind, restoring_loads, sample_value_class
 from flowpoint.state.key_identity import state_key, user_key
 from flowpoint.state.keygroups import assign_to_key_group
+from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 from flowpoint.state.rocksdb_changelog import replay
 
 if TYPE_CHECKING:
@@ -698,9 +699,6 @@ def _native_db(access: CheckpointStorageAccess, op: OperatorState, sub: SubtaskS
     import os
     import shutil
     import tempfile
-
-    # lazy: RocksDB's code, only for a RocksDB checkpoint
-    from flowpoint.state.rocksdb import RocksDBKeyedStateBackend
 
     tmp = tempfile.mkdtemp(prefix="flowpoint-inspect-")
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flowpoint.partition.backend import HashMapPartitionBackend, PartitionBackend
 from flowpoint.partition.protocol import StateLocation
+from flowpoint.partition.rocksdb_backend import RocksDBPartitionBackend
 from flowpoint.partition.working import TaskStateCache
 
 
@@ -11,8 +12,5 @@ def partition_backend(location: StateLocation, max_parallelism: int, stateful: b
     """The factory: the partition backend named by ``location.backend`` (a stage without keyed
     state keeps only its opened operators, in this process, as the HashMap backend does)."""
     if location.backend == "rocksdb" and stateful:
-        # here, not at the top: a worker that runs only HashMap jobs never loads RocksDB's code
-        from flowpoint.partition.rocksdb_backend import RocksDBPartitionBackend
-
         return RocksDBPartitionBackend(location, max_parallelism, cache)
     return HashMapPartitionBackend(location, max_parallelism, cache)

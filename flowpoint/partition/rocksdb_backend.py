@@ -21,7 +21,7 @@ from flowpoint.checkpoint.part_writer import (
     upload_working_dir,
     working_name,
 )
-from flowpoint.checkpoint.parts import restore_native
+from flowpoint.checkpoint.parts import restore_db, restore_native
 from flowpoint.clock import now_ms
 from flowpoint.errors import io_errors
 from flowpoint.partition import durable
@@ -189,18 +189,8 @@ class RocksDBPartitionBackend(PartitionBackend):
             private_files.write_private(lineage, ts.db_id.encode(), atomic=False)
 
     def _download(self, path: str, files: list[tuple[str, str, int, str]]) -> None:
-
-        staging = path + ".download"
-        shutil.rmtree(staging, ignore_errors=True)
-        private_files.makedirs(staging)
-        try:
-            for uri, name, size, digest in files:
-                data = durable.read_file(uri, size, digest, self.options, "base snapshot file")
-                with io_errors("write the local state file", os.path.join(staging, name)):
-                    private_files.write_private(os.path.join(staging, name), data, atomic=False)
-            RocksDBKeyedStateBackend.restore_files(path, staging, replace=True)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        restore_db(path, ((name, durable.read_file(uri, size, digest, self.options, "base snapshot file"))
+                          for uri, name, size, digest in files))
 
     def end_epoch(self, ts: TaskState, s: TaskSlice, epoch: int, token: str, pickled: dict[str, bytes] | None = None) -> TaskStateAck:
         base = None

@@ -8,6 +8,7 @@ from typing import Any
 
 from flowpoint.spark.adapter import SparkAdapter
 from flowpoint.spark.continuous_launcher import SparkContinuousLauncher, max_concurrent_tasks
+from flowpoint.spark.epoch_launcher import SparkEpochLauncher
 from flowpoint.spark.session import ship_python_dependencies, ship_python_files
 from flowpoint.spark.state_frames import keyed_state_dataframe, keyed_state_tables
 from flowpoint.spark.state_jobs import read_keyed_state, remove_local_state, write_savepoint_parts
@@ -46,9 +47,6 @@ class ClassicAdapter(SparkAdapter):
         self.sc.cancelJobGroup(job_id)
 
     def epoch_launcher(self, graph: Any, plans: dict, job_id: str) -> Any:
-        # lazy: py4j's accumulators, only for a job in epochs
-        from flowpoint.spark.epoch_launcher import SparkEpochLauncher
-
         return SparkEpochLauncher(self.spark, graph, plans, job_id)
 
     def continuous_refusal(self, control_host: str) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any
 import cloudpickle
 
 from flowpoint.errors import JobExecutionError
+from flowpoint.tasks.slot import run_slot
 
 _RETRY_REFUSED = "flowpoint: a continuous run does not use Spark's task retries; the driver restarts the run"
 
@@ -27,9 +28,6 @@ def run_barrier_slot(tc: Any, payload: bytes) -> int:
     """The body of every slot's Spark task, ``tc`` its BarrierTaskContext and ``payload`` the
     pickled ``(spec, plans, slices)`` of the run: runs slot ``partitionId`` until the run ends;
     its index."""
-    # lazy: the executor's slot code (multiprocessing), not on the driver
-    from flowpoint.tasks.slot import run_slot
-
     if tc.attemptNumber() > 0:  # (a retried stage finds the run's control channel closed)
         raise JobExecutionError(_RETRY_REFUSED)
     index = tc.partitionId()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flowpoint.checkpoint.savepoint import load_subtask_state
-from flowpoint.state.key_identity import user_key
+from flowpoint.state.table_rows import state_rows
 
 COLUMNS = ("state_name", "key", "namespace", "user_key", "value")
 
@@ -67,20 +67,6 @@ def values_dataframe(spark: Any, rows: list[tuple], columns: tuple[str, ...]) ->
     return spark.createDataFrame([tuple(r) for r in data], StructType(fields))
 
 
-def state_rows(tables: dict, kinds: dict, state_name: str | None) -> list[tuple]:
-    rows = []
-    for name in (sorted(tables) if state_name is None else [state_name]):
-        kind = kinds.get(name)
-        for key, value in tables.get(name, {}).items():
-            key = user_key(key)
-            if kind == "map" or (kind is None and isinstance(value, dict)):
-                for uk, v in value.items():
-                    rows.append((name, key, None, uk, v))
-            else:
-                rows.append((name, key, None, None, value))
-    return rows
-
-
 def _subtask_reader(access: Any, op: Any):
     def read(sub: Any) -> dict:
         return load_subtask_state(access, op, sub)
@@ -125,16 +111,3 @@ def keyed_state_tables(spark: Any, access: Any, op: Any) -> dict:
         for name, table in tables.items():
             merged.setdefault(name, {}).update(table)
     return merged
-
-
-def dataframe_rows(df: Any) -> list[tuple]:
-    """A DataFrame's rows as tuples of Python values (structs as tuples)."""
-    return [tuple(_struct_as_tuple(v) for v in row) for row in df.toLocalIterator()]
-
-
-def _struct_as_tuple(value: Any) -> Any:
-    from pyspark.sql import Row
-
-    if isinstance(value, Row):
-        return tuple(_struct_as_tuple(v) for v in value)
-    return value

@@ -22,6 +22,7 @@ import zlib
 from typing import Any
 
 from flowpoint.errors import CorruptStateError
+from flowpoint.state.rocksdb_delta import RocksDBDelta
 
 MAGIC = b"FPRL1\n"  # then the entries, zlib-compressed (level 1)
 LOCAL_PREFIX = "flowpoint-changelog-"  # a part's local name in a restore's file list (never a RocksDB file's)
@@ -49,9 +50,6 @@ def encode(entries: list[tuple[int, Any]]) -> bytes:
 
 def decode(data: bytes, where: str) -> list[tuple[int, Any]]:
     """The deltas of a part; a truncated or malformed part is a CorruptStateError naming ``where``."""
-    # lazy: RocksDB's code, only when a part is read
-    from flowpoint.state.rocksdb_delta import RocksDBDelta
-
     if not data.startswith(MAGIC):
         msg = f"{where} is not a flowpoint RocksDB changelog part (it does not start with {MAGIC!r})"
         raise CorruptStateError(msg)

@@ -30,8 +30,9 @@ from flowpoint.spark.connect import frames
 from flowpoint.spark.connect.continuous_launcher import ConnectContinuousLauncher
 from flowpoint.spark.connect.epoch_launcher import ConnectEpochLauncher
 from flowpoint.spark.connect.reach import local_address_towards, unreachable_reason
-from flowpoint.spark.state_frames import _subtask_reader, state_rows
+from flowpoint.spark.state_frames import _subtask_reader
 from flowpoint.spark.state_jobs import merge_tables, read_state_task, remove_task, savepoint_task
+from flowpoint.state.table_rows import state_rows
 
 
 def _tag(job_id: str) -> str:
