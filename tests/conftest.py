@@ -146,6 +146,9 @@ def kafka_broker(tmp_path_factory):
     broker.stop()
 
 
+pytest_plugins = ["cpu_log"]  # FLOWPOINT_TEST_CPU_LOG=<file>: each test's wall and the machine's CPU time
+
+
 def pytest_collection_modifyitems(session, config, items):
     compat_background.last(items)  # their runs go on in the background meanwhile
 
