@@ -39,7 +39,8 @@ SUBSET_TIMEOUT = 1800  # seconds: one run at a low priority beside the suite
 # what the suite's own Spark or test settings set: never for another PySpark or the Connect run
 INHERITED_NOT = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET",
                  "SPARK_HOME", "PYTHONHOME", "VIRTUAL_ENV", "FLOWPOINT_TEST_RUNTIME", "FLOWPOINT_TEST_MASTER",
-                 "SPARK_REMOTE", "SPARK_API_MODE", "SPARK_CONNECT_MODE_ENABLED", "FLOWPOINT_EXPECT_PYSPARK")
+                 "SPARK_REMOTE", "SPARK_API_MODE", "SPARK_CONNECT_MODE_ENABLED", "FLOWPOINT_EXPECT_PYSPARK",
+                 "FLOWPOINT_TEST_CPU_LOG")
 
 
 def version_env(version: str) -> dict:
