@@ -77,6 +77,7 @@ class ContinuousLoop(CommittedLoop):
         self.buffer_timeout_ms = int(config.get("execution.buffer-timeout"))
         self.poll_s = max(0.001, min(self.buffer_timeout_ms, 5) / 1000.0)
         self.finished = False
+        self.slots_removed_local_state = False  # (_finish)
         # unaligned checkpoints: EXACTLY_ONCE checkpoints' barriers overtake in-flight frames
         self.unaligned = bool(services.checkpoints is not None and settings is not None and settings.unaligned and settings.mode == "EXACTLY_ONCE")
 
@@ -340,7 +341,11 @@ class ContinuousLoop(CommittedLoop):
                 self.control.broadcast(("notify", done, aborted))
         self.control.broadcast(("finish",))
         self.finished = True
-        self.launcher.wait(60)
+        ended = self.launcher.wait(60)
+        # each slot removed its partitions' cached state and working files before its Spark task
+        # ended (Subtask.job_finished): with one run and no other Spark job over the job's state
+        # (WorkingFiles.state_jobs), nothing is left on any executor for a removal job to find
+        self.slots_removed_local_state = ended and self.launcher.error is None and self.restarts.restarts == 0
         if self.launcher.error is not None:
             # the final barrier committed: the job's output and state are final. A restart now
             # would restore the last checkpoint and undo that commit (a lost executor's failure

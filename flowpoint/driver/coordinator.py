@@ -303,7 +303,8 @@ class Coordinator:
                 log.exception("checkpoint shutdown of job %s failed", self.job_id)
         if self._launcher is not None:
             self._launcher.close()
-            self._files.remove_local_state()
+            by_slots = getattr(self._loop, "slots_removed_local_state", False) and not self._files.state_jobs
+            self._files.remove_local_state(executors=not by_slots)
             old = self._restarts.predecessor
             if self._files.remove_leftovers_of(old):
                 self._progress.say(f"removed the working files job {old} left behind (its process ended without removing them)")
@@ -324,6 +325,7 @@ class Coordinator:
     def read_keyed_state(self, uid: str, state_name: str | None) -> dict:
         """Committed keyed state of one operator, read by Spark tasks where it lives."""
         self.graph.node_by_uid(uid)  # an unknown uid is refused with the uids there are
+        self._files.state_jobs += 1
         merged = self.adapter.read_keyed_state(self._files.location(), state_partitions(self.graph, self._state, uid), uid)
         if self.done.is_set():
             self._files.remove_local_state()  # the read rebuilt it on executors; the job is over

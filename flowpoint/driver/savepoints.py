@@ -151,6 +151,7 @@ class SavepointService:
         where their state is); the driver writes ``_metadata`` from the parts' entries."""
         t0, trigger_ms = time.perf_counter(), now_ms()
         access = self.create(target)
+        self.files.state_jobs += 1  # its tasks leave the state they read cached where they ran
         return self.complete(
             access, lambda: adapter_for(self.spark).write_savepoint_parts(self.files.location(), state_partitions(self.graph, self.state), access.uri()),
             epoch, self.splits.positions(), t0, trigger_ms, stop=stop,

@@ -45,6 +45,7 @@ class WorkingFiles:
         self.storage_options: dict[str, str] = {}
         self.settings: Any = None  # CheckpointSettings, from open()
         self.run = 0  # this run's number: how many times the job restarted
+        self.state_jobs = 0  # Spark jobs besides the job's own run over its state (savepoints, reads)
         self._lock: JobLock | None = None
 
     def open(self, settings: Any, storage_options: dict[str, str]) -> None:
@@ -90,13 +91,15 @@ class WorkingFiles:
 
     # -- removing ------------------------------------------------------------------------------
 
-    def remove_local_state(self, job_id: str | None = None) -> None:
+    def remove_local_state(self, job_id: str | None = None, executors: bool = True) -> None:
         """The job ended: its executor-local working files and cached state go, on every host
-        (a task per executor core; durable files stay for get_keyed_state until exit)."""
-        try:
-            adapter_for(self.spark).remove_local_state(self.location(), job_id or self.job_id)
-        except Exception:  # noqa: BLE001 - Spark may be stopping; local files are a cache
-            log.debug("could not remove the local working state of job %s", job_id or self.job_id, exc_info=True)
+        (a task per executor core; durable files stay for get_keyed_state until exit); without
+        ``executors`` (the continuous slots removed theirs) only the driver's host's files."""
+        if executors:
+            try:
+                adapter_for(self.spark).remove_local_state(self.location(), job_id or self.job_id)
+            except Exception:  # noqa: BLE001 - Spark may be stopping; local files are a cache
+                log.debug("could not remove the local working state of job %s", job_id or self.job_id, exc_info=True)
         remove_job_dir(self.working_dir, job_id or self.job_id)
 
     def remove_leftovers_of(self, predecessor: str | None) -> bool:

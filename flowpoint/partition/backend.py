@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -128,6 +129,23 @@ class PartitionBackend:
     def release(self, ts: TaskState) -> None:
         """The task that acquired ``ts`` ended (whatever way)."""
         ts.leave()
+
+    def discard(self, stage_id: int, partition: int) -> None:
+        """The job finished (its last state is committed and durable): this process forgets the
+        partition (its cached state, closed) and this host's working files of it go, with the
+        job's directories they leave empty. What the driver's removal job does for a whole job,
+        done by the continuous slot that held the partition (``release`` it first)."""
+        run = self.location.run_key
+        self.cache.drop(run, stage_id, partition)
+        path = self.local_dir(stage_id, partition)
+        shutil.rmtree(path, ignore_errors=True)
+        top = os.path.join(self.root, run.split("/", 1)[0])
+        while os.path.dirname(path) != os.path.dirname(top):  # up to the job's directory, itself included
+            path = os.path.dirname(path)
+            try:
+                os.rmdir(path)  # only when empty: another partition's files stay
+            except OSError:
+                break
 
     def commit_in_place(self, ts: TaskState, version: int) -> None:
         """The continuous runtime's barrier: the changes since the last barrier become the

@@ -226,6 +226,8 @@ class TaskStateCache:
                     ts = entries.pop((stage_id, partition), None)  # type: ignore[arg-type]
                     if ts is not None:
                         dropped.append(ts)
+                if entries is not None and not entries:  # its last partition: the job is forgotten
+                    del self._by_job[job_id]
         _close_dropped(dropped)
 
     def clear(self) -> None:

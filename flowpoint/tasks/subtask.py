@@ -94,6 +94,7 @@ class Subtask(SourceReading, BarrierSnapshot):
         self.error: BaseException | None = None
         self.idle_ns = 0  # time waiting for input since the last metric report (blocked: self.frames)
         self.reported_at = time.perf_counter_ns()
+        self.job_finished = False  # the driver said finish: the job's last state is committed
         self.thread = threading.Thread(target=self._main, name=f"flowpoint-subtask-{plan.stage_id}.{s.partition}", daemon=True)
 
     # -- life ----------------------------------------------------------------------------------
@@ -119,6 +120,8 @@ class Subtask(SourceReading, BarrierSnapshot):
             if self.ts is not None:
                 try:
                     self.backend.release(self.ts)
+                    if self.job_finished:  # the driver then runs no Spark job to remove it
+                        self.backend.discard(self.plan.stage_id, self.partition)
                 except Exception:  # noqa: BLE001
                     pass
 
@@ -245,6 +248,7 @@ class Subtask(SourceReading, BarrierSnapshot):
             return False
         if kind == "finish":
             self.rt.close()
+            self.job_finished = True
             return True
         if kind == "cancel":
             return True
