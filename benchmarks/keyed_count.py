@@ -150,6 +150,16 @@ def measure_slot(n_events: int) -> dict:
             "total_ns": (send + receive) / n_events * 1e9}
 
 
+def backend_config(runtime: str, backend: str, workdir: str, tag: object) -> dict:
+    """flowpoint's config for one job of ``--flowpoint-only`` (and ``keyed_versus.py``): the
+    runtime, the state backend, and fresh checkpoint and working directories under ``workdir``."""
+    return {
+        "execution.runtime": runtime, "state.backend.type": backend,
+        "state.checkpoints.dir": "file://" + os.path.join(workdir, f"chk-{backend}-{tag}"),
+        "state.working.dir": os.path.join(workdir, f"working-{backend}-{tag}"),
+    }
+
+
 def main_flowpoint_only(args) -> int:
     """Issue 29: flowpoint alone, per backend, with the dict rate of the same keys in the same run."""
     spark = make_session("local[2]")
@@ -160,11 +170,7 @@ def main_flowpoint_only(args) -> int:
     backends = args.backends.split(",")
 
     def config(backend: str, i: int) -> dict:
-        return {
-            "execution.runtime": args.runtime, "state.backend.type": backend,
-            "state.checkpoints.dir": "file://" + os.path.join(workdir, f"chk-{backend}-{i}"),
-            "state.working.dir": os.path.join(workdir, f"working-{backend}-{i}"),
-        }
+        return backend_config(args.runtime, backend, workdir, i)
 
     for backend in backends:  # warm the Python workers and the imports of each backend
         measure_flowpoint(spark, 20_000, key, epochs=2, config=config(backend, -1), users=users, checkpoint_ms=args.checkpoint_ms)

@@ -8,7 +8,9 @@ Two roles in one file:
       benchmarks/.venv-pyflink/bin/python benchmarks/baselines/pyflink_baseline.py \
           --n-events 200000 --num-users 200000 --key id
 
-  Job (local MiniCluster, parallelism 2, streaming mode, default heap state backend):
+  Job (local MiniCluster, parallelism 2 or ``--parallelism``, streaming mode, default heap state
+  backend, ``--mode process`` (Flink's default) or ``--mode thread`` for
+  ``python.execution-mode: thread``, PyFlink's fastest on 1,000,000 distinct keys, at parallelism 1):
   ``NumberSequenceSource(0, n-1)`` -> Python ``map`` index -> click event (the same splitmix64
   generator as ``flowpoint.connectors.clicks.ClickEventGenerator``, copied here because the venv
   does not have flowpoint's dependencies) -> ``key_by(id)`` (or ``channel/behavior``) ->
@@ -75,11 +77,17 @@ def measure_pyflink(
     key: str = "id",
     *,
     parallelism: int = 2,
+    mode: str = "process",
     verify: bool = True,
     venv: str | None = None,
     timeout: float | None = 3600,
+    conf: dict[str, str] | None = None,
 ) -> dict | None:
     """Run the PyFlink count job in the PyFlink venv; ``None`` if the venv is missing.
+
+    ``mode`` is ``python.execution-mode``: ``process`` (Beam's Python workers, Flink's default) or
+    ``thread`` (the Python functions run in the TaskManager's JVM process through pemja); ``conf``
+    are more Flink config entries.
 
     Returns ``{"engine": "pyflink", "events": n, "seconds": s, "events_per_s": n/s, ...}``;
     raises ``RuntimeError`` if the job fails.
@@ -89,7 +97,8 @@ def measure_pyflink(
         return None
     cmd = [py, os.path.abspath(__file__), "--n-events", str(n_events), "--key", key,
            "--num-users", "none" if num_users is None else str(num_users),
-           "--parallelism", str(parallelism)]
+           "--parallelism", str(parallelism), "--mode", mode]
+    cmd += [f"--conf={k}={v}" for k, v in (conf or {}).items()]
     if not verify:
         cmd.append("--no-verify")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
@@ -166,6 +175,16 @@ def _env(parallelism: int, options: dict[str, str] | None = None):  # type: igno
     return env
 
 
+def _embedded_python_path() -> None:
+    """Thread mode: the interpreter pemja embeds in the JVM is the base Python (the libpython of
+    this venv's interpreter), whose ``sys.path`` lacks this venv's site-packages ("No module named
+    'pemja'"). The JVM, launched from here, passes ``PYTHONPATH`` on to it."""
+    import site
+
+    paths = [*site.getsitepackages(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
 def run_job(n_events: int, num_users: int | None, key: str, parallelism: int = 2, verify: bool = True,
             options: dict[str, str] | None = None) -> dict:
     """Run the count job in this interpreter (needs pyflink); ``options`` are Flink config entries
@@ -175,6 +194,8 @@ def run_job(n_events: int, num_users: int | None, key: str, parallelism: int = 2
     from pyflink.datastream.connectors.base import Sink
     from pyflink.java_gateway import get_gateway
 
+    if (options or {}).get("python.execution-mode") == "thread":
+        _embedded_python_path()
     env = _env(parallelism, options)
     counts = _build(env, n_events, num_users, key)
     jvm = get_gateway().jvm
@@ -191,6 +212,7 @@ def run_job(n_events: int, num_users: int | None, key: str, parallelism: int = 2
         "events": n_events,
         "load_avg_1m": os.getloadavg()[0],
         "parallelism": parallelism,
+        "mode": (options or {}).get("python.execution-mode", "process"),
         "options": options or {},
         "seconds": net,
         "events_per_s": n_events / net,
@@ -223,12 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-users", default="200000", help="int or 'none' (unique ids)")
     p.add_argument("--key", default="id", choices=["id", "channel_behavior"])
     p.add_argument("--parallelism", type=int, default=2)
+    p.add_argument("--mode", choices=("process", "thread"), default="process",
+                   help="python.execution-mode (thread: the functions run in the JVM's process, through pemja)")
     p.add_argument("--no-verify", dest="verify", action="store_false")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Flink config, e.g. python.state.cache-size=262144 (repeatable)")
     args = p.parse_args(argv)
     num_users = None if args.num_users.lower() == "none" else int(args.num_users)
-    options = dict(kv.split("=", 1) for kv in args.conf)
+    options = {"python.execution-mode": args.mode, **dict(kv.split("=", 1) for kv in args.conf)}
     result = run_job(args.n_events, num_users, args.key, args.parallelism, args.verify, options)
     print(json.dumps(result), flush=True)
     return 0
