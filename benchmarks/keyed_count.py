@@ -54,6 +54,23 @@ class CountPerKey(KeyedProcessFunction):
         self.count.update((self.count.value() or 0) + 1)
 
 
+class CountPerKeyEmitting(KeyedProcessFunction):
+    """``CountPerKey`` that also emits ``(key, count)`` per event, as the PyFlink and Bytewax
+    baselines do (``keyed_versus.py``)."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, event, ctx):
+        c = (self.count.value() or 0) + 1
+        self.count.update(c)
+        yield ctx.get_current_key(), c
+
+
+def discard(value):
+    pass
+
+
 def by_channel_behavior(e):
     return e.channel, e.behavior
 
@@ -63,7 +80,8 @@ def by_id(e):
 
 
 def measure_flowpoint(spark, n_events: int, key: str, epochs: int = 10, config: dict | None = None,
-                      users: int | None = USERS, checkpoint_ms: int = 0) -> dict:
+                      users: int | None = USERS, checkpoint_ms: int = 0, emit: bool = False) -> dict:
+    """One job; ``emit``: the function emits ``(key, count)`` per event into a sink that drops them."""
     env = StreamExecutionEnvironment.get_execution_environment(
         {"execution.progress.interval": -1, "parallelism.default": 2, **(config or {})}, spark_session=spark
     )
@@ -78,7 +96,11 @@ def measure_flowpoint(spark, n_events: int, key: str, epochs: int = 10, config: 
         keyed = stream.key_by(by_id)
     else:
         keyed = stream.key_by(by_channel_behavior)
-    keyed.process(CountPerKey()).uid("count")
+    if emit:
+        counts = keyed.process(CountPerKeyEmitting(), output_type=Types.TUPLE([Types.STRING(), Types.LONG()]))
+        counts.uid("count").add_sink(discard).uid("discard")
+    else:
+        keyed.process(CountPerKey()).uid("count")
     t0 = time.perf_counter()
     result = env.execute(f"bench-{key}")
     seconds = time.perf_counter() - t0

@@ -7,7 +7,9 @@ updating its ``ValueState``. Measured in this one run, engine after engine in ev
 order reversed every other round, so drift of the machine's load spreads over all of them):
 
 - flowpoint, ``execution.runtime: continuous``, parallelism 2, ``local[2]``, checkpoints every
-  ``--checkpoint-ms``, one job per backend (``keyed_count.py --flowpoint-only --users 0`` does the same);
+  ``--checkpoint-ms``, one job per backend (``keyed_count.py --flowpoint-only --users 0`` does the
+  same: the function updates its state and emits nothing), and one per ``--emit-backends`` whose
+  function also emits ``(key, count)`` per event into a sink that drops it, as the baselines do;
 - PyFlink (``baselines/pyflink_baseline.py``, its venv made by ``baselines/setup_pyflink.sh``) in
   ``--pyflink-mode`` at ``--pyflink-parallelism`` (default thread mode, parallelism 1: its best here);
 - Bytewax (``baselines/bytewax_baseline.py``, venv by ``baselines/setup_bytewax.sh``), each of
@@ -48,6 +50,7 @@ def engines(args) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     """``(engine, configuration)`` of every measurement a round makes, in the round's order."""
     return ([("dict", "get+set, 1 core")]
             + [("flowpoint", b) for b in args.backends.split(",")]
+            + [("flowpoint", f"{b}, emits (key, count)") for b in args.emit_backends.split(",") if b]
             + [("pyflink", f"{args.pyflink_mode} mode, parallelism {args.pyflink_parallelism}")]
             + [("bytewax", m) for m in args.bytewax_modes.split(",")])
 
@@ -59,8 +62,9 @@ def measure(args, spark, workdir: str, engine: str, config: str, r: int) -> dict
         if engine == "dict":
             return {"events_per_s": dict_rate(n, None)}
         if engine == "flowpoint":
-            return measure_flowpoint(spark, n, "id", config=backend_config("continuous", config, workdir, r),
-                                     users=None, checkpoint_ms=args.checkpoint_ms)
+            backend = config.split(",")[0]
+            return measure_flowpoint(spark, n, "id", config=backend_config("continuous", backend, workdir, r),
+                                     users=None, checkpoint_ms=args.checkpoint_ms, emit="emits" in config)
         if engine == "pyflink":
             result = measure_pyflink(n, None, "id", parallelism=args.pyflink_parallelism, mode=args.pyflink_mode,
                                      verify=verify)
@@ -89,8 +93,8 @@ def run_rounds(args) -> list[dict]:  # type: ignore[no-untyped-def]
                        "started": time.strftime("%H:%M:%S", time.gmtime(t0)), **result}
                 rows.append(row)
                 print(json.dumps(row, default=str), flush=True)
-                shutil.rmtree(os.path.join(workdir, f"chk-{config}-{r}"), ignore_errors=True)
-                shutil.rmtree(os.path.join(workdir, f"working-{config}-{r}"), ignore_errors=True)
+                for name in os.listdir(workdir):  # the job's checkpoints and working files
+                    shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
         return rows
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -160,6 +164,9 @@ def main() -> int:
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--backends", default="hashmap,rocksdb", help="flowpoint's state.backend.type values")
+    p.add_argument("--emit-backends", default="hashmap",
+                   help="backends also measured with the function emitting (key, count) per event to a "
+                        "discarding sink, as the baselines do ('': none)")
     p.add_argument("--checkpoint-ms", type=int, default=10_000, help="flowpoint's checkpoint interval (0: none)")
     p.add_argument("--pyflink-mode", choices=("thread", "process"), default="thread")
     p.add_argument("--pyflink-parallelism", type=int, default=1)
