@@ -15,6 +15,8 @@ of a Python dict get+set over the same keys on one core::
     python benchmarks/keyed_count.py --flowpoint-only --users 0 --runtime continuous \
         --backends hashmap,rocksdb --checkpoint-ms 10000 [--rounds 3] [--key field|lambda]
 
+``keyed_versus.py`` runs the same flowpoint jobs against PyFlink, Bytewax and the dict in one run.
+
 ``--slot`` times the slots' per-record work without Spark (one thread, HashMap state)::
 
     python benchmarks/keyed_count.py --slot --events 1000000
