@@ -15,6 +15,8 @@ of a Python dict get+set over the same keys on one core::
     python benchmarks/keyed_count.py --flowpoint-only --users 0 --runtime continuous \
         --backends hashmap,rocksdb --checkpoint-ms 10000 [--rounds 3] [--key field|lambda]
 
+``keyed_versus.py`` runs the same flowpoint jobs against PyFlink, Bytewax and the dict in one run.
+
 ``--slot`` times the slots' per-record work without Spark (one thread, HashMap state)::
 
     python benchmarks/keyed_count.py --slot --events 1000000
@@ -54,6 +56,23 @@ class CountPerKey(KeyedProcessFunction):
         self.count.update((self.count.value() or 0) + 1)
 
 
+class CountPerKeyEmitting(KeyedProcessFunction):
+    """``CountPerKey`` that also emits ``(key, count)`` per event, as the PyFlink and Bytewax
+    baselines do (``keyed_versus.py``)."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, event, ctx):
+        c = (self.count.value() or 0) + 1
+        self.count.update(c)
+        yield ctx.get_current_key(), c
+
+
+def discard(value):
+    pass
+
+
 def by_channel_behavior(e):
     return e.channel, e.behavior
 
@@ -63,7 +82,8 @@ def by_id(e):
 
 
 def measure_flowpoint(spark, n_events: int, key: str, epochs: int = 10, config: dict | None = None,
-                      users: int | None = USERS, checkpoint_ms: int = 0) -> dict:
+                      users: int | None = USERS, checkpoint_ms: int = 0, emit: bool = False) -> dict:
+    """One job; ``emit``: the function emits ``(key, count)`` per event into a sink that drops them."""
     env = StreamExecutionEnvironment.get_execution_environment(
         {"execution.progress.interval": -1, "parallelism.default": 2, **(config or {})}, spark_session=spark
     )
@@ -78,7 +98,11 @@ def measure_flowpoint(spark, n_events: int, key: str, epochs: int = 10, config: 
         keyed = stream.key_by(by_id)
     else:
         keyed = stream.key_by(by_channel_behavior)
-    keyed.process(CountPerKey()).uid("count")
+    if emit:
+        counts = keyed.process(CountPerKeyEmitting(), output_type=Types.TUPLE([Types.STRING(), Types.LONG()]))
+        counts.uid("count").add_sink(discard).uid("discard")
+    else:
+        keyed.process(CountPerKey()).uid("count")
     t0 = time.perf_counter()
     result = env.execute(f"bench-{key}")
     seconds = time.perf_counter() - t0
@@ -150,6 +174,16 @@ def measure_slot(n_events: int) -> dict:
             "total_ns": (send + receive) / n_events * 1e9}
 
 
+def backend_config(runtime: str, backend: str, workdir: str, tag: object) -> dict:
+    """flowpoint's config for one job of ``--flowpoint-only`` (and ``keyed_versus.py``): the
+    runtime, the state backend, and fresh checkpoint and working directories under ``workdir``."""
+    return {
+        "execution.runtime": runtime, "state.backend.type": backend,
+        "state.checkpoints.dir": "file://" + os.path.join(workdir, f"chk-{backend}-{tag}"),
+        "state.working.dir": os.path.join(workdir, f"working-{backend}-{tag}"),
+    }
+
+
 def main_flowpoint_only(args) -> int:
     """Issue 29: flowpoint alone, per backend, with the dict rate of the same keys in the same run."""
     spark = make_session("local[2]")
@@ -160,11 +194,7 @@ def main_flowpoint_only(args) -> int:
     backends = args.backends.split(",")
 
     def config(backend: str, i: int) -> dict:
-        return {
-            "execution.runtime": args.runtime, "state.backend.type": backend,
-            "state.checkpoints.dir": "file://" + os.path.join(workdir, f"chk-{backend}-{i}"),
-            "state.working.dir": os.path.join(workdir, f"working-{backend}-{i}"),
-        }
+        return backend_config(args.runtime, backend, workdir, i)
 
     for backend in backends:  # warm the Python workers and the imports of each backend
         measure_flowpoint(spark, 20_000, key, epochs=2, config=config(backend, -1), users=users, checkpoint_ms=args.checkpoint_ms)

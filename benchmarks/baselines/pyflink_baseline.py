@@ -8,7 +8,9 @@ Two roles in one file:
       benchmarks/.venv-pyflink/bin/python benchmarks/baselines/pyflink_baseline.py \
           --n-events 200000 --num-users 200000 --key id
 
-  Job (local MiniCluster, parallelism 2, streaming mode, default heap state backend):
+  Job (local MiniCluster, parallelism 2 or ``--parallelism``, streaming mode, default heap state
+  backend, ``--mode process`` (Flink's default) or ``--mode thread`` for
+  ``python.execution-mode: thread``, PyFlink's fastest on 1,000,000 distinct keys, at parallelism 1):
   ``NumberSequenceSource(0, n-1)`` -> Python ``map`` index -> click event (the same splitmix64
   generator as ``flowpoint.connectors.clicks.ClickEventGenerator``, copied here because the venv
   does not have flowpoint's dependencies) -> ``key_by(id)`` (or ``channel/behavior``) ->
@@ -16,8 +18,8 @@ Two roles in one file:
   per event -> ``DiscardingSink``. Rate = events / the job's net runtime (JobManager's
   submission-to-finish time: includes task deployment and Python worker start, not MiniCluster
   start). With ``--verify`` (default) a second, untimed run of the same counting emits each key's
-  final count once (event-time timer fired by the end-of-input watermark) and checks that they
-  sum to ``n``.
+  final count once (event-time timer fired by the end-of-input watermark), adds them up in one
+  more keyed operator (one key) and checks that they sum to ``n``.
 
 * Imported from the main interpreter, :func:`measure_pyflink` runs the above as a subprocess and
   returns the parsed dict, or ``None`` when the venv does not exist.
@@ -75,11 +77,17 @@ def measure_pyflink(
     key: str = "id",
     *,
     parallelism: int = 2,
+    mode: str = "process",
     verify: bool = True,
     venv: str | None = None,
     timeout: float | None = 3600,
+    conf: dict[str, str] | None = None,
 ) -> dict | None:
     """Run the PyFlink count job in the PyFlink venv; ``None`` if the venv is missing.
+
+    ``mode`` is ``python.execution-mode``: ``process`` (Beam's Python workers, Flink's default) or
+    ``thread`` (the Python functions run in the TaskManager's JVM process through pemja); ``conf``
+    are more Flink config entries.
 
     Returns ``{"engine": "pyflink", "events": n, "seconds": s, "events_per_s": n/s, ...}``;
     raises ``RuntimeError`` if the job fails.
@@ -89,7 +97,8 @@ def measure_pyflink(
         return None
     cmd = [py, os.path.abspath(__file__), "--n-events", str(n_events), "--key", key,
            "--num-users", "none" if num_users is None else str(num_users),
-           "--parallelism", str(parallelism)]
+           "--parallelism", str(parallelism), "--mode", mode]
+    cmd += [f"--conf={k}={v}" for k, v in (conf or {}).items()]
     if not verify:
         cmd.append("--no-verify")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
@@ -148,6 +157,31 @@ def _build(env, n_events: int, num_users: int | None, key: str, final_only: bool
     return keyed.process(Count(), output_type=out_type)
 
 
+def _summed(finals):  # type: ignore[no-untyped-def]
+    """One record at the end of input, ``(keys, sum of their final counts)``: the check collects it
+    rather than a record per key (a million records through py4j's iterator take minutes)."""
+    from pyflink.common import Types
+    from pyflink.datastream import KeyedProcessFunction
+    from pyflink.datastream.state import ValueStateDescriptor
+
+    class Sum(KeyedProcessFunction):
+        def open(self, runtime_context):  # type: ignore[no-untyped-def]
+            self.keys = runtime_context.get_state(ValueStateDescriptor("keys", Types.LONG()))
+            self.total = runtime_context.get_state(ValueStateDescriptor("total", Types.LONG()))
+
+        def process_element(self, value, ctx):  # type: ignore[no-untyped-def]
+            if self.keys.value() is None:  # after the per-key timers, which fire at _END_OF_INPUT_TS
+                ctx.timer_service().register_event_time_timer(_END_OF_INPUT_TS + 1)
+            self.keys.update((self.keys.value() or 0) + 1)
+            self.total.update((self.total.value() or 0) + value[1])
+
+        def on_timer(self, timestamp, ctx):  # type: ignore[no-untyped-def]
+            yield self.keys.value(), self.total.value()
+
+    out_type = Types.TUPLE([Types.LONG(), Types.LONG()])
+    return finals.key_by(lambda kc: 0, key_type=Types.INT()).process(Sum(), output_type=out_type)
+
+
 def _env(parallelism: int, options: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     from pyflink.common import Configuration
     from pyflink.datastream import RuntimeExecutionMode, StreamExecutionEnvironment
@@ -166,6 +200,16 @@ def _env(parallelism: int, options: dict[str, str] | None = None):  # type: igno
     return env
 
 
+def _embedded_python_path() -> None:
+    """Thread mode: the interpreter pemja embeds in the JVM is the base Python (the libpython of
+    this venv's interpreter), whose ``sys.path`` lacks this venv's site-packages ("No module named
+    'pemja'"). The JVM, launched from here, passes ``PYTHONPATH`` on to it."""
+    import site
+
+    paths = [*site.getsitepackages(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
 def run_job(n_events: int, num_users: int | None, key: str, parallelism: int = 2, verify: bool = True,
             options: dict[str, str] | None = None) -> dict:
     """Run the count job in this interpreter (needs pyflink); ``options`` are Flink config entries
@@ -175,6 +219,8 @@ def run_job(n_events: int, num_users: int | None, key: str, parallelism: int = 2
     from pyflink.datastream.connectors.base import Sink
     from pyflink.java_gateway import get_gateway
 
+    if (options or {}).get("python.execution-mode") == "thread":
+        _embedded_python_path()
     env = _env(parallelism, options)
     counts = _build(env, n_events, num_users, key)
     jvm = get_gateway().jvm
@@ -191,6 +237,7 @@ def run_job(n_events: int, num_users: int | None, key: str, parallelism: int = 2
         "events": n_events,
         "load_avg_1m": os.getloadavg()[0],
         "parallelism": parallelism,
+        "mode": (options or {}).get("python.execution-mode", "process"),
         "options": options or {},
         "seconds": net,
         "events_per_s": n_events / net,
@@ -199,18 +246,13 @@ def run_job(n_events: int, num_users: int | None, key: str, parallelism: int = 2
     }
     if verify:
         env2 = _env(parallelism, options)
-        final: dict[str, int] = {}
-        with _build(env2, n_events, num_users, key, final_only=True).execute_and_collect("pyflink-count-verify") as it:
-            for k, c in it:
-                if k in final:
-                    msg = f"key {k!r} emitted twice"
-                    raise RuntimeError(msg)
-                final[k] = c
-        total = sum(final.values())
+        finals = _build(env2, n_events, num_users, key, final_only=True)
+        with _summed(finals).execute_and_collect("pyflink-count-verify") as it:
+            ((keys, total),) = list(it)
         if total != n_events:
             msg = f"pyflink counts sum to {total}, expected {n_events}"
             raise RuntimeError(msg)
-        result["keys"] = len(final)
+        result["keys"] = keys
         result["verified"] = True
     return result
 
@@ -223,12 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-users", default="200000", help="int or 'none' (unique ids)")
     p.add_argument("--key", default="id", choices=["id", "channel_behavior"])
     p.add_argument("--parallelism", type=int, default=2)
+    p.add_argument("--mode", choices=("process", "thread"), default="process",
+                   help="python.execution-mode (thread: the functions run in the JVM's process, through pemja)")
     p.add_argument("--no-verify", dest="verify", action="store_false")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Flink config, e.g. python.state.cache-size=262144 (repeatable)")
     args = p.parse_args(argv)
     num_users = None if args.num_users.lower() == "none" else int(args.num_users)
-    options = dict(kv.split("=", 1) for kv in args.conf)
+    options = {"python.execution-mode": args.mode, **dict(kv.split("=", 1) for kv in args.conf)}
     result = run_job(args.n_events, num_users, args.key, args.parallelism, args.verify, options)
     print(json.dumps(result), flush=True)
     return 0
