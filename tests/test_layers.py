@@ -140,11 +140,9 @@ def test_no_import_circle_but_the_stream_classes():
     assert [sorted(c) for c in circles if c not in ALLOWED_CIRCLES] == []
 
 
-def test_every_import_inside_a_function_says_why():
-    """A module imports what it uses at its top; an import left inside a function (to keep
-    ``import flowpoint`` or a worker from loading what only some jobs need, or in the stream
-    classes' loop) has a comment just above it, or above the group of imports it is in."""
-    silent = []
+def _imports_in_functions():
+    """``(module, path, source lines, function, import node)`` of every first-party import
+    inside a function of flowpoint/."""
     for m, path in modules().items():
         lines = path.read_text().split("\n")
         for fn in ast.walk(ast.parse("\n".join(lines))):
@@ -154,11 +152,20 @@ def test_every_import_inside_a_function_says_why():
                 if isinstance(node, (ast.Import, ast.ImportFrom)) and (
                         isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flowpoint")
                         or isinstance(node, ast.Import) and node.names[0].name.startswith("flowpoint")):
-                    i = node.lineno - 2  # the line above, skipping the group's other imports
-                    while i >= 0 and lines[i].strip().startswith(("from flowpoint", "import flowpoint")):
-                        i -= 1
-                    if i < 0 or not lines[i].strip().startswith("#"):
-                        silent.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} ({m})")
+                    yield m, path, lines, fn, node
+
+
+def test_every_import_inside_a_function_says_why():
+    """A module imports what it uses at its top; an import left inside a function (to keep
+    ``import flowpoint`` or a worker from loading what only some jobs need, or in the stream
+    classes' loop) has a comment just above it, or above the group of imports it is in."""
+    silent = []
+    for m, path, lines, _fn, node in _imports_in_functions():
+        i = node.lineno - 2  # the line above, skipping the group's other imports
+        while i >= 0 and lines[i].strip().startswith(("from flowpoint", "import flowpoint")):
+            i -= 1
+        if i < 0 or not lines[i].strip().startswith("#"):
+            silent.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} ({m})")
     assert silent == []
 
 
@@ -177,14 +184,7 @@ LAZY_IMPORTS = {
 def test_no_more_than_a_handful_of_imports_inside_functions():
     """A new import inside a function is a design decision: it goes into LAZY_IMPORTS with its
     reason, or (better) to the top of its module."""
-    found = set()
-    for m, path in modules().items():
-        for fn in ast.walk(ast.parse(path.read_text())):
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for node in ast.walk(fn):
-                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flowpoint") or (
-                            isinstance(node, ast.Import) and node.names[0].name.startswith("flowpoint")):
-                        found.add((m, fn.name))
+    found = {(m, fn.name) for m, _path, _lines, fn, _node in _imports_in_functions()}
     assert sorted(found - LAZY_IMPORTS) == []
     assert sorted(LAZY_IMPORTS - found) == []  # (a stale entry: the import went to the top)
 
