@@ -77,7 +77,6 @@ class ContinuousLoop(CommittedLoop):
         self.buffer_timeout_ms = int(config.get("execution.buffer-timeout"))
         self.poll_s = max(0.001, min(self.buffer_timeout_ms, 5) / 1000.0)
         self.finished = False
-        self.slots_removed_local_state = False  # (_finish)
         # unaligned checkpoints: EXACTLY_ONCE checkpoints' barriers overtake in-flight frames
         self.unaligned = bool(services.checkpoints is not None and settings is not None and settings.unaligned and settings.mode == "EXACTLY_ONCE")
 
