@@ -27,6 +27,7 @@ checkpoint the same way on both runtimes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -50,6 +51,8 @@ from flowpoint.tasks.pickling import unpicklable_sink_payload
 from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.source_reading import SourceReading
 from flowpoint.tasks.stage_task import ChainRuntime, feed, keyed_uids
+
+log = logging.getLogger("flowpoint")
 
 __all__ = ["Send", "Subtask", "SubtaskFailed"]
 
@@ -122,8 +125,9 @@ class Subtask(SourceReading, BarrierSnapshot):
                     self.backend.release(self.ts)
                     if self.job_finished:  # the driver then runs no Spark job to remove it
                         self.backend.discard(self.plan.stage_id, self.partition)
-                except Exception:  # noqa: BLE001
-                    pass
+                except Exception:  # noqa: BLE001 - the job's outcome stands; its local files are a cache
+                    log.warning("subtask %s.%d of %s could not release or remove its working state", self.plan.stage_id,
+                                self.partition, self.backend.location.run_key, exc_info=True)
 
     def _open(self) -> None:
         s, spec = self.slice, self.spec
