@@ -1,7 +1,8 @@
 """What a finished job leaves where its state lived: nothing. Its executor-local working files
 and the state its Python workers cached go when it ends; on the continuous runtime the slots
-that held the state remove it themselves as their Spark tasks end, so the driver runs no
-removal job and the job ends some 0.3 s sooner; the epoch runtime runs one. The state stays
+that held the state remove it themselves as their Spark tasks end, and on the epoch runtime the
+tasks of the last epoch, so the driver runs no removal job and the job ends some 0.2-0.3 s
+sooner. Where a partition moved between workers it runs one. The state stays
 readable after the job (rebuilt from its durable files), and that read leaves nothing either."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import Counter
 import pytest
 
 from flowpoint import KeyedProcessFunction, Types, ValueStateDescriptor
+from flowpoint.driver.epoch_loop import LocalCopies
 from flowpoint.partition.working import task_states
 from flowpoint.spark.classic import ClassicAdapter
 
@@ -32,14 +34,18 @@ def cached_jobs(spark) -> set[str]:
     return set(sc.parallelize(range(16), 16).flatMap(lambda _: task_states().jobs()).collect())
 
 
-@pytest.mark.parametrize("runtime", ["continuous", "epoch"])
+@pytest.mark.parametrize(("runtime", "epoch_records"), [("continuous", 500), ("epoch", None), ("epoch", 500)],
+                         ids=["continuous", "one-epoch", "six-epochs"])
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
-def test_a_finished_job_leaves_no_working_files_and_no_cached_state(spark, make_env, tmp_path, monkeypatch, runtime, backend):
+def test_a_finished_job_leaves_no_working_files_and_no_cached_state(spark, make_env, tmp_path, monkeypatch, runtime, epoch_records, backend):
     removals = []
     remove = ClassicAdapter.remove_local_state
     monkeypatch.setattr(ClassicAdapter, "remove_local_state", lambda self, *a: removals.append(a) or remove(self, *a))
-    env = make_env(2, 500, **{"execution.runtime": runtime, "state.backend.type": backend,
-                              "state.checkpoints.dir": f"file://{tmp_path / 'ck'}"})
+    scattered = []
+    note = LocalCopies.note
+    monkeypatch.setattr(LocalCopies, "note", lambda self, acks: note(self, acks) or scattered.append(self.scattered))
+    env = make_env(2, epoch_records, **{"execution.runtime": runtime, "state.backend.type": backend,
+                                        "state.checkpoints.dir": f"file://{tmp_path / 'ck'}"})
     env.enable_checkpointing(60_000)
     env.from_collection(KEYS).key_by(lambda k: k).process(Count()).uid("count")
     result = env.execute(f"cleanup-{runtime}-{backend}")
@@ -47,8 +53,13 @@ def test_a_finished_job_leaves_no_working_files_and_no_cached_state(spark, make_
     working = tmp_path / "working"
     assert not os.path.exists(working / job), sorted(os.listdir(working / job))
     assert not any(k.startswith(job) for k in cached_jobs(spark))
-    # the slots removed what they held: no removal job; epochs: one
-    assert len(removals) == (0 if runtime == "continuous" else 1), removals
+    # the tasks removed what they held (the slots at the end; the last epoch's tasks): no removal
+    # job, unless a partition's state moved between Python workers between epochs (Spark places
+    # each epoch's tasks where a worker is free) and so may be cached where no task of the last
+    # epoch ran: then the driver's job removes it (and the assertions above hold either way)
+    assert len(removals) == (1 if scattered and scattered[-1] else 0), (removals, scattered)
+    if epoch_records is None:
+        assert removals == [] and scattered == ([False] if runtime == "epoch" else [])
     # after the job the state is still there to read (from its durable files), and the read
     # leaves nothing behind either
     assert dict(result.get_keyed_state("count", "n")) == dict(Counter(KEYS))

@@ -344,7 +344,7 @@ class ContinuousLoop(CommittedLoop):
         # each slot removed its partitions' cached state and working files before its Spark task
         # ended (Subtask.job_finished): with one run and no other Spark job over the job's state
         # (WorkingFiles.state_jobs), nothing is left on any executor for a removal job to find
-        self.slots_removed_local_state = ended and self.launcher.error is None and self.restarts.restarts == 0
+        self.tasks_removed_local_state = ended and self.launcher.error is None and self.restarts.restarts == 0
         if self.launcher.error is not None:
             # the final barrier committed: the job's output and state are final. A restart now
             # would restore the last checkpoint and undo that commit (a lost executor's failure

@@ -303,7 +303,7 @@ class Coordinator:
                 log.exception("checkpoint shutdown of job %s failed", self.job_id)
         if self._launcher is not None:
             self._launcher.close()
-            by_slots = self._loop is not None and self._loop.slots_removed_local_state and not self._files.state_jobs
+            by_slots = self._loop is not None and self._loop.tasks_removed_local_state and not self._files.state_jobs
             self._files.remove_local_state(executors=not by_slots)
             old = self._restarts.predecessor
             if self._files.remove_leftovers_of(old):

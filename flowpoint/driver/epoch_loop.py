@@ -31,6 +31,7 @@ class EpochLoop(CommittedLoop):
         super().__init__(graph, config, services)
         self._checkpointed_epoch = 0
         self.time_driven = any(_time_driven(n) for n in graph.nodes.values())
+        self._copies = LocalCopies()
 
     # -- what the restart manager asks of a loop (start, run: CommittedLoop) ---------------------
 
@@ -106,6 +107,9 @@ class EpochLoop(CommittedLoop):
         t0 = time.monotonic()
         acks = self.launcher.run_epoch(spec, reads, slices)
         _, read = commit_unit(st, self.unit, acks, f"epoch {self.unit}", advance_sources=lambda: self.splits.advance(new_positions))
+        self._copies.note(acks)
+        if last:
+            self.tasks_removed_local_state = self.restarts.restarts == 0 and self._copies.all_removed(acks)
         if target is not None:
             cp.attach_snapshots(target.checkpoint_id, acks)
         # the records the sources read (the plan's count is an estimate for files)
@@ -144,6 +148,30 @@ class EpochLoop(CommittedLoop):
             st = self.state
             cp.trigger(self.unit, st.stateful_tasks(), self.splits.positions(), st.sink_states(), st.records_read, st.event_time())
             self._checkpointed_epoch = self.unit
+
+
+class LocalCopies:
+    """Whether the tasks of a run's last epoch removed every executor-local copy of its state.
+
+    A partition's state (a stateless one's opened operators) is cached in the Python worker
+    that ran it, with its local working files on that host. While each partition stays in one worker (no task rebuilt its
+    state after the partition's first epoch, no task ran twice) the last epoch's tasks, which
+    discard what they hold (``TaskAck.discarded``), leave nothing behind; otherwise another
+    worker or host may still hold a copy, and the driver runs its removal job."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[int, int]] = set()
+        self.scattered = False
+
+    def note(self, acks: list) -> None:
+        for ack in acks:
+            key = (ack.stage_id, ack.partition)
+            if ack.attempt > 0 or (ack.fresh_state and key in self._seen):
+                self.scattered = True
+            self._seen.add(key)
+
+    def all_removed(self, last_acks: list) -> bool:
+        return not self.scattered and bool(last_acks) and all(a.discarded for a in last_acks)
 
 
 def notify_checkpoint_complete(graph: JobGraph, meta: Any) -> None:

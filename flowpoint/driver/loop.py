@@ -48,8 +48,9 @@ class CommittedLoop:
         self.restarts = services.restarts
         self.checkpoints = services.checkpoints
         # the tasks removed the job's executor-local state themselves when it finished (the
-        # continuous slots: ContinuousLoop._finish), so the driver runs no Spark job to remove it
-        self.slots_removed_local_state = False
+        # continuous slots: ContinuousLoop._finish; the last epoch's tasks: EpochLoop), so the
+        # driver runs no Spark job to remove it
+        self.tasks_removed_local_state = False
         self.files = services.files
         self.progress = services.progress
         self.launcher = services.launcher

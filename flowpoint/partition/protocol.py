@@ -150,6 +150,7 @@ class TaskAck:
     error: FlowpointError | None = None
     seconds: float = 0.0
     fresh_state: bool = False  # the task rebuilt its partition's state (it was not in this process)
+    discarded: bool = False  # the job's last epoch: the task removed its partition's cached state and local files where it ran
     snapshot: list[OperatorPart] | None = None  # the checkpoint parts this task wrote
     snapshot_error: str | None = None  # why the task declined the checkpoint (its parts failed)
     watermarks: dict[str, tuple[int, bool]] = field(default_factory=dict)  # channels this task sent: final marks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -33,6 +34,8 @@ from flowpoint.tasks.plan import StagePlan
 from flowpoint.tasks.registry import operator_class
 from flowpoint.tasks.state_values import unpicklable_state_error
 from flowpoint.tasks.unit_end import end_unit
+
+log = logging.getLogger("flowpoint")
 
 __all__ = ["ChainRuntime", "UnitSpec", "TaskAck", "TaskSlice", "run_stage_task"]
 
@@ -336,8 +339,22 @@ def run_stage_task(plan: StagePlan, spec: UnitSpec, s: TaskSlice, attempt: int, 
             upload.abandon()
         if ts is not None:
             backend.release(ts)
+    if spec.last:  # a stateless task's entry (its opened operators) goes too
+        ack.discarded = _discard(backend, plan.stage_id, partition, spec.location.run_key)
     ack.seconds = time.perf_counter() - started
     return outputs, ack
+
+
+def _discard(backend: Any, stage_id: int, partition: int, run_key: str) -> bool:
+    """The job's last epoch succeeded here: the partition's cached state and this host's working
+    files of it go (``PartitionBackend.discard``), so the driver need not run a Spark job to
+    remove them. False (logged) when that failed: the driver then runs the removal job."""
+    try:
+        backend.discard(stage_id, partition)
+    except Exception:  # noqa: BLE001 - the epoch's outcome stands; local files are a cache
+        log.warning("stage %d partition %d of %s could not remove its working state", stage_id, partition, run_key, exc_info=True)
+        return False
+    return True
 
 
 def _process(plan: StagePlan, rt: ChainRuntime, inputs: Any, watermarks: Any, ack: TaskAck) -> None:
