@@ -40,7 +40,7 @@ SUBSET_TIMEOUT = 1800  # seconds: one run at a low priority beside the suite
 INHERITED_NOT = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET",
                  "SPARK_HOME", "PYTHONHOME", "VIRTUAL_ENV", "FLOWPOINT_TEST_RUNTIME", "FLOWPOINT_TEST_MASTER",
                  "SPARK_REMOTE", "SPARK_API_MODE", "SPARK_CONNECT_MODE_ENABLED", "FLOWPOINT_EXPECT_PYSPARK",
-                 "FLOWPOINT_TEST_CPU_LOG")
+                 "FLOWPOINT_TEST_CPU_LOG", "PYTEST_ADDOPTS")
 
 
 def version_env(version: str) -> dict:
@@ -69,6 +69,17 @@ class BackgroundRuns:
     def schedule(self, names: list[str]) -> None:
         for name in names:
             self._submit(name)
+
+    @property
+    def root(self) -> Path:
+        """The runs' files (kept when the session failed)."""
+        return self._root
+
+    def schedule_call(self, name: str, work) -> None:
+        """Run ``work()`` in the same thread after what is scheduled (tests/background_shard.py)."""
+        with self._lock:
+            if name not in self._futures:
+                self._futures[name] = self._pool.submit(work)
 
     def result(self, name: str):
         """The run's outcome (above), waiting for it; a run that raised raises here."""

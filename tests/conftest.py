@@ -37,6 +37,7 @@ if "SPARK_CONF_DIR" not in os.environ:
 
 import dataclasses  # noqa: E402
 
+import background_shard  # noqa: E402
 import compat_background  # noqa: E402
 
 from flowpoint import StreamExecutionEnvironment  # noqa: E402
@@ -57,27 +58,41 @@ if SPARK_REMOTE:
     os.environ["SPARK_REMOTE"] = SPARK_REMOTE  # subprocesses' jobs connect to the same server
 
 
+def ensure_other_user() -> tuple[int, bool]:
+    """``(uid of OTHER_USER, whether this call created it)``: created with useradd (root only),
+    nobody (65534) where it cannot be."""
+    try:
+        return pwd.getpwnam(OTHER_USER).pw_uid, False
+    except KeyError:
+        pass
+    created = False
+    if shutil.which("useradd"):
+        created = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
+                                 capture_output=True, check=False).returncode == 0
+    try:
+        return pwd.getpwnam(OTHER_USER).pw_uid, created
+    except KeyError:
+        return 65534, False
+
+
+def remove_other_user() -> None:
+    if shutil.which("userdel"):
+        subprocess.run(["userdel", OTHER_USER], capture_output=True, check=False)
+
+
 @pytest.fixture(scope="session")
-def other_uid():
+def other_uid(request):
     """The uid of another OS user, who plants files and directories in the security tests:
     created with useradd when running as root (as CI does) and removed after the session if this
-    fixture created it; else nobody (65534). Files owned by it need root (chown)."""
+    session created it; else nobody (65534). Files owned by it need root (chown). The background
+    shard's child (tests/background_shard.py) uses the one its parent made and never removes it."""
     if os.geteuid() != 0:
         pytest.skip("giving a directory to another user needs root (chown); run the suite as root, as CI does")
-    created = False
-    try:
-        uid = pwd.getpwnam(OTHER_USER).pw_uid
-    except KeyError:
-        if shutil.which("useradd"):
-            created = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
-                                     capture_output=True, check=False).returncode == 0
-        try:
-            uid = pwd.getpwnam(OTHER_USER).pw_uid
-        except KeyError:
-            uid = 65534
+    made = getattr(request.config, "other_user", None)  # made at collection for the shard: removed at the session's end
+    uid, created = made if made is not None else ensure_other_user()
     yield uid
-    if created and shutil.which("userdel"):
-        subprocess.run(["userdel", OTHER_USER], capture_output=True, check=False)
+    if created and made is None and not os.environ.get("FLOWPOINT_TEST_SHARD"):
+        remove_other_user()
 
 
 @pytest.fixture(scope="session")
@@ -151,19 +166,45 @@ pytest_plugins = ["cpu_log"]  # FLOWPOINT_TEST_CPU_LOG=<file>: each test's wall 
 
 def pytest_collection_modifyitems(session, config, items):
     compat_background.last(items)  # their runs go on in the background meanwhile
+    if compat_background.wanted(items):  # a whole suite: the background shard's tests go last but those
+        shard = background_shard.items_of(items)
+        reading = [i for i in items if background_shard.module_of(i) in compat_background.MODULES]
+        items[:] = [i for i in items if i not in shard and i not in reading] + shard + reading
 
 
 def pytest_collection_finish(session):
+    config = session.config
     names = compat_background.wanted(session.items)
-    if names and not session.config.option.collectonly:
-        session.config.compat_background = compat_background.BackgroundRuns()
-        session.config.compat_background.schedule(names)
+    if names and not config.option.collectonly:
+        config.compat_background = compat_background.BackgroundRuns()
+        config.compat_background.schedule(names)
+        shard = background_shard.items_of(session.items)
+        if shard:
+            if any("other_uid" in getattr(i, "fixturenames", ()) for i in shard):
+                config.other_user = ensure_other_user()  # made here, removed here: the child finds it
+            run = config.background_shard = background_shard.ShardRun([i.nodeid for i in shard], config.compat_background.root)
+            config.compat_background.schedule_call("shard", run.run)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    shard = getattr(item.config, "background_shard", None)
+    if shard is None or item.nodeid not in shard.nodeids:
+        return None
+    background_shard.report_in_session(item, shard)
+    return True
 
 
 def pytest_sessionfinish(session, exitstatus):
+    shard = getattr(session.config, "background_shard", None)
+    if shard is not None:
+        shard.stop()  # an interrupted session does not wait for it
     runs = getattr(session.config, "compat_background", None)
     if runs is not None:
         runs.close(keep=exitstatus != 0)
+    _, created = getattr(session.config, "other_user", (None, False))
+    if created:
+        remove_other_user()
 
 
 @pytest.fixture(scope="session")
