@@ -307,6 +307,57 @@ def test_event_time_windows_restored_from_unaligned_checkpoints_lose_no_record_t
     assert sorted(v for _, v in sink.results) == sorted(expected.values())
 
 
+class OneSideStamped:
+    """Record ``i``: ``(key, i)`` at event time ``i * 10`` ms, its key one of three whose key
+    groups all belong to partition 0 of 2: partition 1 of the keyed stage gets no record."""
+
+    def __init__(self, keys):
+        self.keys = keys
+
+    def __call__(self, i):
+        return (self.keys[i % len(self.keys)], i)
+
+
+def test_windows_behind_a_finished_source_fire_after_a_restore_whatever_each_subtask_had_sent(make_env, tmp_path):
+    """All keys go to one of the two slow subtasks, so the other receives the source's final
+    watermark at once and sends it on, while the busy one's barriers overtake its queue. A
+    checkpoint then holds a low mark for the stage's channels to the windows (the lowest of its
+    subtasks'), and the restored idle subtask, already at +infinity, must send +infinity again:
+    without that, the windows never fired after the restore and the job FINISHED with most of
+    its results missing (found under load in CI)."""
+    from flowpoint import TumblingEventTimeWindows, WatermarkStrategy
+    from flowpoint.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
+
+    keys = [k for k in (f"u{i}" for i in range(100)) if compute_operator_index_for_key_group(128, 2, assign_to_key_group(k, 128)) == 0][:3]
+    count = 1_200
+    env = make_env(2, execution_runtime="continuous", state_checkpoints_dir=f"file://{tmp_path}/ck")
+    env.enable_checkpointing(200)
+    env.get_configuration().set("taskmanager.network.memory.buffers-per-channel", 2)
+    env.get_checkpoint_config().enable_unaligned_checkpoints()
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    sink = CollectSink()
+    (
+        env.from_source(DataGeneratorSource(OneSideStamped(keys), count=count, rate_limit_per_second=4_000), source_name="gen").uid("gen")
+        .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Tens())).uid("ts")
+        .key_by(lambda v: v[0]).process(SlowPass(3, str(tmp_path / "failed"), 1_000)).uid("slow")
+        .key_by(lambda v: v[0]).window(TumblingEventTimeWindows.of(Duration.of_millis(1_000)))
+        .reduce(lambda a, b: (a[0], a[1] + b[1])).uid("windows")
+        .sink_to(sink).uid("sink")
+    )
+    result = env.execute("windows behind a finished source, restored")
+    assert (tmp_path / "failed").exists()
+    restored = [s for s in completed(result.get_checkpoint_stats())]
+    assert restored, "no checkpoint completed before the failure"
+    expected: Counter = Counter()
+    for i in range(count):
+        expected[keys[i % 3]] += i
+    got: Counter = Counter()
+    for key, total in sink.results:
+        got[key] += total
+    assert got == expected
+    assert len(sink.results) == 3 * (count * 10 // 1_000)
+
+
 class Checked(KeyedProcessFunction):
     """A slow event-time consumer (its input queues hold the in-flight records at every
     barrier) that reports, per record, whether it came at or behind the current watermark

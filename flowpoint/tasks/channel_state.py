@@ -111,11 +111,13 @@ def restored_input(plan: Any, s: Any, spec: Any) -> tuple[list, dict, dict]:
     if not s.channel_state:
         return [], watermarks, {}
     recovered = read_channel_state(plan, s.partition, s.channel_state, spec.location.options, keep_marks="*" not in s.input_marks)
-    if not recovered:
-        return [], watermarks, {}
     # the records in flight came after the marks this subtask had seen at the cut, which are
     # behind the marks its senders had sent (those are the checkpoint's): start from the
-    # former, replay, then move on to the latter
+    # former, replay, then move on to the latter. So also when nothing was in flight to this
+    # subtask but watermarks: its start is what it had seen (and sent on), and moving on sends
+    # the rest downstream, whose channels from it hold what it had sent at the cut (starting
+    # at the senders' marks instead, it would never send them: a finished source sends nothing
+    # more, and windows after it would never fire)
     catch_up = input_channels(plan, spec)
     floor = s.input_marks.get("*", (MIN_WATERMARK, False))
     for c, mark in catch_up.items():

@@ -184,9 +184,28 @@ class ChainRuntime:
         for op in self.ops.values():
             if start > op.watermark and not isinstance(op, (TimestampsOp, SourceOp)):
                 op.watermark = start  # the epoch that reached it fired what it had to
+        if inputs is not None:
+            self._announce_watermarks()
         for op in self.ops.values():
             op.advance_processing_time(spec.processing_time)
         return inputs
+
+    def _announce_watermarks(self) -> None:
+        """Each exchange writer holds the watermark of the operator feeding it, which it sends
+        on (before its next record, at the unit's end). A restored task needs this: a checkpoint
+        restores each receiver's channel from a task to the lowest mark of the sending stage
+        (``restored_watermarks``: the partitions may have changed), which may be below what this
+        task had sent, and a task that starts at its mark never moves it again (a finished
+        source sends nothing more): windows behind it would never fire, silently."""
+        origin = (self.plan.head, -1, 0)
+        for op in self.ops.values():
+            if op.watermark <= MIN_WATERMARK:
+                continue
+            for out in op.outputs:
+                if isinstance(out, ExchangeWriter):
+                    channel = out.channel_of(origin)
+                    if op.watermark > out.marks.get(channel, (MIN_WATERMARK, False))[0]:
+                        out.process_watermark(origin, op.watermark)
 
     def end_epoch(self, ack: TaskAck) -> None:
         for ctx in self.contexts:

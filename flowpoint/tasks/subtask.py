@@ -145,7 +145,7 @@ class Subtask(SourceReading, BarrierSnapshot):
         splits = [i for i in range(spec.splits.get(self.plan.head_uid, 0)) if i % self.plan.parallelism == s.partition]
         self.inputs = self.rt.begin_epoch(unit_spec, splits)
         self.split_seq = dict.fromkeys(splits, 0)
-        if recovered:  # an unaligned checkpoint's in-flight records come first, in channel order
+        if recovered or catch_up:  # an unaligned checkpoint's in-flight records come first, in channel order
             marks = [(0, (), ("wm", (c, wm, idle))) for c, (wm, idle) in catch_up.items()]
             head = self.rt.ops[self.plan.head]
             feed(self.plan, head, recovered + marks, self.inputs, ordered=False)
