@@ -38,7 +38,8 @@ import threading
 import time
 from pathlib import Path
 
-MODULES = ("test_multihost", "test_continuous_failures", "test_cluster", "test_cluster_defaults", "test_standalone_cluster")
+MODULES = ("test_multihost", "test_continuous_failures", "test_cluster", "test_cluster_defaults", "test_standalone_cluster",
+           "test_control_security")  # every module that starts the standalone cluster, and the largest on local-cluster
 TIMEOUT = 2400  # seconds the whole shard may take at a low priority beside the suite
 REPO = Path(__file__).resolve().parents[1]
 # what belongs to this session alone: the child makes its own (conftest.py), or must not inherit
