@@ -237,6 +237,17 @@ def test_an_epoch_job_says_unaligned_checkpoints_do_not_apply_to_it(make_env, ca
     assert any("do not apply to the epoch runtime" in r.getMessage() for r in caplog.records)
 
 
+def restarting_unaligned_env(make_env, checkpoints: str, interval_ms: int):
+    """Continuous, parallelism 2, unaligned checkpoints every ``interval_ms``, two frames per
+    channel (the queues fill), two restarts 100 ms apart."""
+    env = make_env(2, execution_runtime="continuous", state_checkpoints_dir=checkpoints)
+    env.enable_checkpointing(interval_ms)
+    env.get_configuration().set("taskmanager.network.memory.buffers-per-channel", 2)
+    env.get_checkpoint_config().enable_unaligned_checkpoints()
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    return env
+
+
 class Stamped:
     """Record ``i``: ``(key, i)`` at event time ``i * 10`` ms (in order: no record is late in an
     uninterrupted run)."""
@@ -276,11 +287,7 @@ def test_event_time_windows_restored_from_unaligned_checkpoints_lose_no_record_t
     from flowpoint import OutputTag, TumblingEventTimeWindows, WatermarkStrategy
 
     count = 2_400
-    env = make_env(2, execution_runtime="continuous", state_checkpoints_dir=f"file://{tmp_path}/ck2")
-    env.enable_checkpointing(300)
-    env.get_configuration().set("taskmanager.network.memory.buffers-per-channel", 2)
-    env.get_checkpoint_config().enable_unaligned_checkpoints()
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    env = restarting_unaligned_env(make_env, f"file://{tmp_path}/ck2", 300)
     late = OutputTag("late")
     sink, late_sink = CollectSink(), CollectSink()
     windows = (
@@ -330,11 +337,7 @@ def test_windows_behind_a_finished_source_fire_after_a_restore_whatever_each_sub
 
     keys = [k for k in (f"u{i}" for i in range(100)) if compute_operator_index_for_key_group(128, 2, assign_to_key_group(k, 128)) == 0][:3]
     count = 1_200
-    env = make_env(2, execution_runtime="continuous", state_checkpoints_dir=f"file://{tmp_path}/ck")
-    env.enable_checkpointing(200)
-    env.get_configuration().set("taskmanager.network.memory.buffers-per-channel", 2)
-    env.get_checkpoint_config().enable_unaligned_checkpoints()
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    env = restarting_unaligned_env(make_env, f"file://{tmp_path}/ck", 200)
     sink = CollectSink()
     (
         env.from_source(DataGeneratorSource(OneSideStamped(keys), count=count, rate_limit_per_second=4_000), source_name="gen").uid("gen")
@@ -346,8 +349,7 @@ def test_windows_behind_a_finished_source_fire_after_a_restore_whatever_each_sub
     )
     result = env.execute("windows behind a finished source, restored")
     assert (tmp_path / "failed").exists()
-    restored = [s for s in completed(result.get_checkpoint_stats())]
-    assert restored, "no checkpoint completed before the failure"
+    assert completed(result.get_checkpoint_stats()), "no checkpoint completed before the failure"
     expected: Counter = Counter()
     for i in range(count):
         expected[keys[i % 3]] += i
@@ -397,11 +399,7 @@ def test_a_restored_subtask_replays_in_flight_records_in_channel_order_before_it
     from flowpoint import WatermarkStrategy
 
     count = 2_400
-    env = make_env(2, execution_runtime="continuous", state_checkpoints_dir=f"file://{tmp_path}/ck")
-    env.enable_checkpointing(300)
-    env.get_configuration().set("taskmanager.network.memory.buffers-per-channel", 2)
-    env.get_checkpoint_config().enable_unaligned_checkpoints()
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
+    env = restarting_unaligned_env(make_env, f"file://{tmp_path}/ck", 300)
     sink = CollectSink()
     (
         env.from_source(DataGeneratorSource(Stamped(), count=count, rate_limit_per_second=2_000), source_name="gen").uid("gen")
