@@ -1,8 +1,8 @@
 """The background shard: in a whole suite, the tests of :data:`MODULES` run in a pytest process
 of their own, beside the session, and the session reports each of them as its own test.
 
-They are the end-to-end tests on a cluster: a standalone master with two workers, local-cluster
-executors, workers killed mid-run. Their Spark applications leave the machine's cores idle a
+They are the end-to-end tests on a cluster (a standalone master with two workers, local-cluster
+executors, workers killed mid-run) and two modules of jobs run by the CLI, killed and resumed. Their Spark applications leave the machine's cores idle a
 third of the time or more, as the rest of the suite's jobs do (tests/cpu_log.py's accounting:
 over a whole run the suite keeps 2 cores 61-76% busy after its first 10 minutes), and on 2 cores
 they took some 7 of the suite's 40 minutes one after the other.
@@ -38,8 +38,12 @@ import threading
 import time
 from pathlib import Path
 
-MODULES = ("test_multihost", "test_continuous_failures", "test_cluster", "test_cluster_defaults", "test_standalone_cluster",
-           "test_control_security")  # every module that starts the standalone cluster, and the largest on local-cluster
+MODULES = (
+    # every module that starts the standalone cluster, and the largest on local-cluster
+    "test_multihost", "test_continuous_failures", "test_cluster", "test_cluster_defaults", "test_standalone_cluster", "test_control_security",
+    # jobs run with `flowpoint run` in processes of their own, killed and resumed, mostly waiting
+    "test_cli_flink", "test_lakehouse_resume",
+)
 TIMEOUT = 2400  # seconds the whole shard may take at a low priority beside the suite
 REPO = Path(__file__).resolve().parents[1]
 # what belongs to this session alone: the child makes its own (conftest.py), or must not inherit
