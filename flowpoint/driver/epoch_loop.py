@@ -108,8 +108,9 @@ class EpochLoop(CommittedLoop):
         acks = self.launcher.run_epoch(spec, reads, slices)
         _, read = commit_unit(st, self.unit, acks, f"epoch {self.unit}", advance_sources=lambda: self.splits.advance(new_positions))
         self._copies.note(acks)
-        if last:
-            self.tasks_removed_local_state = self.restarts.restarts == 0 and self._copies.all_removed(acks)
+        # every epoch decides anew: after a last epoch (stop --drain) whose savepoint failed the
+        # job goes on, and the epochs after it cache the state again
+        self.tasks_removed_local_state = last and self.restarts.restarts == 0 and self._copies.all_removed(acks)
         if target is not None:
             cp.attach_snapshots(target.checkpoint_id, acks)
         # the records the sources read (the plan's count is an estimate for files)
@@ -154,10 +155,11 @@ class LocalCopies:
     """Whether the tasks of a run's last epoch removed every executor-local copy of its state.
 
     A partition's state (a stateless one's opened operators) is cached in the Python worker
-    that ran it, with its local working files on that host. While each partition stays in one worker (no task rebuilt its
-    state after the partition's first epoch, no task ran twice) the last epoch's tasks, which
-    discard what they hold (``TaskAck.discarded``), leave nothing behind; otherwise another
-    worker or host may still hold a copy, and the driver runs its removal job."""
+    that ran it, with its local working files on that host. While each partition stays in one
+    worker (no task rebuilt its state after the partition's first epoch, no task ran twice) the
+    last epoch's tasks, which discard what they hold (``TaskAck.discarded``), leave nothing
+    behind; otherwise another worker or host may still hold a copy, and the driver runs its
+    removal job."""
 
     def __init__(self) -> None:
         self._seen: set[tuple[int, int]] = set()
